@@ -1,0 +1,145 @@
+"""The training engine's configuration: one dataclass, the same names on the command line.
+
+``python -m coursekit.train --model resnet18 --batch-size 128 --precision bf16`` and
+``TrainConfig(model="resnet18", batch_size=128, precision="bf16")`` mean the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, get_args, get_origin
+
+MODELS = ("linear", "mlp", "resnet18", "resnet34", "resnet50", "wide_resnet", "pointnet")
+DATASETS = ("synthetic", "generated", "line", "jpeg_folder", "cifar10", "imagefolder", "pointclouds")
+OPTIMIZERS = ("sgd", "adamw", "lars", "lamb")
+LR_SCALINGS = ("none", "linear", "sqrt")
+SCHEDULES = ("constant", "step", "cosine", "onecycle")
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
+DEVICES = ("auto", "cpu", "cuda")
+PROGRESS_MODES = ("auto", "on", "off")
+
+CHOICES: dict[str, tuple[str, ...]] = {
+    "model": MODELS,
+    "dataset": DATASETS,
+    "optimizer": OPTIMIZERS,
+    "lr_scaling": LR_SCALINGS,
+    "schedule": SCHEDULES,
+    "precision": PRECISIONS,
+    "device": DEVICES,
+    "progress": PROGRESS_MODES,
+}
+
+
+@dataclass
+class TrainConfig:
+    """Every option of a training run (field docs are the ``--help`` texts)."""
+
+    # model and data
+    model: str = field(default="mlp", metadata={"help": f"one of {', '.join(MODELS)}"})
+    dataset: str = field(default="generated", metadata={"help": f"one of {', '.join(DATASETS)}"})
+    data_dir: str | None = field(default=None, metadata={"help": "dataset folder (cifar10, imagefolder, jpeg_folder)"})
+    download: bool = field(default=False, metadata={"help": "download CIFAR-10 into data_dir (login node only)"})
+    gpu_resident: bool = field(default=False, metadata={"help": "keep synthetic data on the GPU"})
+    num_samples: int | None = field(default=None, metadata={"help": "size of a generated dataset"})
+    val_fraction: float = field(default=0.2, metadata={"help": "share of a generated dataset kept for validation"})
+    num_classes: int = field(default=10, metadata={"help": "classes of a generated dataset"})
+    image_size: int = field(default=32, metadata={"help": "image side in pixels"})
+    # run length
+    batch_size: int = field(default=64, metadata={"help": "batch size per GPU (per process)"})
+    epochs: int = field(default=1, metadata={"help": "epochs to run"})
+    steps: int | None = field(default=None, metadata={"help": "stop after this many optimiser steps"})
+    test_steps: int | None = field(default=None, metadata={"help": "short test mode: N steps, no validation"})
+    # optimisation
+    lr: float = field(default=0.1, metadata={"help": "base learning rate (before scaling)"})
+    momentum: float = field(default=0.9, metadata={"help": "momentum (sgd, lars) or beta1 (adamw, lamb)"})
+    weight_decay: float = field(default=5e-4, metadata={"help": "weight decay"})
+    optimizer: str = field(default="sgd", metadata={"help": f"one of {', '.join(OPTIMIZERS)}"})
+    lr_scaling: str = field(default="none", metadata={"help": "scale lr with global batch: none, linear, sqrt"})
+    base_batch: int = field(default=256, metadata={"help": "global batch at which lr is the base lr"})
+    warmup_epochs: float = field(default=0.0, metadata={"help": "linear warmup length in epochs"})
+    schedule: str = field(default="constant", metadata={"help": f"one of {', '.join(SCHEDULES)}"})
+    step_every_epochs: int = field(default=30, metadata={"help": "step schedule: decay period in epochs"})
+    step_gamma: float = field(default=0.1, metadata={"help": "step schedule: decay factor"})
+    # speed
+    precision: str = field(default="fp32", metadata={"help": f"one of {', '.join(PRECISIONS)}"})
+    channels_last: bool = field(default=False, metadata={"help": "NHWC memory format"})
+    compile: bool = field(default=False, metadata={"help": "torch.compile the model"})
+    # data loading
+    workers: int = field(default=0, metadata={"help": "DataLoader worker processes"})
+    pin_memory: bool = field(default=False, metadata={"help": "page-locked host batches"})
+    prefetch_factor: int | None = field(default=None, metadata={"help": "batches prefetched per worker"})
+    persistent_workers: bool = field(default=False, metadata={"help": "keep workers between epochs"})
+    non_blocking: bool = field(default=False, metadata={"help": "asynchronous host-to-GPU copies"})
+    drop_last: bool = field(default=False, metadata={"help": "drop the last incomplete batch"})
+    gpu_decode: bool = field(default=False, metadata={"help": "decode JPEGs on the GPU (nvjpeg)"})
+    # memory savers and batch norm
+    accumulation_steps: int = field(default=1, metadata={"help": "micro-batches per optimiser step"})
+    activation_checkpointing: bool = field(default=False, metadata={"help": "recompute activations in backward"})
+    ghost_batch_size: int | None = field(default=None, metadata={"help": "ghost batch norm: virtual batch size"})
+    sync_batchnorm: bool = field(default=False, metadata={"help": "SyncBatchNorm across processes"})
+    # reproducibility, output, instrumentation
+    seed: int = field(default=0, metadata={"help": "random seed"})
+    device: str = field(default="auto", metadata={"help": "auto, cpu or cuda"})
+    out: str | None = field(default=None, metadata={"help": "output folder (metrics, checkpoints, traces)"})
+    checkpoint_every: int | None = field(default=None, metadata={"help": "save a checkpoint every N steps"})
+    resume: bool = field(default=False, metadata={"help": "resume from the output folder's checkpoint"})
+    profile: bool = field(default=False, metadata={"help": "write a torch.profiler trace (TensorBoard)"})
+    profile_steps: int = field(default=5, metadata={"help": "active steps of the profiler trace"})
+    log_every: int = field(default=1, metadata={"help": "write a step record every N steps"})
+    log_params: bool = field(default=False, metadata={"help": "put the parameters in step records (tiny models)"})
+    grad_noise_batches: int = field(default=0, metadata={"help": "measure mini-batch gradient variance over N batches"})
+    progress: str = field(default="auto", metadata={"help": "progress bar: auto, on, off"})
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def replace(self, **changes: Any) -> TrainConfig:
+        return dataclasses.replace(self, **changes)
+
+    def to_args(self) -> list[str]:
+        """The command-line arguments that rebuild this config (only fields that differ from defaults)."""
+        defaults = TrainConfig()
+        args: list[str] = []
+        for f in dataclasses.fields(self):
+            value, default = getattr(self, f.name), getattr(defaults, f.name)
+            if value == default:
+                continue
+            flag = "--" + f.name.replace("_", "-")
+            if isinstance(value, bool):
+                args.append(flag if value else "--no-" + f.name.replace("_", "-"))
+            elif value is None:
+                continue
+            else:
+                args += [flag, str(value)]
+        return args
+
+
+def _base_type(annotation: Any) -> type:
+    text = str(annotation)
+    for name, typ in (("bool", bool), ("int", int), ("float", float), ("str", str)):
+        if text.startswith(name):
+            return typ
+    if get_origin(annotation) is not None:
+        return next(a for a in get_args(annotation) if a is not type(None))
+    return str
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m coursekit.train", description="coursekit's training engine")
+    for f in dataclasses.fields(TrainConfig):
+        flag = "--" + f.name.replace("_", "-")
+        typ = _base_type(f.type)
+        help_text = f.metadata.get("help", "")
+        if typ is bool:
+            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=f.default, help=help_text)
+        else:
+            parser.add_argument(flag, dest=f.name, type=typ, default=f.default, help=help_text,
+                                choices=CHOICES.get(f.name))
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> TrainConfig:
+    namespace = build_parser().parse_args(argv)
+    return TrainConfig(**vars(namespace))
