@@ -1,0 +1,9 @@
+"""Jobs from the notebook: submit (submitit, Slurm or local), follow, reattach after a restart."""
+
+from coursekit.jobs.handle import Job, JobFailedError
+from coursekit.jobs.registry import get_job, list_jobs
+from coursekit.jobs.slurm_cli import SlurmError
+from coursekit.jobs.submit import gpu_jobs_submitter, submit_function, submit_jobs
+
+__all__ = ["Job", "JobFailedError", "SlurmError", "get_job", "gpu_jobs_submitter", "list_jobs",
+           "submit_function", "submit_jobs"]

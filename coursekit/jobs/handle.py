@@ -1,0 +1,310 @@
+"""``Job``: one submitted job, followed from the notebook (state, logs, metrics, result, cancel).
+
+State, for a Slurm job: live from squeue; once the job has left the queue, from sacct; where there is
+no accounting, from what the job left on disk (submitit's result pickle, Slurm's messages in the log).
+A job found nowhere is ``VANISHED`` (terminal), so ``wait()`` never polls forever. A local job
+(submitit's LocalExecutor) is followed through its controller's pid.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+from submitit.core.utils import JobPaths, pickle_load
+
+from coursekit.jobs import registry, slurm_cli
+from coursekit.jobs.slurm_cli import TERMINAL_STATES, SlurmError
+from coursekit.metrics import read_metrics
+
+POLL_START_S = 0.5
+POLL_MAX_S = 5.0
+POLL_GROWTH = 1.5
+CONTROLLER_DOWN_GRACE_S = 30.0  # wait() raises when Slurm stays unreachable this long
+CANCEL_MARKER = ".coursekit_cancelled"
+TAIL_BLOCK_BYTES = 8192
+LOG_MARKERS = (  # Slurm's own words in a job's stderr -> state (checked after a successful result)
+    ("DUE TO TIME LIMIT", "TIMEOUT"),
+    ("DUE TO NODE FAILURE", "NODE_FAIL"),
+    ("DUE TO PREEMPTION", "PREEMPTED"),
+    ("oom-kill", "OUT_OF_MEMORY"),
+    ("Out Of Memory", "OUT_OF_MEMORY"),
+    ("CANCELLED AT", "CANCELLED"),
+)
+LOCAL_TIMEOUT_HINT = "timed-out and not checkpointable"
+UNCACHED_TERMINAL = frozenset({"PREEMPTED", "VANISHED"})  # may still change (requeue, slow filesystem)
+
+
+class JobFailedError(RuntimeError):
+    """The job did not return a result: its exception (with the remote traceback) or its final state."""
+
+
+def _pid_start_time(pid: int) -> str | None:
+    """Start time of a process (clock ticks since boot), to tell it from a later one with the same pid."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[-1].split()
+    return None if fields[0] == "Z" else fields[19]
+
+
+def tail_lines(path: Path, n: int) -> list[str]:
+    """The last ``n`` lines of a (possibly large, possibly growing) text file."""
+    if not path.is_file() or n <= 0:
+        return []
+    with open(path, "rb") as handle:
+        handle.seek(0, os.SEEK_END)
+        position, data = handle.tell(), b""
+        while position > 0 and data.count(b"\n") <= n:
+            step = min(TAIL_BLOCK_BYTES, position)
+            position -= step
+            handle.seek(position)
+            data = handle.read(step) + data
+    return list(deque(data.decode("utf-8", errors="replace").splitlines(), maxlen=n))
+
+
+class Job:
+    """A job submitted by coursekit (see the module docstring)."""
+
+    def __init__(self, job_id: str, name: str, folder: str | Path, site: str = "slurm", scheduler: str = "slurm",
+                 command: str = "", kind: str = "command", n_gpu: int = 1, num_tasks: int = 1,
+                 submitted_at: float | None = None, time_limit_min: int | None = None, pid: int | None = None,
+                 pid_start: str | None = None, final_state: str | None = None, submitit_job: Any = None,
+                 **_ignored: Any) -> None:
+        self.job_id, self.name, self.folder = str(job_id), name, Path(folder)
+        self.site, self.scheduler, self.command, self.kind = site, scheduler, command, kind
+        self.n_gpu, self.num_tasks = n_gpu, num_tasks
+        self.submitted_at = submitted_at if submitted_at is not None else time.time()
+        self.time_limit_min, self.pid, self.pid_start = time_limit_min, pid, pid_start
+        self._final = final_state if final_state not in UNCACHED_TERMINAL else None
+        self._submitit_job = submitit_job
+        self._info: dict[str, str] = {}
+        self.last_error: SlurmError | None = None
+
+    # ------------------------------------------------------------ construction
+
+    def record(self) -> dict[str, Any]:
+        return {"event": "submitted", "job_id": self.job_id, "name": self.name, "folder": str(self.folder),
+                "site": self.site, "scheduler": self.scheduler, "command": self.command, "kind": self.kind,
+                "n_gpu": self.n_gpu, "num_tasks": self.num_tasks, "submitted_at": self.submitted_at,
+                "time_limit_min": self.time_limit_min, "pid": self.pid, "pid_start": self.pid_start}
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> Job:
+        return cls(**{k: v for k, v in record.items() if k != "event"})
+
+    @classmethod
+    def from_folder(cls, folder: Path) -> Job:
+        """A handle rebuilt from a job folder alone (``<course>/jobs/<name>/<job_id>``)."""
+        job_id = folder.name
+        is_local = not (folder / f"{job_id.split('_')[0]}_submission.sh").exists() and "_" not in job_id
+        return cls(job_id, folder.parent.name, folder, site="local" if is_local else "slurm",
+                   scheduler="local" if is_local else "slurm", submitted_at=folder.stat().st_mtime,
+                   pid=int(job_id) if is_local and job_id.isdigit() else None)
+
+    # ------------------------------------------------------------ paths and logs
+
+    @property
+    def paths(self) -> JobPaths:
+        return JobPaths(self.folder, job_id=self.job_id, task_id=0)
+
+    @property
+    def stdout(self) -> Path:
+        return self.paths.stdout
+
+    @property
+    def stderr(self) -> Path:
+        return self.paths.stderr
+
+    @property
+    def run_dir(self) -> Path:
+        """Where the job writes its metrics (``$COURSEKIT_RUN_ROOT/<job_id>``, the job's folder)."""
+        return self.folder
+
+    @property
+    def submission_script(self) -> Path:
+        return self.paths.submission_file
+
+    def tail(self, n: int = 10, stream: str = "out") -> str:
+        """The last ``n`` lines of task 0's stdout (``stream="out"``) or stderr (``"err"``)."""
+        if stream not in ("out", "err"):
+            raise ValueError(f"stream={stream!r}: use 'out' or 'err'")
+        return "\n".join(tail_lines(self.stdout if stream == "out" else self.stderr, n))
+
+    def metrics(self) -> list[dict[str, Any]]:
+        return read_metrics(self.run_dir)
+
+    # ------------------------------------------------------------ state
+
+    @property
+    def state(self) -> str:
+        """Slurm's state name (see slurm_cli.TERMINAL_STATES), ``VANISHED`` or ``UNKNOWN``."""
+        if self._final is not None:
+            return self._final
+        state = self._local_state() if self.scheduler == "local" else self._slurm_state()
+        if state in TERMINAL_STATES and state not in UNCACHED_TERMINAL:
+            self._final = state
+            try:
+                registry.append({"event": "state", "job_id": self.job_id, "scheduler": self.scheduler,
+                                 "state": state, "time": time.time()})
+            except OSError:
+                pass
+        return state
+
+    def done(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+    def _slurm_state(self) -> str:
+        rows: list[dict[str, str]] | None
+        try:
+            rows = slurm_cli.squeue([self.job_id])
+            self.last_error = None
+        except SlurmError as error:
+            rows, self.last_error = None, error
+        if rows:
+            self._info.update(rows[0])
+            return rows[0]["state"]
+        accounted = []
+        if slurm_cli.accounting_enabled():
+            try:
+                accounted = slurm_cli.sacct([self.job_id])
+            except SlurmError as error:
+                self.last_error = error
+        if accounted:
+            self._info.update(accounted[-1])
+            return accounted[-1]["state"]
+        from_disk = self._state_from_disk()
+        if from_disk is not None:
+            return from_disk
+        return "UNKNOWN" if rows is None else "VANISHED"
+
+    def _local_state(self) -> str:
+        process = getattr(self._submitit_job, "_process", None)
+        if process is not None:
+            alive = process.poll() is None
+        else:
+            alive = self.pid is not None and self.pid_start is not None and _pid_start_time(self.pid) == self.pid_start
+        if alive:
+            return "RUNNING"
+        if (self.folder / CANCEL_MARKER).exists():
+            return "CANCELLED"
+        from_disk = self._state_from_disk()
+        if from_disk == "FAILED" and self._ran_out_of_time():
+            return "TIMEOUT"
+        return from_disk or "VANISHED"
+
+    def _ran_out_of_time(self) -> bool:
+        if self.time_limit_min is None:
+            return False
+        finished = self.stderr.stat().st_mtime if self.stderr.exists() else time.time()
+        return finished - self.submitted_at >= self.time_limit_min * 60
+
+    def _outcome(self) -> tuple[str, Any] | None:
+        path = self.paths.result_pickle
+        if not path.exists():
+            return None
+        try:
+            return pickle_load(path)
+        except Exception:  # noqa: BLE001 - half-written or unreadable: no outcome yet
+            return None
+
+    def _state_from_disk(self) -> str | None:
+        outcome = self._outcome()
+        if outcome is not None and outcome[0] == "success":
+            return "COMPLETED"
+        log = "\n".join(tail_lines(self.stderr, 60))
+        for marker, state in LOG_MARKERS:
+            if marker in log:
+                return state
+        if outcome is not None:
+            return "TIMEOUT" if LOCAL_TIMEOUT_HINT in str(outcome[1]) else "FAILED"
+        return None
+
+    @property
+    def elapsed(self) -> float | None:
+        """Seconds the job has run (Slurm's count; for local jobs, since submission), None before it starts."""
+        if self.scheduler == "local":
+            end = self.stderr.stat().st_mtime if self.done() and self.stderr.exists() else time.time()
+            return max(0.0, end - self.submitted_at)
+        self.state  # noqa: B018 - refreshes _info
+        return slurm_cli.parse_duration(self._info.get("elapsed", ""))
+
+    @property
+    def node(self) -> str | None:
+        if self.scheduler == "local":
+            return socket.gethostname()
+        self.state  # noqa: B018
+        node = self._info.get("node_list", "")
+        return None if node in ("", "None assigned", "(null)") else node
+
+    # ------------------------------------------------------------ waiting, cancelling, results
+
+    def wait(self, timeout: float | None = None) -> str:
+        """Block until the job ends; its final state. TimeoutError after ``timeout`` seconds; SlurmError
+        when Slurm stays unreachable for CONTROLLER_DOWN_GRACE_S."""
+        start, delay, unreachable_since = time.monotonic(), POLL_START_S, None
+        while True:
+            state = self.state
+            if state in TERMINAL_STATES:
+                return state
+            if state == "UNKNOWN" and self.last_error is not None:
+                unreachable_since = unreachable_since or time.monotonic()
+                if time.monotonic() - unreachable_since > CONTROLLER_DOWN_GRACE_S:
+                    raise self.last_error
+            else:
+                unreachable_since = None
+            if timeout is not None and time.monotonic() - start + delay > timeout:
+                raise TimeoutError(f"job {self.job_id} ({self.name}) still {state} after {timeout:.0f} s")
+            time.sleep(delay)
+            delay = min(POLL_MAX_S, delay * POLL_GROWTH)
+
+    def cancel(self) -> None:
+        """Cancel the job (Slurm: scancel; local: interrupt its controller)."""
+        if self.done():
+            return
+        if self.scheduler != "local":
+            slurm_cli.scancel([self.job_id])
+            return
+        self.folder.mkdir(parents=True, exist_ok=True)
+        (self.folder / CANCEL_MARKER).write_text(f"{time.time()}\n")
+        process = getattr(self._submitit_job, "_process", None)
+        if process is not None:
+            process.send_signal(signal.SIGINT)
+        elif self.pid is not None and self.pid_start is not None and _pid_start_time(self.pid) == self.pid_start:
+            os.kill(self.pid, signal.SIGINT)
+
+    def result(self, timeout: float | None = None) -> Any:
+        """The function's return value (task 0), after waiting; ``JobFailedError`` otherwise."""
+        state = self.wait(timeout)
+        outcome = self._outcome()
+        if outcome is None and state == "COMPLETED":
+            time.sleep(POLL_START_S)  # a shared filesystem may show the file late
+            outcome = self._outcome()
+        if outcome is None:
+            raise JobFailedError(f"job {self.job_id} ({self.name}) ended {state} without a result; "
+                                 f"last lines of {self.stderr}:\n{self.tail(20, 'err')}")
+        kind, value = outcome
+        if kind != "success":
+            raise JobFailedError(f"job {self.job_id} ({self.name}) failed ({state}); its traceback:\n{value}")
+        return value
+
+    def results(self, timeout: float | None = None) -> list[Any]:
+        """Every task's return value (a function run on several GPUs runs once per task)."""
+        self.result(timeout)
+        values = []
+        for task in range(self.num_tasks):
+            path = JobPaths(self.folder, job_id=self.job_id, task_id=task).result_pickle
+            kind, value = pickle_load(path) if path.exists() else ("error", "no result file")
+            if kind != "success":
+                raise JobFailedError(f"job {self.job_id} task {task} failed:\n{value}")
+            values.append(value)
+        return values
+
+    def __repr__(self) -> str:
+        return f"Job(job_id={self.job_id!r}, name={self.name!r}, site={self.site!r}, state={self.state!r})"

@@ -1,0 +1,97 @@
+"""The course's on-disk list of submitted jobs: ``<course>/jobs/registry.jsonl``.
+
+One JSON object per line, appended under an exclusive lock (several kernels may submit at once):
+``{"event": "submitted", "job_id": ..., "name": ..., "folder": ..., ...}`` when a job is submitted and
+``{"event": "state", "job_id": ..., "state": ...}`` when coursekit learns a final state. Later lines
+update earlier ones. After a kernel restart, ``list_jobs()`` and ``get_job(id)`` give the handles back.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from coursekit.course import jobs_dir
+
+if TYPE_CHECKING:
+    from coursekit.jobs.handle import Job
+
+REGISTRY_FILE = "registry.jsonl"
+EVENTS = ("submitted", "state")
+
+
+def registry_path() -> Path:
+    return jobs_dir() / REGISTRY_FILE
+
+
+def append(record: dict[str, Any], path: Path | None = None) -> None:
+    """Append one record (one ``write`` under ``flock``: concurrent writers never interleave)."""
+    if record.get("event") not in EVENTS:
+        raise ValueError(f"registry event {record.get('event')!r}: use one of {EVENTS}")
+    path = path or registry_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = (json.dumps(record, sort_keys=True) + "\n").encode()
+    with open(path, "ab") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            os.write(handle.fileno(), line)
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def read_records(path: Path | None = None) -> list[dict[str, Any]]:
+    """Every complete record, oldest first (a torn or foreign line is skipped)."""
+    path = path or registry_path()
+    if not path.is_file():
+        return []
+    records = []
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(record, dict) and record.get("job_id") is not None:
+                records.append(record)
+    return records
+
+
+def _key(record: dict[str, Any]) -> tuple[str, str]:
+    return str(record.get("scheduler", "slurm")), str(record["job_id"])
+
+
+def merged_records(path: Path | None = None) -> list[dict[str, Any]]:
+    """One dict per job (submission fields, then the latest known state), in submission order."""
+    jobs: dict[tuple[str, str], dict[str, Any]] = {}
+    for record in read_records(path):
+        key = _key(record)
+        if record["event"] == "submitted":
+            jobs[key] = {k: v for k, v in record.items() if k != "event"}
+        elif key in jobs and record.get("state"):
+            jobs[key]["final_state"] = record["state"]
+    return list(jobs.values())
+
+
+def list_jobs(name: str | None = None) -> list[Job]:
+    """Handles of this course's jobs (all, or those called ``name``), oldest first."""
+    from coursekit.jobs.handle import Job
+
+    return [Job.from_record(r) for r in merged_records() if name is None or r.get("name") == name]
+
+
+def get_job(job_id: str | int) -> Job:
+    """The handle of job ``job_id`` (the newest with that id); found on disk when not in the registry."""
+    from coursekit.jobs.handle import Job
+
+    wanted = str(job_id)
+    matches = [r for r in merged_records() if str(r["job_id"]) == wanted]
+    if matches:
+        return Job.from_record(matches[-1])
+    for folder in sorted(jobs_dir().glob(f"*/{wanted}")):
+        if (folder / f"{wanted}_submitted.pkl").exists():
+            return Job.from_folder(folder)
+    raise KeyError(f"job {wanted!r} is not in {registry_path()} nor under {jobs_dir()}: "
+                   "list_jobs() shows the jobs of this course")

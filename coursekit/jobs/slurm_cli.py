@@ -1,0 +1,261 @@
+"""The one module that runs Slurm's commands (squeue, sacct, scancel, sinfo, scontrol) and reads them.
+
+Every call is ``subprocess.run([...], capture_output=True, text=True, timeout=...)``; a failure raises
+``SlurmError`` carrying Slurm's own message. Parsers are plain functions of the text so that they can
+be tested without a cluster.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Iterable, Sequence
+
+COMMAND_TIMEOUT_S = 30
+ACCOUNTING_CACHE_S = 60.0
+FIELD_SEPARATOR = "|"
+
+SQUEUE_FIELDS = {  # squeue -o letters -> our names
+    "job_id": "%i", "array_job_id": "%F", "array_task_id": "%K", "name": "%j", "state": "%T",
+    "reason": "%r", "elapsed": "%M", "time_limit": "%l", "nodes": "%D", "node_list": "%N",
+    "partition": "%P", "user": "%u", "submit_time": "%V", "start_time": "%S",
+}
+SACCT_FIELDS = ("JobID", "JobName", "State", "ExitCode", "Elapsed", "NodeList", "Submit", "Start", "End",
+                "Partition")
+SINFO_FORMAT = "%P|%G|%c|%D|%a|%l"
+
+# Slurm's job states: the ones after which a job never runs again.
+TERMINAL_STATES = frozenset({
+    "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL", "DEADLINE",
+    "PREEMPTED", "REVOKED", "SPECIAL_EXIT", "VANISHED",
+})
+ACTIVE_STATES = frozenset({
+    "PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
+    "RESIZING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT", "RESV_DEL_HOLD",
+})
+_STATE_ABBREVIATIONS = {"CA": "CANCELLED", "CD": "COMPLETED", "F": "FAILED", "TO": "TIMEOUT",
+                        "OOM": "OUT_OF_MEMORY", "NF": "NODE_FAIL", "PD": "PENDING", "R": "RUNNING",
+                        "CG": "COMPLETING", "PR": "PREEMPTED", "RQ": "REQUEUED", "BF": "BOOT_FAIL"}
+
+
+class SlurmError(RuntimeError):
+    """A Slurm command failed; ``message`` is what Slurm said."""
+
+    def __init__(self, message: str, command: Sequence[str] = (), returncode: int | None = None) -> None:
+        self.message = message.strip()
+        self.command = list(command)
+        self.returncode = returncode
+        where = f"`{' '.join(self.command[:2])}`" if self.command else "Slurm"
+        super().__init__(f"{where} failed: {self.message}")
+
+
+def slurm_available() -> bool:
+    """Slurm's client commands are on PATH (says nothing about the controller)."""
+    return shutil.which("sbatch") is not None and shutil.which("squeue") is not None
+
+
+def run(command: Sequence[str], timeout: float = COMMAND_TIMEOUT_S) -> str:
+    """Run one Slurm command; its stdout, or ``SlurmError`` with its stderr."""
+    try:
+        done = subprocess.run(list(command), capture_output=True, text=True, timeout=timeout)
+    except FileNotFoundError as error:
+        raise SlurmError(f"{command[0]} is not installed or not on PATH", command) from error
+    except subprocess.TimeoutExpired as error:
+        raise SlurmError(f"no answer within {timeout:.0f} s (is slurmctld up?)", command) from error
+    if done.returncode != 0:
+        raise SlurmError(done.stderr.strip() or done.stdout.strip() or f"exit code {done.returncode}",
+                         command, done.returncode)
+    return done.stdout
+
+
+def normalise_state(raw: str) -> str:
+    """``CANCELLED by 0`` -> ``CANCELLED``; ``CA`` -> ``CANCELLED``; ``OUT_OF_ME+`` -> ``OUT_OF_MEMORY``."""
+    word = (raw or "").strip().split(" ")[0].rstrip("+").upper()
+    if not word:
+        return "UNKNOWN"
+    if word in _STATE_ABBREVIATIONS:
+        return _STATE_ABBREVIATIONS[word]
+    for full in TERMINAL_STATES | ACTIVE_STATES:
+        if full.startswith(word) and len(word) >= 8:
+            return full
+    return word
+
+
+def parse_duration(text: str) -> float | None:
+    """Slurm's elapsed time (``M:SS``, ``H:MM:SS``, ``D-HH:MM:SS``) -> seconds; None when absent."""
+    match = re.fullmatch(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)", (text or "").strip())
+    if not match:
+        return None
+    days, hours, minutes, seconds = (int(g) if g else 0 for g in match.groups())
+    return float(((days * 24 + hours) * 60 + minutes) * 60 + seconds)
+
+
+def is_terminal(state: str) -> bool:
+    return normalise_state(state) in TERMINAL_STATES
+
+
+# ---------------------------------------------------------------- squeue
+
+
+def parse_squeue(text: str) -> list[dict[str, str]]:
+    """Rows of ``squeue -h -o <SQUEUE_FIELDS joined by |>``."""
+    names = list(SQUEUE_FIELDS)
+    rows = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        values = line.split(FIELD_SEPARATOR)
+        if len(values) != len(names):
+            continue
+        row = dict(zip(names, (v.strip() for v in values), strict=True))
+        row["state"] = normalise_state(row["state"])
+        if row["array_task_id"] not in ("", "N/A") and "[" not in row["array_task_id"]:
+            row["job_id"] = f"{row['array_job_id']}_{row['array_task_id']}"
+        rows.append(row)
+    return rows
+
+
+def squeue(job_ids: Iterable[str] | None = None, user: str | None = None, name: str | None = None,
+           all_states: bool = True) -> list[dict[str, str]]:
+    """Jobs known to the controller (with ``all_states``, also those finished less than MinJobAge ago)."""
+    command = ["squeue", "-h", "-r", "-o", FIELD_SEPARATOR.join(SQUEUE_FIELDS.values())]
+    if all_states:
+        command.append("--states=all")
+    ids = sorted({str(j).split("_")[0] for j in job_ids}) if job_ids is not None else None
+    if ids is not None:
+        if not ids:
+            return []
+        command += ["-j", ",".join(ids)]
+    if user:
+        command += ["-u", user]
+    if name:
+        command += ["-n", name]
+    try:
+        rows = parse_squeue(run(command))
+    except SlurmError as error:
+        if "Invalid job id" in error.message:  # every id asked for has left the controller
+            return []
+        raise
+    if job_ids is not None:
+        wanted = {str(j) for j in job_ids}
+        rows = [r for r in rows if r["job_id"] in wanted or r["array_job_id"] in wanted]
+    return rows
+
+
+# ---------------------------------------------------------------- sacct
+
+
+def _expand_array_ids(job_id: str) -> list[str]:
+    """``12_[0-2,5%4]`` -> ``12_0 12_1 12_2 12_5``; other ids unchanged."""
+    match = re.fullmatch(r"(\d+)_\[([\d,\-]+)(?:%\d+)?\]", job_id)
+    if not match:
+        return [job_id]
+    main, ranges = match.groups()
+    ids = []
+    for part in ranges.split(","):
+        low, _, high = part.partition("-")
+        ids += [f"{main}_{i}" for i in range(int(low), int(high or low) + 1)]
+    return ids
+
+
+def parse_sacct(text: str) -> list[dict[str, str]]:
+    """Rows of ``sacct -n -P -X -o <SACCT_FIELDS>``; array ranges expanded, state normalised."""
+    rows = []
+    for line in text.splitlines():
+        values = line.split(FIELD_SEPARATOR)
+        if len(values) != len(SACCT_FIELDS):
+            continue
+        raw = dict(zip(SACCT_FIELDS, (v.strip() for v in values), strict=True))
+        if "." in raw["JobID"]:
+            continue  # a step, not the job
+        for job_id in _expand_array_ids(raw["JobID"]):
+            rows.append({
+                "job_id": job_id, "name": raw["JobName"], "state": normalise_state(raw["State"]),
+                "exit_code": raw["ExitCode"], "elapsed": raw["Elapsed"], "node_list": raw["NodeList"],
+                "submit_time": raw["Submit"], "start_time": raw["Start"], "end_time": raw["End"],
+                "partition": raw["Partition"],
+            })
+    return rows
+
+
+def sacct(job_ids: Iterable[str]) -> list[dict[str, str]]:
+    """Accounting rows of these jobs (arrays: one row per task); SlurmError when accounting is off."""
+    ids = sorted({str(j).split("_")[0] for j in job_ids})
+    if not ids:
+        return []
+    command = ["sacct", "-n", "-P", "-X", "-o", ",".join(SACCT_FIELDS), "-j", ",".join(ids)]
+    wanted = {str(j) for j in job_ids}
+    return [r for r in parse_sacct(run(command)) if r["job_id"] in wanted or r["job_id"].split("_")[0] in wanted]
+
+
+_accounting_cache: dict[str, tuple[float, bool]] = {}
+
+
+def accounting_enabled(max_age_s: float = ACCOUNTING_CACHE_S) -> bool:
+    """sacct answers (accounting storage is configured and slurmdbd is up); cached for ``max_age_s``."""
+    cached = _accounting_cache.get("sacct")
+    if cached is not None and time.monotonic() - cached[0] < max_age_s:
+        return cached[1]
+    try:
+        run(["sacct", "-n", "-X", "-P", "-o", "JobID", "-S", "now"])
+        enabled = True
+    except SlurmError:
+        enabled = False
+    _accounting_cache["sacct"] = (time.monotonic(), enabled)
+    return enabled
+
+
+# ---------------------------------------------------------------- scancel, sinfo, scontrol
+
+
+def scancel(job_ids: Iterable[str], signal: str | None = None) -> None:
+    ids = [str(j) for j in job_ids]
+    if not ids:
+        return
+    run(["scancel", *([f"--signal={signal}"] if signal else []), *ids])
+
+
+def gpus_in_gres(gres: str) -> int:
+    """GPUs per node in a GRES string: ``gpu:4``, ``gpu:a100:8(S:0-1)``, ``gpu:v100:2,mps:100`` -> count."""
+    total = 0
+    for item in re.split(r",(?![^(]*\))", gres or ""):
+        fields = re.sub(r"\(.*?\)", "", item).split(":")
+        if fields and fields[0] == "gpu" and len(fields) >= 2 and fields[-1].isdigit():
+            total += int(fields[-1])
+    return total
+
+
+def parse_sinfo(text: str) -> list[dict[str, object]]:
+    """Rows of ``sinfo -h -o SINFO_FORMAT``: name, default, gres, gpus_per_node, cpus, nodes, available."""
+    rows = []
+    for line in text.splitlines():
+        values = line.strip().split(FIELD_SEPARATOR)
+        if len(values) != 6:
+            continue
+        partition, gres, cpus, nodes, available, time_limit = values
+        rows.append({
+            "name": partition.rstrip("*"), "default": partition.endswith("*"), "gres": gres,
+            "gpus_per_node": gpus_in_gres(gres), "cpus": int(re.sub(r"\D", "", cpus) or 0),
+            "nodes": int(re.sub(r"\D", "", nodes) or 0), "available": available, "time_limit": time_limit,
+        })
+    return rows
+
+
+def sinfo_partitions() -> list[dict[str, object]]:
+    """Partitions with their GPUs and CPUs per node (one row per node configuration)."""
+    return parse_sinfo(run(["sinfo", "-h", "-o", SINFO_FORMAT]))
+
+
+def controller_reachable() -> bool:
+    try:
+        return "UP" in run(["scontrol", "ping"])
+    except SlurmError:
+        return False
+
+
+def submission_error(error: Exception) -> SlurmError:
+    """A SlurmError from submitit's failed ``sbatch`` call (its stderr is Slurm's message)."""
+    message = str(error).strip() or repr(error)
+    return SlurmError(message, ["sbatch"])

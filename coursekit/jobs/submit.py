@@ -1,0 +1,201 @@
+"""Submitting: ``gpu_jobs_submitter`` (idr_pytools' parameters), ``submit_jobs`` and ``submit_function``.
+
+Built on submitit: every job gets the folder ``<course>/jobs/<name>/%j`` (script kept, never
+overwritten), ``COURSEKIT_RUN_ROOT=<course>/jobs/<name>`` in its environment, and the parameters of
+submitit's AutoExecutor. A sweep (commands x GPU counts) is validated entirely before anything is sent;
+jobs with the same resources go in one job array (``executor.batch()``), so 32 jobs take one sbatch.
+Submitting from inside a Slurm job (a JupyterHub kernel) hides the kernel's SLURM_* variables.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import submitit
+from submitit.core.utils import FailedJobError, FailedSubmissionError
+
+from coursekit.course import course_dir
+from coursekit.jobs import plan, registry, validate
+from coursekit.jobs.handle import Job, _pid_start_time
+from coursekit.jobs.slurm_cli import SlurmError, submission_error
+from coursekit.jobs.tasks import CommandTask, FunctionTask
+from coursekit.metrics import RUN_ROOT_ENV
+from coursekit.sites import Site, load_site
+
+DEFAULT_TIME = "02:00:00"
+MAX_TIMEOUT_REQUEUES = 3  # a checkpointable job is requeued at most this many times
+LOCAL_IGNORED = ("module", "script_addon", "slurm_addon", "qos", "partition", "account", "constraint",
+                 "email", "exclusive")
+
+
+def _run_root(site: Site, name: str) -> Path:
+    root = Path(site.log_folder).expanduser()
+    return (root if root.is_absolute() else course_dir() / root) / name
+
+
+def _options(site: Site, name: str, time_max: Any, qos: Any, partition: Any, constraint: Any, account: Any,
+             module: Any, script_addon: Any, slurm_addon: Any, exclusive: Any, email: Any,
+             gpu_binding: Any, signal_delay_s: int) -> plan.Options:
+    validate.check_name(name)
+    if not isinstance(exclusive, bool):
+        raise ValueError(f"exclusive={exclusive!r}: use True or False")
+    validate.check_choice(gpu_binding, "gpu_binding", validate.GPU_BINDINGS)
+    validate.check_value(partition, "partition")
+    if partition is not None and site.partitions:
+        site.partition_info(partition)  # ValueError naming the allowed partitions
+    info = site.partition_info(partition) if not site.is_local else None
+    validate.check_value(qos, "qos", allowed=info.qos if info is not None and qos is not None else ())
+    validate.check_value(account, "account")
+    validate.check_value(constraint, "constraint", validate.CONSTRAINT_PATTERN)
+    if not site.is_local and site.account_required and not (account or site.account):
+        suffix = (info.account_suffix or "") if info is not None else ""
+        raise ValueError(f"account: site {site.name!r} needs the project account to charge (e.g. "
+                         f"account='abc{suffix}'); set it here or as account under [site_defaults] in coursekit.toml")
+    return plan.Options(
+        name=name, time_min=validate.parse_time(time_max), partition=partition, qos=qos, account=account,
+        constraint=constraint, modules=tuple(validate.check_modules(module)),
+        script_addon=tuple(validate.check_lines(script_addon, "script_addon")),
+        sbatch_options=tuple(validate.parse_slurm_addon(slurm_addon).items()), exclusive=exclusive,
+        email=validate.check_email(email), gpu_binding=gpu_binding, signal_delay_s=signal_delay_s)
+
+
+def _warn_ignored_on_local(site: Site, given: dict[str, Any]) -> None:
+    ignored = [k for k in LOCAL_IGNORED if given.get(k) not in (None, False)]
+    if site.is_local and ignored:
+        warnings.warn(f"site 'local' runs jobs on this machine: {', '.join(ignored)} ignored", stacklevel=3)
+
+
+def _executor(site: Site, folder: Path, params: dict[str, Any]) -> submitit.AutoExecutor:
+    executor = submitit.AutoExecutor(folder=folder, cluster="local" if site.is_local else "slurm",
+                                     slurm_max_num_timeout=MAX_TIMEOUT_REQUEUES)
+    executor.update_parameters(**params)
+    return executor
+
+
+def _submit_group(executor: submitit.AutoExecutor, calls: Sequence[tuple[Callable[..., Any], tuple, dict]]) -> list:
+    """Submit calls sharing resources: one job array on Slurm (the local executor starts each)."""
+    try:
+        with submitit.helpers.clean_env():  # a kernel running as a Slurm job must not leak SLURM_*
+            with executor.batch():
+                jobs = [executor.submit(fn, *args, **kwargs) for fn, args, kwargs in calls]
+    except (FailedJobError, FailedSubmissionError) as error:
+        raise submission_error(error) from error
+    return jobs
+
+
+def _handle(submitted: Any, site: Site, options: plan.Options, root: Path, command: str, kind: str,
+            shape: plan.Shape) -> Job:
+    job_id = str(submitted.job_id)
+    pid = int(job_id) if site.is_local else None
+    job = Job(job_id, options.name, root / job_id, site=site.name, scheduler=site.scheduler, command=command,
+              kind=kind, n_gpu=shape.n_gpu, num_tasks=shape.tasks_per_node * shape.nodes,
+              submitted_at=time.time(), time_limit_min=options.time_min, pid=pid,
+              pid_start=_pid_start_time(pid) if pid else None, submitit_job=submitted)
+    registry.append(job.record())
+    return job
+
+
+def submit_jobs(srun_commands: str | Sequence[str], n_gpu: int | Sequence[int] = 1, module: Any = None,
+                singularity: str | None = None, name: str | None = None, n_gpu_per_task: int = 1,
+                time_max: str | int = DEFAULT_TIME, qos: str | None = None, partition: str | None = None,
+                constraint: str | None = None, cpus_per_task: int | None = None, exclusive: bool = False,
+                account: str | None = None, verbose: int = 0, email: str | None = None, slurm_addon: Any = None,
+                script_addon: Any = None, *, launcher: str = "srun", site: str | Site | None = None,
+                env: dict[str, str] | None = None, gpu_binding: str = "task", requeue: bool = False,
+                signal_delay_s: int = plan.SIGNAL_DELAY_S) -> list[Job]:
+    """Submit every command x GPU count (commands outer); the handles in that order. See gpu_jobs_submitter."""
+    the_site = site if isinstance(site, Site) else load_site(site)
+    commands = validate.as_list(srun_commands, "srun_commands")
+    words = [validate.check_command(c) for c in commands]
+    counts = validate.as_list(n_gpu, "n_gpu")
+    validate.check_choice(launcher, "launcher", validate.LAUNCHERS)
+    job_name = name if name is not None else validate.default_name(commands[0])
+    options = _options(the_site, job_name, time_max, qos, partition, constraint, account, module, script_addon,
+                       slurm_addon, exclusive, email, gpu_binding, signal_delay_s)
+    image = validate.check_singularity(singularity)
+    extra_env = validate.check_env(env)
+    if not isinstance(requeue, bool):
+        raise ValueError(f"requeue={requeue!r}: use True or False")
+    if isinstance(verbose, bool) or not isinstance(verbose, int):
+        raise ValueError(f"verbose={verbose!r}: use 0 (quiet) or 1 (print the job ids)")
+    node = the_site.node_shape(options.partition)
+    shapes = {n: plan.job_shape(n, node, the_site, n_gpu_per_task, launcher, cpus_per_task) for n in counts}
+    _warn_ignored_on_local(the_site, {"module": module, "script_addon": script_addon, "slurm_addon": slurm_addon,
+                                      "qos": qos, "partition": partition, "account": account,
+                                      "constraint": constraint, "email": email, "exclusive": exclusive})
+    root = _run_root(the_site, job_name)
+    task_env = {**extra_env, RUN_ROOT_ENV: str(root)}
+    handles: dict[tuple[int, int], Job] = {}
+    for g, count in enumerate(counts):  # one executor (one array) per GPU count
+        shape = shapes[count]
+        executor = _executor(the_site, root / "%j", plan.executor_parameters(shape, the_site, options))
+        bind = shape.gpus_per_task if the_site.is_local and gpu_binding == "task" and launcher == "srun" else 0
+        tasks = [CommandTask(w, task_env, launcher, shape.nodes, shape.processes_per_node, image, bind, requeue)
+                 for w in words]
+        try:
+            submitted = _submit_group(executor, [(t, (), {}) for t in tasks])
+        except SlurmError as error:
+            done = [j.job_id for j in handles.values()]
+            if done:
+                error.message += f" (jobs submitted before the failure: {done})"
+            raise
+        for c, job in enumerate(submitted):
+            handles[(c, g)] = _handle(job, the_site, options, root, commands[c], "command", shape)
+        if verbose:
+            print(f"submitted {len(submitted)} job(s) of {count} GPU(s): {[j.job_id for j in submitted]}")
+    return [handles[(c, g)] for c in range(len(commands)) for g in range(len(counts))]
+
+
+def gpu_jobs_submitter(srun_commands: str | Sequence[str], n_gpu: int | Sequence[int] = 1, module: Any = None,
+                       singularity: str | None = None, name: str | None = None, n_gpu_per_task: int = 1,
+                       time_max: str | int = DEFAULT_TIME, qos: str | None = None, partition: str | None = None,
+                       constraint: str | None = None, cpus_per_task: int | None = None, exclusive: bool = False,
+                       account: str | None = None, verbose: int = 0, email: str | None = None,
+                       slurm_addon: Any = None, script_addon: Any = None, *, launcher: str = "srun",
+                       site: str | Site | None = None, env: dict[str, str] | None = None,
+                       gpu_binding: str = "task", requeue: bool = False) -> list[str]:
+    """idr_pytools' submitter: run ``python -u <command>`` for every command x GPU count; the job ids.
+
+    ``srun_commands`` and ``n_gpu`` are a value or a list (Cartesian product, commands outer). A GPU count
+    fits one node or is a multiple of the site's GPUs per node; one task per ``n_gpu_per_task`` GPUs
+    (``launcher="torchrun"``: one task per node, torchrun spawns one process per GPU). ``module`` (names
+    to load), ``script_addon`` (shell lines) and ``slurm_addon`` (``#SBATCH`` lines) shape the script;
+    ``singularity`` runs the command in that image. Everything is checked before anything is sent.
+    """
+    jobs = submit_jobs(srun_commands, n_gpu, module, singularity, name, n_gpu_per_task, time_max, qos, partition,
+                       constraint, cpus_per_task, exclusive, account, verbose, email, slurm_addon, script_addon,
+                       launcher=launcher, site=site, env=env, gpu_binding=gpu_binding, requeue=requeue)
+    return [j.job_id for j in jobs]
+
+
+def submit_function(fn: Callable[..., Any], *args: Any, n_gpu: int = 1, name: str | None = None,
+                    time_max: str | int = DEFAULT_TIME, site: str | Site | None = None, n_gpu_per_task: int = 1,
+                    partition: str | None = None, qos: str | None = None, account: str | None = None,
+                    constraint: str | None = None, cpus_per_task: int | None = None, module: Any = None,
+                    env: dict[str, str] | None = None, gpu_binding: str = "task",
+                    signal_delay_s: int = plan.SIGNAL_DELAY_S, **kwargs: Any) -> Job:
+    """Run ``fn(*args, **kwargs)`` as a job on ``n_gpu`` GPUs (one task per GPU); ``job.result()`` brings
+    back its value (task 0's; ``job.results()`` all) or raises ``JobFailedError`` with its traceback.
+    A ``submitit.helpers.Checkpointable`` is requeued on timeout and resumes."""
+    if not callable(fn):
+        raise ValueError(f"fn={fn!r}: give a function (or a callable object) to run in the job")
+    the_site = site if isinstance(site, Site) else load_site(site)
+    fn_name = getattr(fn, "__name__", type(fn).__name__)
+    job_name = name if name is not None else validate.safe_name("" if "<" in fn_name else fn_name, "function")
+    options = _options(the_site, job_name, time_max, qos, partition, constraint, account, module, None, None,
+                       False, None, gpu_binding, signal_delay_s)
+    extra_env = validate.check_env(env)
+    shape = plan.job_shape(n_gpu, the_site.node_shape(options.partition), the_site, n_gpu_per_task, "srun",
+                           cpus_per_task)
+    _warn_ignored_on_local(the_site, {"module": module, "qos": qos, "partition": partition, "account": account,
+                                      "constraint": constraint})
+    root = _run_root(the_site, job_name)
+    executor = _executor(the_site, root / "%j", plan.executor_parameters(shape, the_site, options))
+    task = FunctionTask(fn, {**extra_env, RUN_ROOT_ENV: str(root)})
+    submitted = _submit_group(executor, [(task, args, kwargs)])[0]
+    label = f"{getattr(fn, '__qualname__', type(fn).__name__)}(...)"
+    return _handle(submitted, the_site, options, root, label, "function", shape)

@@ -1,0 +1,106 @@
+"""The closing check of every lab: its claim, tested on the data just measured, said in words.
+
+``check_claim`` prints one line that is stable from run to run (the statement and whether it held) and
+one ``measured:`` line with the numbers (which vary, and which nbval's sanitiser masks). A claim that
+does not hold raises ``AssertionError``, so a notebook run in CI fails when the lab stops teaching the
+truth. A claim that cannot be seen in this profile (tensor cores on a CPU) is reported as not checked.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+HOLDS = "CLAIM HOLDS"
+FAILS = "CLAIM DOES NOT HOLD"
+NOT_CHECKED = "NOT CHECKED HERE"
+
+
+@dataclass(frozen=True)
+class ClaimResult:
+    statement: str
+    holds: bool | None  # None: not checked in this profile
+    evidence: str
+
+    def __str__(self) -> str:
+        if self.holds is None:
+            return f"{NOT_CHECKED}: {self.statement}\n    why: {self.evidence}"
+        head = HOLDS if self.holds else FAILS
+        return f"{head}: {self.statement}\n    measured: {self.evidence}"
+
+
+def check_claim(statement: str, holds: bool, evidence: str, *, applies: bool = True,
+                why_not: str = "", strict: bool = True) -> ClaimResult:
+    """Print the verdict on `statement`; raise AssertionError when it applies, fails and `strict`."""
+    if not applies:
+        result = ClaimResult(statement, None, why_not or "the effect does not exist in this profile")
+        print(result)
+        return result
+    result = ClaimResult(statement, bool(holds), evidence)
+    print(result)
+    if strict and not result.holds:
+        raise AssertionError(f"{FAILS}: {statement} ({evidence})")
+    return result
+
+
+# --- small statistics the claims use ------------------------------------------------------------
+
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (0 for a single value)."""
+    if not values:
+        raise ValueError("mean_std needs at least one value")
+    mean = statistics.fmean(values)
+    return mean, statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def loglog_slope(x: Sequence[float], y: Sequence[float]) -> float:
+    """Least-squares slope of log(y) against log(x): -1 when y falls as 1/x."""
+    if len(x) != len(y) or len(x) < 2:
+        raise ValueError("loglog_slope needs two sequences of the same length >= 2")
+    if any(v <= 0 for v in (*x, *y)):
+        raise ValueError("loglog_slope needs positive values (a log of 0 or less is undefined)")
+    lx, ly = [math.log(v) for v in x], [math.log(v) for v in y]
+    mx, my = statistics.fmean(lx), statistics.fmean(ly)
+    sxx = sum((a - mx) ** 2 for a in lx)
+    if sxx == 0:
+        raise ValueError("loglog_slope needs at least two different x values")
+    return sum((a - mx) * (b - my) for a, b in zip(lx, ly)) / sxx
+
+
+def share_of_increases(values: Sequence[float]) -> float:
+    """Share of consecutive pairs where the value went up (0 for a smooth descent)."""
+    if len(values) < 2:
+        return 0.0
+    ups = sum(1 for a, b in zip(values, values[1:]) if b > a)
+    return ups / (len(values) - 1)
+
+
+def gain_per_doubling(x: Sequence[float], y: Sequence[float]) -> list[float]:
+    """Ratio y[i+1]/y[i] normalised to one doubling of x: log2 gain per log2 step of x."""
+    gains = []
+    for (x0, y0), (x1, y1) in zip(zip(x, y), zip(x[1:], y[1:])):
+        doublings = math.log2(x1 / x0)
+        gains.append((y1 / y0) ** (1 / doublings) if doublings > 0 else float("nan"))
+    return gains
+
+
+def saturates(x: Sequence[float], y: Sequence[float], min_total_gain: float = 1.5) -> tuple[bool, str]:
+    """Does y grow with x (by at least `min_total_gain` overall) and grow less at the end than at the start?"""
+    if len(x) < 3:
+        raise ValueError("saturates needs at least three points")
+    gains = gain_per_doubling(x, y)
+    total = y[-1] / y[0]
+    holds = total >= min_total_gain and gains[-1] < gains[0]
+    evidence = (f"x{total:.1f} from {x[0]:g} to {x[-1]:g}; gain per doubling {gains[0]:.2f} at the start, "
+                f"{gains[-1]:.2f} at the end")
+    return holds, evidence
+
+
+def time_to_target(times: Sequence[float], values: Sequence[float], target: float) -> float | None:
+    """The first time at which `values` reach `target` (None when they never do)."""
+    for t, v in zip(times, values):
+        if v is not None and v >= target:
+            return t
+    return None

@@ -1,0 +1,141 @@
+"""Exercises: the notebooks hold the solutions; participants get copies with the solutions stripped.
+
+In a code cell, the lines from ``### BEGIN SOLUTION`` to ``### END SOLUTION`` are the instructor's
+answer; ``strip`` replaces them with a placeholder at the same indentation::
+
+    # YOUR CODE HERE
+    raise NotImplementedError("Exercise: fill in this cell")
+
+A markdown cell tagged ``solution`` (an answer in words) becomes "*Your answer here.*". The outputs of
+a stripped cell are cleared. CI runs the solved notebooks; instructors hand out the stripped ones::
+
+    python -m coursekit.labs.exercises strip notebooks/ handout/
+    python -m coursekit.labs.exercises check notebooks/
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+
+BEGIN = "### BEGIN SOLUTION"
+END = "### END SOLUTION"
+PLACEHOLDER_COMMENT = "# YOUR CODE HERE"
+PLACEHOLDER_RAISE = 'raise NotImplementedError("Exercise: fill in this cell")'
+SOLUTION_TAG = "solution"
+ANSWER_TAG = "answer"
+ANSWER_PLACEHOLDER = "*Your answer here.*"
+NOTEBOOK_GLOB = "*.ipynb"
+
+
+class ExerciseMarkupError(ValueError):
+    """A solution block that is not closed, or closed without being opened."""
+
+
+@dataclass(frozen=True)
+class StripReport:
+    notebook: str
+    code_blocks: int
+    answers: int
+
+
+def strip_source(source: str, where: str = "cell") -> tuple[str, int]:
+    """The source with each solution block replaced by the placeholder, and how many blocks there were."""
+    out: list[str] = []
+    blocks = 0
+    inside = False
+    for number, line in enumerate(source.splitlines(), start=1):
+        marker = line.strip()
+        if marker == BEGIN:
+            if inside:
+                raise ExerciseMarkupError(f"{where}, line {number}: {BEGIN} inside an open solution block")
+            inside = True
+            blocks += 1
+            indent = line[: len(line) - len(line.lstrip())]
+            out += [indent + PLACEHOLDER_COMMENT, indent + PLACEHOLDER_RAISE]
+        elif marker == END:
+            if not inside:
+                raise ExerciseMarkupError(f"{where}, line {number}: {END} without {BEGIN}")
+            inside = False
+        elif not inside:
+            out.append(line)
+    if inside:
+        raise ExerciseMarkupError(f"{where}: {BEGIN} is never closed by {END}")
+    return "\n".join(out), blocks
+
+
+def strip_notebook(nb: nbformat.NotebookNode, name: str = "notebook") -> StripReport:
+    """Strip every solution of `nb` in place."""
+    code_blocks = answers = 0
+    for index, cell in enumerate(nb.cells):
+        tags = list(cell.get("metadata", {}).get("tags", []))
+        if cell.cell_type == "code":
+            source, blocks = strip_source(cell.source, where=f"{name}, cell {index}")
+            if blocks:
+                cell.source = source
+                cell.outputs = []
+                cell.execution_count = None
+                code_blocks += blocks
+        elif cell.cell_type == "markdown" and SOLUTION_TAG in tags:
+            cell.source = ANSWER_PLACEHOLDER
+            cell.metadata["tags"] = [ANSWER_TAG if t == SOLUTION_TAG else t for t in tags]
+            answers += 1
+    return StripReport(name, code_blocks, answers)
+
+
+def notebooks_in(folder: Path) -> list[Path]:
+    if folder.is_file():
+        return [folder]
+    if not folder.is_dir():
+        raise ValueError(f"source={str(folder)!r} is neither a notebook nor a folder of notebooks")
+    return sorted(p for p in folder.glob(NOTEBOOK_GLOB) if not p.name.startswith("."))
+
+
+def strip_folder(source: Path, target: Path) -> list[StripReport]:
+    """Write a stripped copy of every notebook of `source` into `target` (never over the sources)."""
+    source, target = Path(source), Path(target)
+    if target.resolve() == (source if source.is_dir() else source.parent).resolve():
+        raise ValueError("target must differ from the source folder: stripping would erase the solutions")
+    reports = []
+    target.mkdir(parents=True, exist_ok=True)
+    for path in notebooks_in(source):
+        nb = nbformat.read(path, as_version=4)
+        reports.append(strip_notebook(nb, name=path.name))
+        nbformat.write(nb, target / path.name)
+    return reports
+
+
+def check_folder(source: Path) -> list[StripReport]:
+    """Check the solution markup of every notebook without writing anything."""
+    reports = []
+    for path in notebooks_in(Path(source)):
+        nb = nbformat.read(path, as_version=4)
+        reports.append(strip_notebook(nb, name=path.name))
+    return reports
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m coursekit.labs.exercises", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    strip = sub.add_parser("strip", help="write participant copies without the solutions")
+    strip.add_argument("source", type=Path)
+    strip.add_argument("target", type=Path)
+    check = sub.add_parser("check", help="check that every solution block is well formed")
+    check.add_argument("source", type=Path)
+    args = parser.parse_args(argv)
+    try:
+        reports = strip_folder(args.source, args.target) if args.command == "strip" else check_folder(args.source)
+    except (ValueError, OSError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    for report in reports:
+        print(f"{report.notebook}: {report.code_blocks} solution block(s), {report.answers} written answer(s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,160 @@
+"""Experiments of the labs: configurations of the engine, submitted as jobs, read back as one table.
+
+A lab never trains in the notebook. It builds ``TrainConfig``s, and ``run_sweep`` submits each as a job
+of ``python -m coursekit.train`` through coursekit's job API (Slurm on a cluster, submitit's local
+executor elsewhere), waits for them, and turns each job's ``metrics.jsonl`` into one row of a
+:class:`~coursekit.labs.results.ResultsTable`: the options that differ between the runs, then the
+figures (images/s, time, accuracy, memory, the share of step time spent waiting for data, ...).
+
+Timing sweeps on one machine run ``one_at_a_time``: jobs that share a CPU would slow each other down
+and the figures would measure the crowd, not the setting.
+"""
+
+from __future__ import annotations
+
+import shlex
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from coursekit.labs.results import ResultsTable
+from coursekit.metrics import epochs, read_metrics, steps, summary
+from coursekit.train.config import TrainConfig
+
+ENGINE = "-m coursekit.train"
+DEFAULT_TIMEOUT_S = 900.0
+DEFAULT_TIME_MAX = "00:30:00"
+WARMUP_STEP_RECORDS = 1  # the first step record (allocations, lazy init) is left out of step statistics
+OOM_STATE = "OUT_OF_MEMORY"
+OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError", "out of memory")
+ERR_TAIL_LINES = 200
+
+
+def engine_command(config: TrainConfig) -> str:
+    """The job command of one run: ``-m coursekit.train --opt value ...`` (only non-default options)."""
+    return " ".join([ENGINE, *(shlex.quote(arg) for arg in config.to_args())])
+
+
+def varying_fields(configs: Sequence[TrainConfig]) -> list[str]:
+    """The option names whose values differ between the configurations, in TrainConfig order."""
+    if len(configs) < 2:
+        return []
+    names = [f.name for f in fields(TrainConfig)]
+    return [n for n in names if len({repr(getattr(c, n)) for c in configs}) > 1]
+
+
+def is_oom(job: Any) -> bool:
+    """Did the job run out of memory? Its state (OUT_OF_MEMORY) or its .err (as DLO-JZ checks it)."""
+    if getattr(job, "state", None) == OOM_STATE:
+        return True
+    try:
+        err_text = "\n".join(job.tail(ERR_TAIL_LINES, stream="err")) if hasattr(job, "tail") else ""
+    except (OSError, ValueError):
+        err_text = ""
+    if isinstance(err_text, str):
+        return any(marker in err_text for marker in OOM_MARKERS)
+    return False
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def summarize_run(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The figures of one run from its metrics records (None where the run did not record them)."""
+    step_records = steps(records)
+    epoch_records = epochs(records)
+    final = summary(records) or {}
+    timed = step_records[WARMUP_STEP_RECORDS:] or step_records
+    data_times = [r["data_time_s"] for r in timed if r.get("data_time_s") is not None]
+    compute_times = [r["compute_time_s"] for r in timed if r.get("compute_time_s") is not None]
+    total_step = sum(data_times) + sum(compute_times)
+    last_epoch = epoch_records[-1] if epoch_records else {}
+    peaks = [r["mem_allocated_peak_mb"] for r in step_records if r.get("mem_allocated_peak_mb") is not None]
+    return {
+        "status": final.get("status"),
+        "images_per_s": final.get("images_per_s"),
+        "total_time_s": final.get("total_time_s"),
+        "val_acc": final.get("val_acc", last_epoch.get("val_acc")),
+        "val_loss": final.get("val_loss", last_epoch.get("val_loss")),
+        "train_loss": step_records[-1].get("loss") if step_records else None,
+        "step_time_s": _median([d + c for d, c in zip(data_times, compute_times)]),
+        "data_time_s": _median(data_times),
+        "compute_time_s": _median(compute_times),
+        "data_fraction": sum(data_times) / total_step if total_step > 0 else None,
+        "peak_mem_mb": final.get("mem_allocated_peak_mb") or (max(peaks) if peaks else None),
+        "device": final.get("device_name"),
+        "steps": step_records,
+        "epochs": epoch_records,
+        "summary": final,
+    }
+
+
+def job_row(job: Any, config: TrainConfig, varied: Sequence[str]) -> dict[str, Any]:
+    """One row of a results table: the varied options, the job, and the figures of its run."""
+    row: dict[str, Any] = {name: getattr(config, name) for name in varied}
+    row.update({"job_id": job.job_id, "state": job.state, "oom": is_oom(job)})
+    row.update(summarize_run(job.metrics()))
+    row["config"] = config
+    return row
+
+
+@dataclass
+class Sweep:
+    """Jobs of one experiment, in the order of their configurations."""
+
+    name: str
+    configs: list[TrainConfig]
+    jobs: list[Any] = field(default_factory=list)
+
+    @property
+    def varied(self) -> list[str]:
+        return varying_fields(self.configs)
+
+    def wait(self, timeout_s: float | None = DEFAULT_TIMEOUT_S) -> list[str]:
+        """Wait until every job has ended; their final states."""
+        return [job.wait(timeout=timeout_s) for job in self.jobs]
+
+    def results(self, timeout_s: float | None = DEFAULT_TIMEOUT_S, title: str = "") -> ResultsTable:
+        """Wait, then one row per job (see :func:`job_row`)."""
+        self.wait(timeout_s)
+        varied = self.varied
+        return ResultsTable((job_row(j, c, varied) for j, c in zip(self.jobs, self.configs)), title=title)
+
+
+def _validate(configs: Sequence[TrainConfig], name: str) -> list[TrainConfig]:
+    configs = list(configs)
+    if not configs:
+        raise ValueError("configs is empty: give at least one TrainConfig")
+    for index, config in enumerate(configs):
+        if not isinstance(config, TrainConfig):
+            raise ValueError(f"configs[{index}] is a {type(config).__name__}, not a TrainConfig")
+    if not name:
+        raise ValueError("name is empty: give the experiment a name (e.g. '<pseudonym>-bs')")
+    return configs
+
+
+def submit_sweep(configs: Sequence[TrainConfig], *, name: str, n_gpu: int = 1, one_at_a_time: bool = False,
+                 timeout_s: float | None = DEFAULT_TIMEOUT_S, time_max: str = DEFAULT_TIME_MAX,
+                 **submit_options: Any) -> Sweep:
+    """Submit one job per configuration under ``name``; ``one_at_a_time`` waits for each before the next."""
+    from coursekit.jobs import submit_jobs
+
+    configs = _validate(configs, name)
+    commands = [engine_command(c) for c in configs]
+    sweep = Sweep(name, configs)
+    if not one_at_a_time:
+        sweep.jobs = list(submit_jobs(commands, n_gpu=n_gpu, name=name, time_max=time_max, **submit_options))
+        return sweep
+    for command in commands:
+        (job,) = submit_jobs(command, n_gpu=n_gpu, name=name, time_max=time_max, **submit_options)
+        sweep.jobs.append(job)
+        job.wait(timeout=timeout_s)
+    return sweep
+
+
+def run_sweep(configs: Sequence[TrainConfig], *, name: str, title: str = "", **options: Any) -> ResultsTable:
+    """Submit, wait, and return the results table (see :func:`submit_sweep` for the options)."""
+    timeout_s = options.get("timeout_s", DEFAULT_TIMEOUT_S)
+    return submit_sweep(configs, name=name, **options).results(timeout_s=timeout_s, title=title)

@@ -1,0 +1,128 @@
+"""One results table per lab: a list of rows (dicts) that every plot and every claim reads.
+
+pandas-free on purpose: a participant can print it, filter it, take a column, and nothing else is
+needed. Values that are lists or dicts (the step and epoch records of a run) stay in the rows for the
+plots but are never printed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+MISSING = "-"
+DEFAULT_FLOAT_DIGITS = 3
+
+
+def _is_scalar(value: Any) -> bool:
+    return not isinstance(value, (list, tuple, dict, set))
+
+
+def format_value(value: Any, digits: int = DEFAULT_FLOAT_DIGITS) -> str:
+    """Short text for a table cell: floats with `digits` significant digits, None as '-'."""
+    if value is None:
+        return MISSING
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return str(value)
+        if value != 0 and (abs(value) >= 10 ** (digits + 2) or abs(value) < 10 ** -(digits + 1)):
+            return f"{value:.{digits - 1}e}"
+        return f"{value:.{digits}g}" if abs(value) < 10**digits else f"{value:.0f}"
+    return str(value)
+
+
+class ResultsTable:
+    """Rows of measurements; ``table.column("images_per_s")``, ``table.where(batch_size=64)``, ``print(table)``."""
+
+    def __init__(self, rows: Iterable[dict[str, Any]] = (), columns: Sequence[str] | None = None,
+                 title: str = "") -> None:
+        self.rows: list[dict[str, Any]] = [dict(r) for r in rows]
+        self.title = title
+        self._columns = list(columns) if columns is not None else None
+
+    # --- shape -------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter(self.rows)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        return self.rows[index]
+
+    @property
+    def columns(self) -> list[str]:
+        """The printed columns: the chosen ones, else every scalar key in first-seen order."""
+        if self._columns is not None:
+            return list(self._columns)
+        seen: dict[str, None] = {}
+        for row in self.rows:
+            for key, value in row.items():
+                if _is_scalar(value):
+                    seen.setdefault(key, None)
+        return list(seen)
+
+    # --- building ----------------------------------------------------------------------------
+    def append(self, row: dict[str, Any]) -> None:
+        self.rows.append(dict(row))
+
+    def extend(self, rows: Iterable[dict[str, Any]]) -> None:
+        for row in rows:
+            self.append(row)
+
+    def with_columns(self, *columns: str, title: str | None = None) -> ResultsTable:
+        """The same rows, printed with only these columns."""
+        return ResultsTable(self.rows, columns=columns, title=self.title if title is None else title)
+
+    def add_column(self, name: str, fn: Callable[[dict[str, Any]], Any]) -> ResultsTable:
+        """Compute a new column from each row (in place) and return the table."""
+        for row in self.rows:
+            row[name] = fn(row)
+        if self._columns is not None and name not in self._columns:
+            self._columns.append(name)
+        return self
+
+    # --- reading -----------------------------------------------------------------------------
+    def column(self, name: str, default: Any = None) -> list[Any]:
+        if self.rows and all(name not in row for row in self.rows):
+            raise KeyError(f"no column {name!r}; columns are {self.columns}")
+        return [row.get(name, default) for row in self.rows]
+
+    def where(self, predicate: Callable[[dict[str, Any]], bool] | None = None, **equals: Any) -> ResultsTable:
+        """Rows matching a predicate and/or column == value pairs."""
+        rows = [r for r in self.rows
+                if all(r.get(k) == v for k, v in equals.items()) and (predicate is None or predicate(r))]
+        return ResultsTable(rows, columns=self._columns, title=self.title)
+
+    def sorted_by(self, name: str, reverse: bool = False) -> ResultsTable:
+        rows = sorted(self.rows, key=lambda r: (r.get(name) is None, r.get(name)), reverse=reverse)
+        return ResultsTable(rows, columns=self._columns, title=self.title)
+
+    def one(self, **equals: Any) -> dict[str, Any]:
+        """The single row matching column == value pairs (ValueError when there are 0 or several)."""
+        found = self.where(**equals).rows
+        if len(found) != 1:
+            raise ValueError(f"expected one row with {equals}, found {len(found)}")
+        return found[0]
+
+    # --- printing ----------------------------------------------------------------------------
+    def to_text(self, digits: int = DEFAULT_FLOAT_DIGITS) -> str:
+        columns = self.columns
+        cells = [[format_value(row.get(c), digits) for c in columns] for row in self.rows]
+        widths = [max([len(c)] + [len(line[i]) for line in cells]) for i, c in enumerate(columns)]
+        lines = []
+        if self.title:
+            lines.append(self.title)
+        lines.append("  ".join(c.rjust(w) for c, w in zip(columns, widths)))
+        lines.append("  ".join("-" * w for w in widths))
+        lines += ["  ".join(v.rjust(w) for v, w in zip(line, widths)) for line in cells]
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.to_text()
+
+    def __repr__(self) -> str:
+        return self.to_text()

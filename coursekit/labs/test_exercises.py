@@ -1,0 +1,76 @@
+"""The solution stripper: participants' copies lose the answers, keep everything else."""
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+
+from coursekit.labs import exercises
+
+SOLVED = """\
+setup = 1
+def fit(x):
+    ### BEGIN SOLUTION
+    slope = x * 2
+    return slope
+    ### END SOLUTION
+print(fit(3))"""
+
+
+def solved_notebook() -> nbformat.NotebookNode:
+    code = new_code_cell(SOLVED, execution_count=3, outputs=[new_output("stream", name="stdout", text="6\n")])
+    plain = new_code_cell("print('kept')", execution_count=4,
+                          outputs=[new_output("stream", name="stdout", text="kept\n")])
+    answer = new_markdown_cell("Because the batch is larger.", metadata={"tags": ["solution"]})
+    prose = new_markdown_cell("## Exercise 1")
+    return new_notebook(cells=[prose, code, plain, answer])
+
+
+def test_strip_source_replaces_the_block_at_its_indentation():
+    stripped, blocks = exercises.strip_source(SOLVED)
+    assert blocks == 1
+    assert stripped.splitlines() == [
+        "setup = 1", "def fit(x):", "    # YOUR CODE HERE",
+        '    raise NotImplementedError("Exercise: fill in this cell")', "print(fit(3))"]
+    assert "slope" not in stripped
+    compile(stripped, "<stripped>", "exec")  # still valid Python
+
+
+@pytest.mark.parametrize("source, words", [
+    ("### BEGIN SOLUTION\nx = 1", "never closed"),
+    ("x = 1\n### END SOLUTION", "without"),
+    ("### BEGIN SOLUTION\n### BEGIN SOLUTION\n### END SOLUTION", "inside an open"),
+])
+def test_bad_markup_is_an_error(source, words):
+    with pytest.raises(exercises.ExerciseMarkupError, match=words):
+        exercises.strip_source(source)
+
+
+def test_strip_notebook_clears_outputs_of_stripped_cells_only():
+    nb = solved_notebook()
+    report = exercises.strip_notebook(nb)
+    assert (report.code_blocks, report.answers) == (1, 1)
+    prose, code, plain, answer = nb.cells
+    assert prose.source == "## Exercise 1"
+    assert code.outputs == [] and code.execution_count is None
+    assert plain.outputs[0].text == "kept\n" and plain.execution_count == 4
+    assert answer.source == exercises.ANSWER_PLACEHOLDER
+    assert answer.metadata["tags"] == ["answer"]
+
+
+def test_strip_folder_writes_copies_and_never_overwrites_sources(tmp_path):
+    source, target = tmp_path / "solved", tmp_path / "handout"
+    source.mkdir()
+    nbformat.write(solved_notebook(), source / "01_lab.ipynb")
+    assert exercises.main(["strip", str(source), str(target)]) == 0
+    handout = nbformat.read(target / "01_lab.ipynb", as_version=4)
+    nbformat.validate(handout)
+    assert "BEGIN SOLUTION" not in handout.cells[1].source
+    assert "slope" in nbformat.read(source / "01_lab.ipynb", as_version=4).cells[1].source
+    assert exercises.main(["strip", str(source), str(source)]) == 1  # refuses to strip in place
+    assert exercises.main(["check", str(target)]) == 0  # a stripped copy is still well formed
+
+
+def test_check_reports_broken_markup(tmp_path, capsys):
+    nbformat.write(new_notebook(cells=[new_code_cell("### BEGIN SOLUTION\nx = 1")]), tmp_path / "bad.ipynb")
+    assert exercises.main(["check", str(tmp_path)]) == 1
+    assert "bad.ipynb, cell 0" in capsys.readouterr().err

@@ -1,0 +1,162 @@
+"""Checkpoints that resume a run exactly, and the submitit job that requeues itself on a Slurm timeout.
+
+A checkpoint holds the model, optimizer, scheduler and loss-scaler states, the position in the data
+(epoch, micro-batches already consumed in it, optimiser step), and two snapshots of every random
+generator: at the start of the epoch (so the resumed run rebuilds the same shuffled order and worker
+seeds) and at the moment of saving (so dropout and augmentation continue as if never stopped).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import submitit
+import torch
+from torch.utils.data import DataLoader, IterableDataset
+
+CHECKPOINT_FILE = "checkpoint.pt"
+DEFAULT_JOB_CHECKPOINT_EVERY = 100  # optimiser steps between checkpoints of a requeueable job
+
+
+def checkpoint_path(run_dir: str | os.PathLike) -> Path:
+    return Path(run_dir) / CHECKPOINT_FILE
+
+
+# ---------------------------------------------------------------- random generators
+
+
+def rng_state(generators: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Every random state a run touches: python, numpy, torch CPU, all CUDA devices, named generators
+    (``torch.Generator`` or ``random.Random`` objects of the data pipeline)."""
+    state: dict[str, Any] = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+        "generators": {name: _get(g) for name, g in (generators or {}).items()},
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _get(generator: Any) -> Any:
+    return generator.get_state() if isinstance(generator, torch.Generator) else generator.getstate()
+
+
+def set_rng_state(state: dict[str, Any], generators: dict[str, Any] | None = None) -> None:
+    """Restore what :func:`rng_state` captured."""
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    for name, generator in (generators or {}).items():
+        if name in state["generators"]:
+            saved = state["generators"][name]
+            generator.set_state(saved) if isinstance(generator, torch.Generator) else generator.setstate(saved)
+
+
+def _generator_owners(loader: Any, prefix: str = "") -> dict[str, Any]:
+    owners = {prefix + "loader": loader, prefix + "sampler": getattr(loader, "sampler", None),
+              prefix + "batch_sampler": getattr(getattr(loader, "batch_sampler", None), "sampler", None)}
+    inner = getattr(loader, "loader", None)  # e.g. a GPU-decoding wrapper around a DataLoader
+    if inner is not None and not prefix:
+        owners.update(_generator_owners(inner, "inner_"))
+    return owners
+
+
+def loader_generators(loader: Any) -> dict[str, Any]:
+    """The generators a loader, its samplers or a loader it wraps draw from (``generator``/``rng``)."""
+    found: dict[str, Any] = {}
+    for name, owner in _generator_owners(loader).items():
+        for attr in ("generator", "rng"):
+            generator = getattr(owner, attr, None)
+            if isinstance(generator, (torch.Generator, random.Random)):
+                found[f"{name}.{attr}"] = generator
+    return found
+
+
+# ---------------------------------------------------------------- save / load
+
+
+def save_checkpoint(run_dir: str | os.PathLike, state: dict[str, Any]) -> Path:
+    """Write atomically (temporary file then rename): a job killed while saving keeps the previous one."""
+    path = checkpoint_path(run_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def load_checkpoint(run_dir: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict[str, Any] | None:
+    """The run folder's checkpoint, or None when there is none yet."""
+    path = checkpoint_path(run_dir)
+    if not path.exists():
+        return None
+    return torch.load(path, map_location=map_location, weights_only=False)
+
+
+# ---------------------------------------------------------------- position in the data
+
+
+def remaining_batches(loader: Any, done: int) -> Iterator[Any]:
+    """An iterator over the current epoch's batches after the first ``done`` ones.
+
+    Create it with the random state of the epoch's start restored. A DataLoader over a map-style dataset
+    with a seeded, epoch-driven sampler (``set_epoch``, e.g. DistributedSampler) skips at the index level
+    (no data loaded; random augmentations inside worker processes then restart from their seeds);
+    anything else is fast-forwarded by loading and dropping the batches.
+    """
+    if done and isinstance(loader, DataLoader) and _skippable(loader):
+        remaining = list(loader.batch_sampler)[done:]  # indices only
+        clone = DataLoader(
+            loader.dataset, batch_sampler=remaining, num_workers=loader.num_workers,
+            collate_fn=loader.collate_fn, pin_memory=loader.pin_memory, timeout=loader.timeout,
+            worker_init_fn=loader.worker_init_fn, multiprocessing_context=loader.multiprocessing_context,
+            generator=loader.generator, prefetch_factor=loader.prefetch_factor, in_order=loader.in_order)
+        return iter(clone)
+    iterator = iter(loader)
+    for _ in range(done):
+        next(iterator)
+    return iterator
+
+
+def _skippable(loader: DataLoader) -> bool:
+    map_style = not isinstance(loader.dataset, IterableDataset)
+    return map_style and loader.batch_sampler is not None and hasattr(loader.sampler, "set_epoch")
+
+
+# ---------------------------------------------------------------- submitit requeue
+
+
+class TrainingJob(submitit.helpers.Checkpointable):
+    """A training run as a submitit callable; on a Slurm timeout/preemption it requeues as a resume.
+
+    ``executor.submit(TrainingJob(cfg))``: the job trains with periodic checkpoints in its run folder.
+    When Slurm signals the end of the time limit, submitit calls :meth:`checkpoint`, which returns the
+    same job set to ``resume`` from that folder; the requeued job continues from the last checkpoint.
+    """
+
+    def __init__(self, cfg: Any) -> None:
+        if cfg.checkpoint_every is None:
+            cfg = cfg.replace(checkpoint_every=DEFAULT_JOB_CHECKPOINT_EVERY)
+        self.cfg = cfg
+        self.run_dir: str | None = cfg.out
+
+    def __call__(self) -> dict[str, Any]:
+        from coursekit.train.engine import resolve_run_dir, train
+
+        if self.run_dir is None:
+            self.run_dir = str(resolve_run_dir(self.cfg.out))
+        return train(self.cfg.replace(out=self.run_dir))
+
+    def checkpoint(self, *args: Any, **kwargs: Any) -> submitit.helpers.DelayedSubmission:
+        resumed = TrainingJob(self.cfg.replace(out=self.run_dir, resume=True))
+        resumed.run_dir = self.run_dir
+        return submitit.helpers.DelayedSubmission(resumed)

@@ -1,0 +1,240 @@
+"""The training engine every lab calls: ``train(cfg) -> summary`` and ``python -m coursekit.train``.
+
+Order of work: check the configuration (a ``ConfigError`` before anything is done), join the process
+group, choose the run folder, build data, model, precision, DDP, optimizer and schedule, resume from the
+folder's checkpoint when asked, run the loop (``loop.py``), then write the summary record.
+Exit codes of ``main``: 0 completed, 1 failed, 2 bad configuration, 3 NaN loss.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import random
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from coursekit.distributed import (
+    DistContext,
+    broadcast_object,
+    cleanup,
+    init_distributed,
+    reduce_values,
+    unwrap_model,
+    wrap_model,
+)
+from coursekit.metrics import MetricsWriter, default_run_dir
+from coursekit.train.checkpoint import load_checkpoint
+from coursekit.train.config import TrainConfig, parse_args, validate
+from coursekit.train.data import build_data
+from coursekit.train.loop import Trainer
+from coursekit.train.memory import estimate_memory
+from coursekit.train.models import build_model
+from coursekit.train.optim import build_optimizer
+from coursekit.train.precision import setup_precision
+from coursekit.train.probes import check_loggable
+from coursekit.train.profiling import GpuMonitor
+from coursekit.train.report import Console, steady_state, system_info
+from coursekit.train.schedule import build_scheduler
+
+RUNS_FOLDER = "runs"
+EXIT_CODES = {"completed": 0, "failed": 1, "config": 2, "nan": 3}
+MIB = 2**20
+# Settings that may change between a run and its resume (they do not change the trajectory).
+RESUME_MAY_CHANGE = ("out", "resume", "progress", "profile", "profile_steps", "log_every", "epochs", "steps",
+                     "test_steps", "checkpoint_every", "workers", "pin_memory", "prefetch_factor",
+                     "persistent_workers", "non_blocking", "device", "log_params", "grad_noise_batches")
+
+
+class ConfigError(ValueError):
+    """The configuration cannot run here; nothing was trained (exit code 2)."""
+
+
+def resolve_run_dir(out: str | None) -> Path:
+    """``out``, else the job's folder (``coursekit.metrics.default_run_dir``), else ``runs/<timestamp>``."""
+    if out:
+        return Path(out)
+    return default_run_dir() or Path(RUNS_FOLDER) / datetime.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)  # CPU and every CUDA device
+
+
+def _check_resume(cfg: TrainConfig, state: dict[str, Any], world_size: int) -> None:
+    saved = state["config"]
+    changed = [f"{k}: {saved.get(k)!r} -> {v!r}" for k, v in cfg.to_dict().items()
+               if k not in RESUME_MAY_CHANGE and saved.get(k) != v]
+    if state.get("world_size") != world_size:
+        changed.append(f"world size: {state.get('world_size')} -> {world_size}")
+    if changed:
+        raise ConfigError("resume: the checkpoint was written by a different run; change back "
+                          + "; ".join(changed) + " (or use another --out)")
+
+
+def train(cfg: TrainConfig) -> dict[str, Any]:
+    """Run one training and return its summary (the last metrics record)."""
+    try:
+        validate(cfg)
+        ctx = init_distributed(cfg.device)
+    except ValueError as error:
+        raise ConfigError(str(error)) from error
+    try:
+        try:
+            validate(cfg, ctx)
+        except ValueError as error:
+            raise ConfigError(str(error)) from error
+        return _run(cfg, ctx)
+    finally:
+        if ctx.owns_group:
+            cleanup()
+
+
+def _run(cfg: TrainConfig, ctx: DistContext) -> dict[str, Any]:
+    run_dir = Path(str(broadcast_object(str(resolve_run_dir(cfg.out)), ctx)))
+    state = load_checkpoint(run_dir, map_location=ctx.device) if cfg.resume else None
+    if state is not None:
+        _check_resume(cfg, state, ctx.world_size)
+    started = time.perf_counter()
+    writer = MetricsWriter(run_dir, enabled=ctx.is_main)
+    if ctx.is_main:
+        print(f"coursekit.train: metrics -> {writer.path}", flush=True)
+    writer.write("start", config=cfg.to_dict(), world_size=ctx.world_size, device=str(ctx.device),
+                 launcher=ctx.launcher, run_dir=str(run_dir),
+                 resumed_from_step=state["position"]["step"] if state else None)
+    console: Console | None = None
+    monitor = GpuMonitor(ctx.device)
+    try:
+        parts = _build(cfg, ctx)
+        console = Console(ctx.is_main, cfg.progress, parts["total_steps"])
+        trainer = Trainer(cfg=cfg, ctx=ctx, writer=writer, console=console, run_dir=run_dir, **parts["trainer"])
+        if state is not None:
+            trainer.load_state_dict(state)
+            writer.write("event", event="resumed", step=trainer.pos.step, epoch=trainer.pos.epoch + 1)
+        console.print(_start_line(cfg, ctx, parts))
+        if ctx.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(ctx.device)
+        monitor.start()
+        with warnings.catch_warnings():  # fp16's skipped first steps make torch warn about the LR scheduler order
+            warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler.step\(\)`")
+            status = trainer.run()
+        if cfg.checkpoint_every and status == "completed":
+            trainer.save()
+        summary = _summary(cfg, ctx, trainer, status, parts, monitor, time.perf_counter() - started, run_dir)
+    except BaseException as error:
+        monitor.summary()  # stops the sampling thread
+        kind = "bad configuration: " if isinstance(error, ConfigError) else ""
+        writer.write("summary", status="failed", error=f"{kind}{type(error).__name__}: {error}", config=cfg.to_dict(),
+                     world_size=ctx.world_size, total_time_s=time.perf_counter() - started, run_dir=str(run_dir),
+                     **system_info(ctx.device))
+        writer.close()
+        raise
+    finally:
+        if console is not None:
+            console.close()
+    writer.write("summary", **summary)
+    writer.close()
+    console.print(_end_line(summary))
+    return summary
+
+
+def _build(cfg: TrainConfig, ctx: DistContext) -> dict[str, Any]:
+    """Data, model, precision, DDP, optimizer and schedule; bad input found here is a ConfigError."""
+    seed_everything(cfg.seed)
+    try:
+        data = build_data(cfg, ctx)
+        model = build_model(cfg, data.num_classes, data.input_shape)
+        if cfg.log_params:
+            check_loggable(model)
+        precision = setup_precision(cfg.precision, ctx.device)
+    except ValueError as error:
+        raise ConfigError(str(error)) from error
+    micro_batch = cfg.batch_size // cfg.accumulation_steps
+    try:
+        estimate: dict[str, Any] | None = estimate_memory(model, cfg.optimizer, cfg.precision, micro_batch,
+                                                          data.input_shape, momentum=cfg.momentum).as_dict()
+    except Exception as error:  # noqa: BLE001 - the estimate is informative; never stop a run for it
+        estimate = {"error": f"{type(error).__name__}: {error}"}
+    model = model.to(ctx.device)
+    if cfg.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    wrapped = wrap_model(model, ctx, sync_batchnorm=cfg.sync_batchnorm)
+    global_batch = cfg.batch_size * ctx.world_size
+    optimizer = build_optimizer(unwrap_model(wrapped), cfg, global_batch)
+    steps_per_epoch = len(data.train_loader)
+    total_steps = cfg.test_steps or cfg.steps or cfg.epochs * steps_per_epoch
+    scheduler = build_scheduler(optimizer, cfg, steps_per_epoch, total_steps)
+    run_model = torch.compile(wrapped) if cfg.compile else wrapped
+    return {"trainer": {"run_model": run_model, "optimizer": optimizer, "scheduler": scheduler,
+                        "precision": precision, "data": data, "total_steps": total_steps,
+                        "epochs": math.ceil(total_steps / steps_per_epoch)},
+            "total_steps": total_steps, "steps_per_epoch": steps_per_epoch, "global_batch": global_batch,
+            "memory_estimate": estimate, "num_parameters": sum(p.numel() for p in model.parameters())}
+
+
+def _start_line(cfg: TrainConfig, ctx: DistContext, parts: dict[str, Any]) -> str:
+    accumulation = f" in {cfg.accumulation_steps} micro-batches" if cfg.accumulation_steps > 1 else ""
+    return (f"coursekit.train: {cfg.model} ({parts['num_parameters']:,} parameters) on {cfg.dataset}, "
+            f"{ctx.world_size} process(es) on {ctx.device}, {cfg.precision}, batch {cfg.batch_size} x "
+            f"{ctx.world_size} = {parts['global_batch']}{accumulation}, {parts['total_steps']} steps "
+            f"({parts['steps_per_epoch']} per epoch)")
+
+
+def _summary(cfg: TrainConfig, ctx: DistContext, trainer: Trainer, status: str, parts: dict[str, Any],
+             monitor: GpuMonitor, total_time_s: float, run_dir: Path) -> dict[str, Any]:
+    rate, rate_std = steady_state(trainer.throughputs)
+    rate_gpu, _ = steady_state(trainer.throughputs, "images_per_s")
+    last = trainer.last_epoch_record
+    summary: dict[str, Any] = {
+        "status": status, "config": cfg.to_dict(), "run_dir": str(run_dir), "world_size": ctx.world_size,
+        "launcher": ctx.launcher, "device": str(ctx.device), **system_info(ctx.device),
+        "total_time_s": total_time_s, "steps": trainer.pos.step, "epochs_completed": trainer.pos.epoch,
+        "global_batch": parts["global_batch"], "num_parameters": parts["num_parameters"],
+        "images_per_s": rate, "images_per_s_std": rate_std, "images_per_s_per_gpu": rate_gpu,
+        "train_loss": last.get("train_loss"), "train_acc": last.get("train_acc"),
+        "val_loss": last.get("val_loss"), "val_acc": last.get("val_acc"),
+        "memory_estimate": parts["memory_estimate"]}
+    if trainer.nan_message:
+        summary["message"] = trainer.nan_message
+    if ctx.device.type == "cuda":
+        peaks = reduce_values([torch.cuda.max_memory_allocated(ctx.device), torch.cuda.max_memory_reserved(ctx.device)],
+                              ctx, op="max")
+        summary.update(mem_allocated_peak_mb=peaks[0] / MIB, mem_reserved_peak_mb=peaks[1] / MIB)
+    if trainer.precision.scaler is not None:
+        summary.update(loss_scale=trainer.precision.loss_scale(), skipped_steps=trainer.precision.skipped_steps())
+    if trainer.trace is not None:
+        summary["profile_dir"] = str(trainer.trace.folder)
+        summary["profile_summary"] = str(trainer.trace.summary_path)
+    gpu = monitor.summary()
+    if gpu:
+        summary["gpu"] = gpu
+    return summary
+
+
+def _end_line(summary: dict[str, Any]) -> str:
+    rate = summary.get("images_per_s")
+    rate_text = f"{rate:,.0f} ± {summary['images_per_s_std']:,.0f} img/s" if rate else "- img/s"
+    return (f"coursekit.train: {summary['status']} after {summary['steps']} steps in {summary['total_time_s']:.1f} s, "
+            f"{rate_text}, summary in {summary['run_dir']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m coursekit.train [options]``; returns the exit code (see the module docstring)."""
+    cfg = parse_args(argv)
+    try:
+        summary = train(cfg)
+    except ConfigError as error:
+        print(f"coursekit.train: error: {error}", file=sys.stderr)
+        return EXIT_CODES["config"]
+    except KeyboardInterrupt:
+        print("coursekit.train: interrupted", file=sys.stderr)
+        return EXIT_CODES["failed"]
+    return EXIT_CODES.get(summary["status"], EXIT_CODES["failed"])

@@ -1,0 +1,223 @@
+"""JPEG folders: a generator of ImageNet-like JPEG trees, and the two ways of reading them.
+
+- ``write_synthetic_jpeg_tree(root, num_classes, images_per_class)`` writes ``root/train/<class>/*.jpg``
+  and ``root/val/<class>/*.jpg``: 500x375 images of about 100 kB (ImageNet's typical size), each a
+  class-specific colour layout + per-image variation + texture, so the classes can be learnt.
+  CLI: ``python -m coursekit.train.jpeg --out DIR --classes 10 --images-per-class 100 --workers 8``.
+- CPU decoding: torchvision ``ImageFolder`` + PIL, ``RandomResizedCrop`` (train) or resize + centre
+  crop (val), in the DataLoader's workers.
+- GPU decoding (``--gpu-decode``): the workers only read the files' bytes; ``GpuDecodedBatches``
+  decodes each batch with ``torchvision.io.decode_jpeg(device="cuda")`` (nvjpeg), then crops, resizes,
+  flips and normalises on the GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import time
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from PIL import Image
+from torchvision import datasets, io, transforms
+
+JPEG_SIZE = (500, 375)  # width, height
+JPEG_QUALITY = 90
+LAYOUT_GRID = (6, 8)  # rows, columns of the class colour layout
+DETAIL_GRID = (48, 64)
+LAYOUT_VARIATION = 40.0  # per-image change of the layout (grey levels)
+DETAIL_STD = 40.0
+PIXEL_NOISE_STD = 17.0  # gives ~100 kB files at 500x375, quality 90
+VAL_SHARE = 0.1
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+RESIZE_RATIO = 256 / 224  # val: resize the short side to image_size * this, then centre-crop
+CROP_SCALE = (0.08, 1.0)
+CROP_RATIO = (3 / 4, 4 / 3)
+CROP_ATTEMPTS = 10
+JPEG_EXTENSIONS = (".jpg", ".jpeg")  # matched case-insensitively
+
+
+# ----------------------------------------------------------------------------- generator
+
+
+def _class_layout(seed: int, label: int) -> np.ndarray:
+    return np.random.default_rng([seed, label]).uniform(0, 255, (*LAYOUT_GRID, 3))
+
+
+def synthetic_jpeg_image(layout: np.ndarray, rng: np.random.Generator, size: tuple[int, int]) -> Image.Image:
+    """One image: the class layout, varied, upsampled, plus texture and pixel noise."""
+    width, height = size
+    varied = np.clip(layout + rng.normal(0, LAYOUT_VARIATION, layout.shape), 0, 255).astype(np.uint8)
+    base = np.asarray(Image.fromarray(varied).resize(size, Image.BICUBIC), dtype=np.float32)
+    detail = np.clip(rng.normal(128, DETAIL_STD, (*DETAIL_GRID, 3)), 0, 255).astype(np.uint8)
+    texture = np.asarray(Image.fromarray(detail).resize(size, Image.BILINEAR), dtype=np.float32) - 128
+    pixels = base + texture + rng.normal(0, PIXEL_NOISE_STD, (height, width, 3))
+    return Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8))
+
+
+def _write_class(root: str, split: str, label: int, count: int, size: tuple[int, int], seed: int,
+                 quality: int) -> int:
+    folder = Path(root) / split / f"class_{label:04d}"
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng([seed, label, 0 if split == "train" else 1])
+    layout = _class_layout(seed, label)
+    written = 0
+    for i in range(count):
+        path = folder / f"{split}_{label:04d}_{i:06d}.jpg"
+        synthetic_jpeg_image(layout, rng, size).save(path, "JPEG", quality=quality)
+        written += path.stat().st_size
+    return written
+
+
+def write_synthetic_jpeg_tree(root: str | Path, num_classes: int, images_per_class: int,
+                              size: tuple[int, int] = JPEG_SIZE, *, val_images_per_class: int | None = None,
+                              seed: int = 0, quality: int = JPEG_QUALITY, workers: int = 1) -> dict[str, Any]:
+    """Write ``root/{train,val}/class_NNNN/*.jpg``; returns counts, bytes and seconds."""
+    if num_classes < 1 or images_per_class < 1:
+        raise ValueError(f"num_classes ({num_classes}) and images_per_class ({images_per_class}) must be >= 1")
+    if val_images_per_class is None:
+        val_images_per_class = max(1, math.ceil(VAL_SHARE * images_per_class))
+    jobs = [(str(root), split, label, count, tuple(size), seed, quality)
+            for split, count in (("train", images_per_class), ("val", val_images_per_class)) if count > 0
+            for label in range(num_classes)]
+    start = time.perf_counter()
+    if workers > 1:
+        with ProcessPoolExecutor(workers) as pool:
+            sizes = list(pool.map(_write_class, *zip(*jobs, strict=True)))
+    else:
+        sizes = [_write_class(*job) for job in jobs]
+    images = num_classes * (images_per_class + val_images_per_class)
+    return {"root": str(root), "images": images, "bytes": sum(sizes), "seconds": time.perf_counter() - start}
+
+
+# ----------------------------------------------------------------------------- datasets
+
+
+def split_folders(data_dir: Path) -> tuple[Path, Path | None]:
+    """ImageNet layout ``data_dir/train`` (+ ``data_dir/val``), else ``data_dir`` itself and no val folder."""
+    train = data_dir / "train"
+    if train.is_dir():
+        val = data_dir / "val"
+        return train, (val if val.is_dir() else None)
+    return data_dir, None
+
+
+def cpu_transform(image_size: int, train: bool) -> transforms.Compose:
+    normalize = transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD)
+    if train:
+        return transforms.Compose([transforms.RandomResizedCrop(image_size, scale=CROP_SCALE, ratio=CROP_RATIO),
+                                   transforms.RandomHorizontalFlip(), transforms.ToTensor(), normalize])
+    return transforms.Compose([transforms.Resize(round(image_size * RESIZE_RATIO)), transforms.CenterCrop(image_size),
+                               transforms.ToTensor(), normalize])
+
+
+def read_bytes(path: str) -> torch.Tensor:
+    return io.read_file(path)
+
+
+def image_folder(root: Path, image_size: int, train: bool, raw_bytes: bool) -> datasets.DatasetFolder:
+    """An ImageFolder of ``root`` giving decoded, transformed tensors, or the files' raw bytes."""
+    try:
+        if raw_bytes:
+            return datasets.DatasetFolder(str(root), loader=read_bytes, extensions=JPEG_EXTENSIONS)
+        return datasets.ImageFolder(str(root), transform=cpu_transform(image_size, train))
+    except FileNotFoundError as err:
+        raise ValueError(f"data_dir: no class folders with images under {root} ({err}); write a synthetic tree "
+                         "with `python -m coursekit.train.jpeg --out DIR` or pass --data-dir of an ImageFolder") from err
+
+
+def collate_bytes(batch: list[tuple[torch.Tensor, int]]) -> tuple[list[torch.Tensor], torch.Tensor]:
+    return [data for data, _ in batch], torch.tensor([label for _, label in batch])
+
+
+# ----------------------------------------------------------------------------- GPU decoding
+
+
+def random_resized_box(height: int, width: int, rng: random.Random) -> tuple[int, int, int, int]:
+    """``(top, left, h, w)`` of torchvision's RandomResizedCrop, drawn from ``rng``."""
+    area = height * width
+    for _ in range(CROP_ATTEMPTS):
+        target = area * rng.uniform(*CROP_SCALE)
+        ratio = math.exp(rng.uniform(math.log(CROP_RATIO[0]), math.log(CROP_RATIO[1])))
+        w, h = round(math.sqrt(target * ratio)), round(math.sqrt(target / ratio))
+        if 0 < w <= width and 0 < h <= height:
+            return rng.randint(0, height - h), rng.randint(0, width - w), h, w
+    side = min(height, width)  # fallback: the central square
+    return (height - side) // 2, (width - side) // 2, side, side
+
+
+def center_box(height: int, width: int, image_size: int) -> tuple[int, int, int, int]:
+    """The box that resize-short-side-to ``image_size * RESIZE_RATIO`` + centre crop keeps."""
+    side = min(round(min(height, width) / RESIZE_RATIO), height, width)
+    return (height - side) // 2, (width - side) // 2, side, side
+
+
+def decode_batch(encoded: list[torch.Tensor], device: torch.device | str, image_size: int, train: bool,
+                 rng: random.Random) -> torch.Tensor:
+    """Decode JPEG bytes on ``device`` and return normalised float images ``(B, 3, size, size)``."""
+    images = io.decode_jpeg(encoded, mode=io.ImageReadMode.RGB, device=device)
+    crops = []
+    for image in images:
+        _, height, width = image.shape
+        top, left, h, w = random_resized_box(height, width, rng) if train else center_box(height, width, image_size)
+        crop = image[:, top:top + h, left:left + w].unsqueeze(0).float()
+        crops.append(F.interpolate(crop, size=(image_size, image_size), mode="bilinear", antialias=True,
+                                   align_corners=False))
+    batch = torch.cat(crops)
+    if train:
+        flip = torch.tensor([rng.random() < 0.5 for _ in crops], device=batch.device).view(-1, 1, 1, 1)
+        batch = torch.where(flip, batch.flip(-1), batch)
+    mean = torch.tensor(IMAGENET_MEAN, device=batch.device).view(1, 3, 1, 1) * 255
+    std = torch.tensor(IMAGENET_STD, device=batch.device).view(1, 3, 1, 1) * 255
+    return (batch - mean) / std
+
+
+class GpuDecodedBatches:
+    """Wraps a loader of ``(list of JPEG bytes, labels)`` and yields decoded batches on ``device``."""
+
+    def __init__(self, loader: Iterable[Any], device: torch.device | str, image_size: int, train: bool,
+                 seed: int = 0) -> None:
+        self.loader, self.device, self.image_size, self.train = loader, device, image_size, train
+        self.rng = random.Random(seed)
+        self.sampler = getattr(loader, "sampler", None)
+
+    def __len__(self) -> int:
+        return len(self.loader)  # type: ignore[arg-type]
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        for encoded, labels in self.loader:
+            images = decode_batch(encoded, self.device, self.image_size, self.train, self.rng)
+            yield images, labels.to(self.device, non_blocking=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m coursekit.train.jpeg",
+                                     description="write a synthetic ImageNet-like JPEG tree (train/ and val/)")
+    parser.add_argument("--out", required=True, help="root folder to write")
+    parser.add_argument("--classes", type=int, default=10)
+    parser.add_argument("--images-per-class", type=int, default=100)
+    parser.add_argument("--val-images-per-class", type=int, default=None, help=f"default {VAL_SHARE:.0%} of train")
+    parser.add_argument("--width", type=int, default=JPEG_SIZE[0])
+    parser.add_argument("--height", type=int, default=JPEG_SIZE[1])
+    parser.add_argument("--quality", type=int, default=JPEG_QUALITY)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--workers", type=int, default=1, help="processes writing in parallel")
+    args = parser.parse_args(argv)
+    info = write_synthetic_jpeg_tree(args.out, args.classes, args.images_per_class, (args.width, args.height),
+                                     val_images_per_class=args.val_images_per_class, seed=args.seed,
+                                     quality=args.quality, workers=args.workers)
+    print(f"wrote {info['images']} JPEGs ({info['bytes'] / info['images'] / 1e3:.0f} kB each on average) "
+          f"under {info['root']} in {info['seconds']:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

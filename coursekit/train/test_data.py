@@ -1,0 +1,217 @@
+import pickle
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from coursekit.train import jpeg
+from coursekit.train.config import TrainConfig
+from coursekit.train.data import (
+    CIFAR10_FOLDER,
+    DeviceBatches,
+    build_data,
+    make_generated_images,
+)
+from coursekit.train.pointclouds import SPECIES, make_point_clouds
+
+CPU = torch.device("cpu")
+SINGLE = SimpleNamespace(rank=0, world_size=1, device=CPU)
+TINY_JPEG = (64, 48)
+
+
+def first_batch(loader):
+    return next(iter(loader))
+
+
+def test_generated_set_shapes_split_and_determinism():
+    cfg = TrainConfig(dataset="generated", num_samples=500, val_fraction=0.2, batch_size=16, image_size=16)
+    data = build_data(cfg, SINGLE)
+    assert data.input_shape == (3, 16, 16) and data.task == "classification" and data.num_classes == 10
+    assert len(data.train_loader.dataset) == 400 and len(data.val_loader.dataset) == 100
+    assert data.steps_per_epoch == len(data.train_loader) == 25
+    x, y = first_batch(data.train_loader)
+    assert x.shape == (16, 3, 16, 16) and y.dtype == torch.int64
+    a, _ = make_generated_images(50, 10, 16, seed=3)
+    b, _ = make_generated_images(50, 10, 16, seed=3)
+    c, _ = make_generated_images(50, 10, 16, seed=4)
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    assert 0.8 < a.std() < 1.2  # unit variance by construction
+
+
+def test_generated_set_is_learnable_well_above_chance():
+    torch.manual_seed(0)
+    images, labels = make_generated_images(3000, 10, 16, seed=0)
+    train_x, train_y, val_x, val_y = images[:2400], labels[:2400], images[2400:], labels[2400:]
+    model = nn.Sequential(nn.Flatten(), nn.Linear(3 * 16 * 16, 10))  # logistic regression
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    for _ in range(300):
+        idx = torch.randint(0, len(train_x), (64,))
+        optimizer.zero_grad()
+        F.cross_entropy(model(train_x[idx]), train_y[idx]).backward()
+        optimizer.step()
+    with torch.no_grad():
+        val_acc = (model(val_x).argmax(1) == val_y).float().mean().item()
+    chance = 1 / 10
+    assert val_acc > 3 * chance, f"val accuracy {val_acc:.2f} is not clearly above chance"
+
+
+def test_line_is_the_dli_regression():
+    cfg = TrainConfig(dataset="line", model="linear", batch_size=100)
+    data = build_data(cfg, SINGLE)
+    assert data.task == "regression" and data.input_shape == (1,) and data.num_classes == 1
+    assert data.steps_per_epoch == 1  # batch 100 = full-batch gradient descent on the 100 points
+    x, y = first_batch(data.train_loader)
+    assert x.shape == y.shape == (100, 1)
+    design = torch.cat([x, torch.ones_like(x)], dim=1)
+    slope, intercept = torch.linalg.lstsq(design, y).solution.flatten().tolist()
+    assert abs(slope - 10) < 1.5 and abs(intercept - 2) < 1.0
+    assert len(data.val_loader.dataset) == 20
+
+
+def test_synthetic_loader_and_gpu_resident_iterator():
+    cfg = TrainConfig(dataset="synthetic", batch_size=8, image_size=24, num_classes=7)
+    data = build_data(cfg, SINGLE)
+    assert data.steps_per_epoch == 100  # SYNTHETIC_STEPS_PER_EPOCH global batches by default
+    x, y = first_batch(data.train_loader)
+    assert x.shape == (8, 3, 24, 24) and int(y.max()) < 7
+    resident = build_data(cfg.replace(gpu_resident=True, num_samples=40, test_steps=3), SINGLE)
+    assert isinstance(resident.train_loader, DeviceBatches) and resident.val_loader is None
+    batches = list(resident.train_loader)
+    assert len(batches) == resident.steps_per_epoch == 5
+    assert all(b[0].shape == (8, 3, 24, 24) and b[0].device == CPU for b in batches)
+
+
+def test_pointclouds_have_learnable_species():
+    cfg = TrainConfig(dataset="pointclouds", model="pointnet", num_samples=60, batch_size=6)
+    x, _ = first_batch(build_data(cfg, SINGLE).train_loader)
+    assert x.shape == (6, 512, 3)
+    points, labels = make_point_clouds(400, num_classes=len(SPECIES), num_points=256, seed=1)
+    assert points.norm(dim=2).amax(dim=1).allclose(torch.ones(400))  # unit sphere
+    # descriptor: crown radius per height slice; nearest class mean must beat chance clearly
+    z, radius = points[..., 2], points[..., :2].norm(dim=2)
+    bins = ((z - z.amin(1, keepdim=True)) / (z.amax(1, keepdim=True) - z.amin(1, keepdim=True)) * 7.999).long()
+    descriptor = torch.zeros(400, 8).scatter_reduce(1, bins, radius, reduce="amax")
+    means = torch.stack([descriptor[:300][labels[:300] == k].mean(0) for k in range(len(SPECIES))])
+    predicted = torch.cdist(descriptor[300:], means).argmin(1)
+    assert (predicted == labels[300:]).float().mean() > 3 / len(SPECIES)
+    with pytest.raises(ValueError, match="num-classes"):
+        make_point_clouds(20, num_classes=len(SPECIES) + 1)
+
+
+def test_distributed_shards_form_the_single_process_global_batch():
+    cfg = TrainConfig(dataset="generated", num_samples=100, val_fraction=0.0, batch_size=5, image_size=8)
+    ranks = [build_data(cfg, SimpleNamespace(rank=r, world_size=2, device=CPU)) for r in range(2)]
+    single = build_data(cfg.replace(batch_size=10), SINGLE)
+    for data in (*ranks, single):
+        data.train_sampler.set_epoch(1)
+    union = torch.cat([first_batch(d.train_loader)[0] for d in ranks])
+    global_batch = first_batch(single.train_loader)[0]
+    as_set = lambda t: sorted(map(tuple, t.flatten(1)[:, :4].tolist()))  # noqa: E731
+    assert as_set(union) == as_set(global_batch)
+    assert ranks[0].steps_per_epoch == single.steps_per_epoch == 10
+
+
+def test_loader_options_reach_the_dataloader():
+    cfg = TrainConfig(dataset="generated", num_samples=64, batch_size=8, image_size=8, workers=1,
+                      prefetch_factor=3, persistent_workers=True, pin_memory=True, drop_last=True)
+    loader = build_data(cfg, SINGLE).train_loader
+    assert (loader.num_workers, loader.prefetch_factor, loader.persistent_workers) == (1, 3, True)
+    assert loader.pin_memory and loader.drop_last
+    with pytest.raises(ValueError, match="prefetch_factor"):
+        build_data(cfg.replace(workers=0, persistent_workers=False), SINGLE)
+    with pytest.raises(ValueError, match="persistent_workers"):
+        build_data(cfg.replace(workers=0, prefetch_factor=None), SINGLE)
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"dataset": "mnist"}, "mnist"),
+    ({"dataset": "cifar10"}, "data-dir"),
+    ({"dataset": "imagefolder", "data_dir": "/nonexistent/imagenet"}, "/nonexistent/imagenet"),
+    ({"dataset": "generated", "gpu_resident": True}, "gpu_resident"),
+])
+def test_bad_data_options_are_clear_errors(changes, message):
+    with pytest.raises(ValueError, match=message):
+        build_data(TrainConfig(**changes), SINGLE)
+
+
+def test_cifar10_missing_names_data_dir_and_download(tmp_path):
+    with pytest.raises(ValueError, match=r"(?s)--download.*data-dir") as err:
+        build_data(TrainConfig(dataset="cifar10", data_dir=str(tmp_path)), SINGLE)
+    assert str(tmp_path) in str(err.value)
+
+
+def write_fake_cifar10(root: Path, per_batch: int) -> None:
+    folder = root / CIFAR10_FOLDER
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+        batch = {"data": rng.integers(0, 256, (per_batch, 3072), dtype=np.uint8),
+                 "labels": rng.integers(0, 10, per_batch).tolist()}
+        (folder / name).write_bytes(pickle.dumps(batch))
+    (folder / "batches.meta").write_bytes(pickle.dumps({"label_names": [f"c{i}" for i in range(10)]}))
+
+
+def test_cifar10_loads_torchvisions_format(tmp_path, monkeypatch):
+    write_fake_cifar10(tmp_path, per_batch=4)
+    import torchvision.datasets.cifar
+
+    monkeypatch.setattr(torchvision.datasets.cifar, "check_integrity", lambda *args: True)  # fake checksums
+    data = build_data(TrainConfig(dataset="cifar10", data_dir=str(tmp_path), batch_size=8), SINGLE)
+    assert len(data.train_loader.dataset) == 20 and len(data.val_loader.dataset) == 4
+    x, y = first_batch(data.train_loader)
+    assert x.shape == (8, 3, 32, 32) and y.shape == (8,) and data.num_classes == 10
+
+
+@pytest.fixture(scope="module")
+def jpeg_tree(tmp_path_factory):
+    root = tmp_path_factory.mktemp("jpegs")
+    assert jpeg.main(["--out", str(root), "--classes", "2", "--images-per-class", "4",
+                      "--val-images-per-class", "2", "--width", str(TINY_JPEG[0]), "--height", str(TINY_JPEG[1])]) == 0
+    return root
+
+
+def test_jpeg_tree_layout_and_imagenet_like_file_size(jpeg_tree, tmp_path):
+    assert len(list((jpeg_tree / "train").glob("*/*.jpg"))) == 8
+    assert len(list((jpeg_tree / "val").glob("*/*.jpg"))) == 4
+    info = jpeg.write_synthetic_jpeg_tree(tmp_path, num_classes=1, images_per_class=1, val_images_per_class=0)
+    assert 60_000 < info["bytes"] < 150_000  # one 500x375 image, ImageNet's ~100 kB
+
+
+def test_jpeg_folder_decodes_on_the_cpu(jpeg_tree):
+    cfg = TrainConfig(dataset="jpeg_folder", data_dir=str(jpeg_tree), batch_size=4, image_size=32)
+    data = build_data(cfg, SINGLE)
+    assert data.num_classes == 2 and data.steps_per_epoch == 2
+    x, y = first_batch(data.train_loader)
+    assert x.shape == (4, 3, 32, 32) and set(y.tolist()) <= {0, 1}
+    assert first_batch(data.val_loader)[0].shape == (4, 3, 32, 32)
+    flat = build_data(cfg.replace(data_dir=str(jpeg_tree / "train"), val_fraction=0.25), SINGLE)
+    assert len(flat.train_loader.dataset) == 6 and len(flat.val_loader.dataset) == 2
+
+
+def test_gpu_decode_needs_cuda_and_its_decoding_matches_pil(jpeg_tree):
+    cfg = TrainConfig(dataset="jpeg_folder", data_dir=str(jpeg_tree), gpu_decode=True, image_size=32)
+    with pytest.raises(ValueError, match="CUDA"):
+        build_data(cfg, SINGLE)
+    files = sorted((jpeg_tree / "val").glob("*/*.jpg"))
+    decoded = jpeg.decode_batch([jpeg.read_bytes(str(f)) for f in files], "cpu", 32, train=False, rng=None)
+    from PIL import Image
+
+    reference = torch.stack([jpeg.cpu_transform(32, train=False)(Image.open(f).convert("RGB")) for f in files])
+    assert decoded.shape == reference.shape == (len(files), 3, 32, 32)
+    # same crop and normalisation, other resampling code: equal up to pixel noise, unlike a shifted crop
+    pooled = lambda t: F.avg_pool2d(t, 4)  # noqa: E731
+    error = (pooled(decoded) - pooled(reference)).abs().mean()
+    assert error < 0.2 and error < 0.5 * (pooled(decoded) - pooled(reference.roll(3, -1))).abs().mean()
+    import random
+
+    augmented = jpeg.decode_batch([jpeg.read_bytes(str(f)) for f in files], "cpu", 24, train=True, rng=random.Random(0))
+    assert augmented.shape == (len(files), 3, 24, 24) and torch.isfinite(augmented).all()
+
+
+def test_empty_image_folder_is_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match="coursekit.train.jpeg"):
+        build_data(TrainConfig(dataset="jpeg_folder", data_dir=str(tmp_path)), SINGLE)
