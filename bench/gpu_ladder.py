@@ -41,13 +41,14 @@ NUM_CLASSES = 1000
 LADDER_BATCH = 256
 BATCH_SWEEP = (32, 64, 128, 256, 512)
 WARMUP_STEPS = 15
-COMPILE_WARMUP_STEPS = 30
+COMPILE_WARMUP_STEPS = 60
+COMPILE_WARMUP_WINDOWS = 2
 TIMED_STEPS = 30
 REPEATS = 3
 LR = 0.1
 MOMENTUM = 0.9
-JPEG_IMAGES_PER_CLASS = 500
-JPEG_CLASSES = 8
+JPEG_IMAGES_PER_CLASS = 800
+JPEG_CLASSES = 16
 JPEG_SIZE = (500, 375)
 JPEG_WORKERS = 16
 MB = 2**20
@@ -60,6 +61,7 @@ RUNGS: list[dict[str, Any]] = [
     {"rung": "bf16+channels_last", "precision": "bf16", "channels_last": True, "compile": False},
     {"rung": "bf16+channels_last+compile", "precision": "bf16", "channels_last": True, "compile": True},
 ]
+EAGER_PRESET = RUNGS[4]  # bf16 + channels_last: the fastest preset without compilation
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
@@ -120,27 +122,34 @@ def bare_loop(precision: str, channels_last: bool, compile_model: bool, batch: i
         torch.cuda.synchronize()
         rates.append(batch * timed_steps / (time.perf_counter() - start))
     peak = torch.cuda.max_memory_allocated() / 2**30
-    del model, optimizer, forward, images, labels
     torch._dynamo.reset()
     torch.cuda.empty_cache()
     return {"img_s": mean_std(rates), "peak_mem_gb": peak}
 
 
-def engine_run(config: TrainConfig, repeats: int, timed_steps: int, warmup: int) -> dict[str, Any]:
-    """The engine on the same rung; images/s from its own step records, one per timed window."""
+def engine_run(config: TrainConfig, repeats: int, timed_steps: int, warmup_windows: int = 1) -> dict[str, Any]:
+    """The engine on the same rung; images/s from its own step records, one record per timed window.
+
+    The engine writes a step record every ``timed_steps`` steps; the first ``warmup_windows`` records
+    (warm-up, cuDNN autotuning, compilation) are dropped.
+    """
     from coursekit.train.engine import train
 
     with tempfile.TemporaryDirectory() as out:
-        config = config.replace(out=out, steps=warmup + repeats * timed_steps, log_every=timed_steps,
-                                progress="off")
+        total = (warmup_windows + repeats) * timed_steps
+        # test mode: no validation pass inside the timed windows; synthetic data sized to one epoch
+        config = config.replace(out=out, test_steps=total, log_every=timed_steps, progress="off")
+        if config.dataset == "synthetic":
+            config = config.replace(num_samples=total * config.batch_size)
         summary = train(config)
         records = steps(read_metrics(out))
-    windows = [r for r in records if r["step"] > warmup]
-    rates = [r["images_per_s_global"] for r in windows][-repeats:]
+    windows = records[warmup_windows:]
+    rates = [r["images_per_s_global"] for r in windows]
     torch._dynamo.reset()
     torch.cuda.empty_cache()
-    peak = summary.get("mem_allocated_peak_mb") or (windows[-1].get("mem_allocated_peak_mb") if windows else None)
-    return {"img_s": mean_std(rates), "peak_mem_gb": (peak or 0) / 1024, "summary_status": summary.get("status")}
+    peaks = [r.get("mem_allocated_peak_mb") or 0.0 for r in windows]
+    return {"img_s": mean_std(rates), "peak_mem_gb": max(peaks, default=0.0) / 1024,
+            "summary_status": summary.get("status")}
 
 
 def ladder_config(rung: dict[str, Any], batch: int) -> TrainConfig:
@@ -153,10 +162,10 @@ def ladder_config(rung: dict[str, Any], batch: int) -> TrainConfig:
 def run_ladder(args: argparse.Namespace, flop_per_image: float) -> list[dict[str, Any]]:
     rows = []
     for rung in RUNGS:
-        warmup = COMPILE_WARMUP_STEPS if rung["compile"] else WARMUP_STEPS
+        warmup_windows = COMPILE_WARMUP_WINDOWS if rung["compile"] else 1
         bare = bare_loop(rung["precision"], rung["channels_last"], rung["compile"], LADDER_BATCH,
                          args.repeats, args.steps)
-        engine = engine_run(ladder_config(rung, LADDER_BATCH), args.repeats, args.steps, warmup)
+        engine = engine_run(ladder_config(rung, LADDER_BATCH), args.repeats, args.steps, warmup_windows)
         ratio = engine["img_s"]["mean"] / bare["img_s"]["mean"]
         row = {**rung, "batch_size": LADDER_BATCH, "engine_img_s": engine["img_s"], "bare_img_s": bare["img_s"],
                "ratio": ratio, "peak_mem_gb": engine["peak_mem_gb"], "bare_peak_mem_gb": bare["peak_mem_gb"],
@@ -169,10 +178,10 @@ def run_ladder(args: argparse.Namespace, flop_per_image: float) -> list[dict[str
 
 
 def run_batch_sweep(args: argparse.Namespace) -> list[dict[str, Any]]:
-    rung = RUNGS[4]  # bf16 + channels_last, eager: no recompilation per batch size
+    rung = EAGER_PRESET
     rows = []
     for batch in BATCH_SWEEP:
-        engine = engine_run(ladder_config(rung, batch), args.repeats, args.steps, WARMUP_STEPS)
+        engine = engine_run(ladder_config(rung, batch), args.repeats, args.steps)
         rows.append({"batch_size": batch, "engine_img_s": engine["img_s"], "peak_mem_gb": engine["peak_mem_gb"]})
         print(f"batch {batch:4d}: {engine['img_s']['mean']:8.0f} ± {engine['img_s']['std']:5.0f} img/s  "
               f"{engine['peak_mem_gb']:.1f} GB", flush=True)
@@ -185,12 +194,11 @@ def run_jpeg(args: argparse.Namespace) -> dict[str, Any]:
 
     root = Path(args.jpeg_dir or tempfile.mkdtemp(prefix="coursekit-jpeg-"))
     start = time.perf_counter()
-    if not any(root.glob("*/*.jpg")):
+    if not any(root.glob("train/*/*.jpg")):
         write_synthetic_jpeg_tree(root, num_classes=JPEG_CLASSES, images_per_class=JPEG_IMAGES_PER_CLASS,
-                                  size=JPEG_SIZE)
+                                  size=JPEG_SIZE, workers=JPEG_WORKERS)
     print(f"JPEG tree ready in {time.perf_counter() - start:.1f} s at {root}", flush=True)
-    rung = RUNGS[4]
-    base = ladder_config(rung, LADDER_BATCH)
+    base = ladder_config(EAGER_PRESET, LADDER_BATCH)
     results: dict[str, Any] = {"images": JPEG_CLASSES * JPEG_IMAGES_PER_CLASS, "size": list(JPEG_SIZE)}
     variants = {
         "synthetic_img_s": base,
@@ -203,7 +211,7 @@ def run_jpeg(args: argparse.Namespace) -> dict[str, Any]:
                                          drop_last=True),
     }
     for key, config in variants.items():
-        engine = engine_run(config, args.repeats, args.steps // 2, WARMUP_STEPS // 3)
+        engine = engine_run(config, args.repeats, args.steps)
         results[key] = engine["img_s"]
         print(f"{key:<18} {engine['img_s']['mean']:8.0f} ± {engine['img_s']['std']:5.0f} img/s", flush=True)
     results["nvjpeg_over_synthetic"] = results["nvjpeg_gpu_img_s"]["mean"] / results["synthetic_img_s"]["mean"]
@@ -224,13 +232,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=REPEATS)
     parser.add_argument("--steps", type=int, default=TIMED_STEPS)
     parser.add_argument("--jpeg-dir", default=None)
+    parser.add_argument("--smoke", action="store_true", help="2 windows of 3 steps per figure: checks the script")
     args = parser.parse_args(argv)
+    if args.smoke:
+        global WARMUP_STEPS, JPEG_IMAGES_PER_CLASS, RUNGS, BATCH_SWEEP
+        WARMUP_STEPS, JPEG_IMAGES_PER_CLASS = 3, 40
+        RUNGS, BATCH_SWEEP = [RUNGS[0], RUNGS[3]], BATCH_SWEEP[:1]
+        args.repeats, args.steps = 2, 4
     if not torch.cuda.is_available():
         print("bench/gpu_ladder.py needs a CUDA GPU; CPU figures come from bench/cpu_ci.py", file=sys.stderr)
         return 2
     result: dict[str, Any] = {**environment(), "command": "python " + " ".join(["bench/gpu_ladder.py", *sys.argv[1:]]),
                               "model": MODEL, "image_size": IMAGE_SIZE,
-                              "protocol": f"{WARMUP_STEPS} warm-up steps ({COMPILE_WARMUP_STEPS} with compile), then "
+                              "protocol": f"bare loop: {WARMUP_STEPS} warm-up steps ({COMPILE_WARMUP_STEPS} with compile); engine: "
+                                          f"1 warm-up window ({COMPILE_WARMUP_WINDOWS} with compile); then "
                                           f"{args.repeats} windows of {args.steps} steps; mean ± std over windows"}
     print(json.dumps(environment()), flush=True)
     if "ladder" in args.only:

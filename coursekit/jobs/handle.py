@@ -8,6 +8,7 @@ A job found nowhere is ``VANISHED`` (terminal), so ``wait()`` never polls foreve
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -52,6 +53,25 @@ def _pid_start_time(pid: int) -> str | None:
         return None
     fields = stat.rsplit(")", 1)[-1].split()
     return None if fields[0] == "Z" else fields[19]
+
+
+def _child_pids(pid: int | None) -> list[int]:
+    """Processes whose parent is ``pid`` (Linux /proc)."""
+    if pid is None:
+        return []
+    try:
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        pass
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[-1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            children.append(int(stat.parent.name))
+    return children
 
 
 def tail_lines(path: Path, n: int) -> list[str]:
@@ -184,13 +204,14 @@ class Job:
             return from_disk
         return "UNKNOWN" if rows is None else "VANISHED"
 
-    def _local_state(self) -> str:
+    def _local_alive(self) -> bool:
         process = getattr(self._submitit_job, "_process", None)
         if process is not None:
-            alive = process.poll() is None
-        else:
-            alive = self.pid is not None and self.pid_start is not None and _pid_start_time(self.pid) == self.pid_start
-        if alive:
+            return process.poll() is None
+        return self.pid is not None and self.pid_start is not None and _pid_start_time(self.pid) == self.pid_start
+
+    def _local_state(self) -> str:
+        if self._local_alive():
             return "RUNNING"
         if (self.folder / CANCEL_MARKER).exists():
             return "CANCELLED"
@@ -273,11 +294,12 @@ class Job:
             return
         self.folder.mkdir(parents=True, exist_ok=True)
         (self.folder / CANCEL_MARKER).write_text(f"{time.time()}\n")
-        process = getattr(self._submitit_job, "_process", None)
-        if process is not None:
-            process.send_signal(signal.SIGINT)
-        elif self.pid is not None and self.pid_start is not None and _pid_start_time(self.pid) == self.pid_start:
-            os.kill(self.pid, signal.SIGINT)
+        if self._local_alive():
+            # interrupt the tasks, not submitit's controller: it then ends quietly (an interrupted
+            # controller prints a traceback into the notebook)
+            for pid in _child_pids(self.pid) or [self.pid]:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGINT)
 
     def result(self, timeout: float | None = None) -> Any:
         """The function's return value (task 0), after waiting; ``JobFailedError`` otherwise."""

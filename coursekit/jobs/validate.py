@@ -131,11 +131,7 @@ def check_gpus_per_task(n_gpu_per_task: Any, gpus_on_node: int, n_gpu: int) -> i
 
 def parse_time(time_max: Any, parameter: str = "time_max") -> int:
     """Slurm's --time syntax (or whole minutes) -> minutes, rounded up; at least 1."""
-    if isinstance(time_max, bool):
-        raise ValueError(f"{parameter}={time_max!r}: use Slurm's time syntax, e.g. '02:00:00' or '1-00:00:00'")
-    if isinstance(time_max, int):
-        if time_max <= 0:
-            raise ValueError(f"{parameter}={time_max!r}: minutes must be >= 1")
+    if isinstance(time_max, int) and not isinstance(time_max, bool) and time_max > 0:
         return time_max
     text = time_max.strip() if isinstance(time_max, str) else ""
     for pattern in SLURM_TIME_PATTERNS:

@@ -201,6 +201,8 @@ def _static_problems(cfg: TrainConfig) -> list[str]:
         if not Path(cfg.data_dir).is_dir():
             problems.append(f"data_dir={cfg.data_dir!r} does not exist"
                             + (" (add --download on a node with internet)" if cfg.dataset == "cifar10" else ""))
+    if cfg.gpu_resident and cfg.dataset != "synthetic":
+        problems.append(f"gpu_resident applies to dataset 'synthetic' only, not {cfg.dataset!r}")
     if cfg.gpu_decode and cfg.dataset not in JPEG_DATASETS:
         problems.append(f"gpu_decode decodes JPEG files: use it with dataset jpeg_folder or imagefolder, "
                         f"not {cfg.dataset!r}")
@@ -250,7 +252,11 @@ def validate(cfg: TrainConfig, ctx: Any = None) -> None:
             problems.append(problem)
         if cfg.compile and (problem := _compile_problem(ctx.device.type)):
             problems.append(problem)
-        if cfg.num_samples is not None and cfg.dataset != "line":
+        if cfg.sync_batchnorm and ctx.world_size > 1 and ctx.device.type != "cuda":
+            problems.append("sync_batchnorm: torch's SyncBatchNorm runs on GPUs only; on CPUs drop --sync-batchnorm")
+        if cfg.gpu_decode and ctx.device.type != "cuda":
+            problems.append("gpu_decode decodes JPEGs with nvjpeg on a GPU; this run is on the CPU: drop --gpu-decode")
+        if cfg.num_samples is not None:
             train_samples = int(cfg.num_samples * (1 - cfg.val_fraction))
             if train_samples < ctx.world_size:
                 problems.append(f"num_samples={cfg.num_samples} leaves {train_samples} training samples for "

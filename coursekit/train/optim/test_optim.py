@@ -31,7 +31,7 @@ def test_lr_scaling_from_the_base_batch(scaling, expected):
                                        ("lamb", LAMB)])
 def test_each_optimizer_has_the_config_and_trains(name, cls):
     assert name in OPTIMIZERS
-    lr = {"sgd": 0.05, "adamw": 0.01, "lars": 0.5, "lamb": 0.01}[name]
+    lr = {"sgd": 0.05, "adamw": 0.01, "lars": 1.0, "lamb": 0.01}[name]
     cfg = TrainConfig(optimizer=name, lr=lr, lr_scaling="linear", base_batch=32, momentum=0.8, weight_decay=1e-4)
     torch.manual_seed(0)
     net = small_net()

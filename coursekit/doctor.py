@@ -1,0 +1,196 @@
+"""``coursekit doctor``: is this machine ready to run the labs? One check per line, what to fix when not.
+
+Checks: Python, torch, CUDA and GPUs, submitit, the course folder, the site profile; for a Slurm site
+also Slurm's commands on PATH, the controller, accounting (sacct), and the partition (per sinfo).
+A check is ``ok``, ``warn`` (worth knowing, does not fail: e.g. no GPU on a login node) or ``fail``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import IO, Any
+
+MIN_PYTHON = (3, 10)
+SLURM_COMMANDS = ("sbatch", "srun", "squeue", "sacct", "scancel", "sinfo", "scontrol")
+SYMBOLS = {"ok": "✓", "warn": "!", "fail": "✗"}
+ASCII_SYMBOLS = {"ok": "OK", "warn": "!!", "fail": "XX"}
+
+
+@dataclass(frozen=True)
+class Check:
+    """One line of the doctor's report."""
+
+    status: str  # "ok" | "warn" | "fail"
+    title: str
+    detail: str = ""
+    fix: str = ""
+
+
+def check_python() -> Check:
+    version = ".".join(str(v) for v in sys.version_info[:3])
+    if sys.version_info[:2] >= MIN_PYTHON:
+        return Check("ok", f"Python {version}", sys.executable)
+    return Check("fail", f"Python {version}", "coursekit needs Python >= 3.10",
+                 "use a newer Python (conda env from environment.yml)")
+
+
+def check_module(name: str, fix: str) -> Check:
+    try:
+        module = importlib.import_module(name)
+    except Exception as error:  # noqa: BLE001 - any import failure is the finding
+        return Check("fail", f"{name} importable", f"{type(error).__name__}: {error}", fix)
+    return Check("ok", f"{name} {getattr(module, '__version__', '')}".strip(), os.path.dirname(module.__file__ or ""))
+
+
+def check_gpus() -> Check:
+    try:
+        import torch
+    except Exception:  # noqa: BLE001 - reported by check_module
+        return Check("warn", "CUDA and GPUs", "torch is missing, GPUs not checked")
+    if not torch.cuda.is_available():
+        return Check("warn", "CUDA and GPUs: none on this machine",
+                     "jobs run on the CPU here; on a cluster the GPUs are on the compute nodes")
+    names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    return Check("ok", f"CUDA {torch.version.cuda}: {len(names)} GPU(s)", ", ".join(names))
+
+
+def check_course_folder() -> Check:
+    from coursekit.course import course_dir, jobs_dir
+
+    folder = course_dir()
+    try:
+        jobs_dir().mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=jobs_dir()):
+            pass
+    except OSError as error:
+        return Check("fail", f"course folder {folder}", f"jobs/ is not writable: {error}",
+                     "run from a folder you own, or set COURSEKIT_COURSE_DIR")
+    return Check("ok", f"course folder {folder}", f"jobs in {jobs_dir()}")
+
+
+def check_site(site_name: str | None) -> tuple[Check, Any]:
+    from coursekit.sites import load_site, site_names
+
+    try:
+        site = load_site(site_name)
+    except ValueError as error:
+        return Check("fail", "site profile", str(error), f"choose one of {site_names()} (COURSEKIT_SITE or "
+                     "site = \"...\" in coursekit.toml)"), None
+    if site.account_required and not site.account and not site.is_local:
+        return Check("warn", f"site {site.name} ({site.scheduler}): needs a project account",
+                     "jobs without account= will be refused before submission",
+                     "set account under [site_defaults] in coursekit.toml"), site
+    return Check("ok", f"site {site.name} ({site.scheduler})", site.description), site
+
+
+def check_slurm_commands() -> Check:
+    missing = [command for command in SLURM_COMMANDS if shutil.which(command) is None]
+    if missing:
+        return Check("fail", "Slurm commands on PATH", f"missing: {', '.join(missing)}",
+                     "load your site's Slurm module, or use the local site (COURSEKIT_SITE=local); "
+                     "for a local test cluster: bash slurm/cluster.sh install && bash slurm/cluster.sh start")
+    return Check("ok", "Slurm commands on PATH", ", ".join(SLURM_COMMANDS))
+
+
+def check_controller() -> Check:
+    from coursekit.jobs import slurm_cli
+
+    try:
+        answer = slurm_cli.run(["scontrol", "ping"]).strip()
+    except slurm_cli.SlurmError as error:
+        return Check("fail", "Slurm controller answers", error.message,
+                     "slurmctld is down: ask your admins, or bash slurm/cluster.sh start on a test machine")
+    if "UP" not in answer:
+        return Check("fail", "Slurm controller answers", answer, "slurmctld is down (scontrol ping)")
+    return Check("ok", "Slurm controller answers", answer.splitlines()[0] if answer else "")
+
+
+def check_accounting() -> Check:
+    from coursekit.jobs import slurm_cli
+
+    if slurm_cli.accounting_enabled(max_age_s=0):
+        return Check("ok", "Slurm accounting on (sacct answers)")
+    return Check("fail", "Slurm accounting on (sacct answers)", "sacct fails: finished jobs' states are unknown",
+                 "enable accounting (slurmdbd); the local test cluster has it: bash slurm/cluster.sh start")
+
+
+def check_partition(site: Any) -> Check:
+    from coursekit.jobs import slurm_cli
+
+    try:
+        partitions = slurm_cli.sinfo_partitions()
+    except slurm_cli.SlurmError as error:
+        return Check("fail", "partition (sinfo)", error.message, "sinfo must answer")
+    wanted = site.partition
+    if site.partitions and wanted is not None:
+        info = site.partition_info(wanted)
+        if info is not None and info.select_by_constraint:
+            return Check("ok", f"partition: chosen by constraint {info.constraint}", info.description)
+    rows = [row for row in partitions if row["name"] == wanted] if wanted else \
+        [row for row in partitions if row["default"]]
+    available = sorted({str(row["name"]) for row in partitions})
+    if not rows:
+        what = f"partition {wanted!r}" if wanted else "a default partition"
+        return Check("fail", f"{what} exists", f"sinfo lists {available}",
+                     "set partition under [site_defaults] in coursekit.toml to one of those")
+    row = max(rows, key=lambda r: r["gpus_per_node"])
+    gpus = row["gpus_per_node"]
+    title = f"partition {row['name']}: {gpus} GPU(s), {row['cpus']} CPUs per node, {row['available']}"
+    if row["available"] != "up":
+        return Check("fail", title, "the partition is not up", "ask your admins")
+    if not gpus:
+        return Check("warn", title, "no GRES gpu on this partition: GPU jobs will be refused")
+    return Check("ok", title)
+
+
+def run_checks(site_name: str | None = None) -> list[Check]:
+    """Every check, in order; Slurm's checks only for a Slurm site."""
+    checks = [check_python(), check_module("torch", "pip install torch"), check_gpus(),
+              check_module("submitit", "pip install submitit"), check_course_folder()]
+    site_check, site = check_site(site_name)
+    checks.append(site_check)
+    if site is None or site.is_local:
+        if site is not None:
+            checks.append(Check("ok", "Slurm not needed", "site local: jobs run on this machine"))
+        return checks
+    slurm_steps: list[Callable[[], Check]] = [check_slurm_commands, check_controller, check_accounting,
+                                              lambda: check_partition(site)]
+    for step in slurm_steps:
+        check = step()
+        checks.append(check)
+        if check.status == "fail" and step in (check_slurm_commands, check_controller):
+            break  # the next checks cannot answer
+    return checks
+
+
+def _symbols(stream: IO[str]) -> dict[str, str]:
+    try:
+        "".join(SYMBOLS.values()).encode(getattr(stream, "encoding", None) or "ascii")
+    except (UnicodeEncodeError, LookupError):
+        return ASCII_SYMBOLS
+    return SYMBOLS
+
+
+def report(checks: list[Check], out: IO[str] | None = None) -> bool:
+    """Print the check list and a verdict; True when nothing failed."""
+    stream = out or sys.stdout
+    symbols = _symbols(stream)
+    for check in checks:
+        print(f"{symbols[check.status]} {check.title}" + (f"  ({check.detail})" if check.detail else ""), file=stream)
+        if check.fix and check.status != "ok":
+            print(f"    fix: {check.fix}", file=stream)
+    failed = [check for check in checks if check.status == "fail"]
+    verdict = "all is well" if not failed else f"{len(failed)} problem(s): " + "; ".join(c.title for c in failed)
+    print(verdict, file=stream, flush=True)
+    return not failed
+
+
+def doctor(site: str | None = None, out: IO[str] | None = None) -> bool:
+    """Run the checks and print them (``site``: a profile name, default the course's); True when all is well."""
+    return report(run_checks(site), out)
