@@ -5,7 +5,9 @@ Launchers understood, in this order of precedence:
 - ``torchrun`` (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR/PORT``);
 - submitit's local executor (``SUBMITIT_LOCAL_GLOBALID``, ``SUBMITIT_LOCAL_LOCALID``, ``SUBMITIT_LOCAL_NTASKS``);
 - ``srun`` — a plain Slurm step or a submitit Slurm job (``SLURM_PROCID``, ``SLURM_LOCALID``,
-  ``SLURM_STEP_NUM_TASKS`` or ``SLURM_NTASKS``; master = first host of the step's or job's node list);
+  ``SLURM_STEP_NUM_TASKS`` or ``SLURM_NTASKS``; master = first host of the step's or job's node list).
+  The batch script itself (no ``SLURM_STEP_ID``, yet ``SLURM_PROCID=0`` and ``SLURM_NTASKS=N``) and a
+  JupyterHub kernel running as a Slurm job are one process: they must not wait for N - 1 peers;
 - otherwise one process.
 
 NCCL on GPUs, gloo on CPUs. Every helper below is a no-op when there is one process.
@@ -162,7 +164,8 @@ def launch_info(env: Mapping[str, str] | None = None) -> LaunchInfo:
             world_size=world, local_world_size=world, master_addr=LOCALHOST,
             master_port=int(env.get("MASTER_PORT") or _port_from_job(env.get("SUBMITIT_LOCAL_JOB_ID", "0"))),
             launcher="submitit-local")
-    if "SLURM_PROCID" in env and ("SLURM_STEP_NUM_TASKS" in env or "SLURM_NTASKS" in env):
+    in_step = any(name in env for name in ("SLURM_STEP_ID", "SLURM_STEPID", "SLURM_STEP_NUM_TASKS"))
+    if "SLURM_PROCID" in env and in_step and ("SLURM_STEP_NUM_TASKS" in env or "SLURM_NTASKS" in env):
         world = int(env.get("SLURM_STEP_NUM_TASKS") or env["SLURM_NTASKS"])
         nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
         per_node = env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE")

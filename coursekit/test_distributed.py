@@ -7,6 +7,7 @@ import socket
 
 import pytest
 import torch
+import torch._dynamo  # noqa: F401 - DDP imports it; imported here once, forked workers start at once
 import torch.multiprocessing as mp
 
 from coursekit import distributed as d
@@ -56,6 +57,15 @@ def test_launch_info_srun() -> None:
     assert d.launch_info({**env, "MASTER_PORT": "12345"}).master_port == 12345
 
 
+def test_batch_script_outside_srun_is_one_process() -> None:
+    """What sbatch --ntasks=2 gives its batch script (seen on this project's Slurm): no step variables."""
+    env = {"SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NTASKS": "2", "SLURM_TASKS_PER_NODE": "2",
+           "SLURM_JOB_NODELIST": "vm", "SLURM_JOB_ID": "106"}
+    assert d.launch_info(env).world_size == 1
+    step = {**env, "SLURM_PROCID": "1", "SLURM_LOCALID": "1", "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "2"}
+    assert (d.launch_info(step).rank, d.launch_info(step).world_size) == (1, 2)
+
+
 def test_launch_info_submitit_local_and_single() -> None:
     env = {"SUBMITIT_EXECUTOR": "local", "SUBMITIT_LOCAL_GLOBALID": "1", "SUBMITIT_LOCAL_LOCALID": "1",
            "SUBMITIT_LOCAL_NTASKS": "2", "SUBMITIT_LOCAL_JOB_ID": "777"}
@@ -100,7 +110,8 @@ def test_two_gloo_processes_reduce_and_broadcast() -> None:
     world = 2
     with mp.Manager() as manager:
         results = manager.dict()
-        mp.spawn(_collectives_worker, args=(world, free_port(), results), nprocs=world, join=True)
+        mp.start_processes(_collectives_worker, args=(world, free_port(), results), nprocs=world, join=True,
+                           start_method="fork")
         results = dict(results)
     for rank in range(world):
         backend, owns, summed, mean, biggest, chosen, wrapper, inner = results[rank]

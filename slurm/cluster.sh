@@ -35,6 +35,7 @@ MEMORY_KEPT_PERCENT=90         # RealMemory = this share of what slurmd -C detec
 MIN_JOB_AGE_S=30               # finished jobs leave squeue after this (sacct keeps them)
 KILL_WAIT_S=5                  # SIGTERM -> SIGKILL delay on cancel and time limit
 STANDIN_GPU_PREFIX="/dev/coursekit-gpu"
+STANDIN_GPU_FILE_PREFIX="/var/spool/slurm/stand-in-gpus/gpu"   # used only where mknod is refused
 STANDIN_DEVICE_MAJOR=1         # mknod c 1 3 = a /dev/null-like character device
 STANDIN_DEVICE_MINOR=3
 DB_NAME="slurm_acct_db"
@@ -239,16 +240,22 @@ gpu_device_files() {
         echo "/dev/nvidia[0-$((count - 1))]"
         return 0
     fi
+    local prefix=$STANDIN_GPU_PREFIX
     for ((index = 0; index < count; index++)); do
-        local device="$STANDIN_GPU_PREFIX$index"
-        if [[ ! -c $device ]]; then
-            rm -f "$device"
-            mknod "$device" c "$STANDIN_DEVICE_MAJOR" "$STANDIN_DEVICE_MINOR" \
-                || die "mknod $device failed: cannot create stand-in GPU devices"
-            chmod 666 "$device"
+        [[ -c $prefix$index ]] && continue
+        rm -f "$prefix$index"
+        if ! mknod "$prefix$index" c "$STANDIN_DEVICE_MAJOR" "$STANDIN_DEVICE_MINOR" 2>/dev/null; then
+            # no CAP_MKNOD or a read-only /dev: plain files still let Slurm schedule gpu:N
+            prefix=$STANDIN_GPU_FILE_PREFIX
+            mkdir -p "$(dirname "$prefix")"
+            echo "[slurm/cluster.sh] WARNING: mknod is not permitted here: stand-in GPUs are plain files" \
+                 "($prefix*); Slurm will schedule --gres=gpu:N but set no CUDA_VISIBLE_DEVICES" >&2
+            for ((index = 0; index < count; index++)); do touch "$prefix$index"; done
+            break
         fi
+        chmod 666 "$prefix$index"
     done
-    echo "$STANDIN_GPU_PREFIX[0-$((count - 1))]"
+    echo "$prefix[0-$((count - 1))]"
 }
 
 detected_gpu_count() {

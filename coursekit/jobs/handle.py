@@ -20,6 +20,7 @@ from typing import Any
 from submitit.core.utils import JobPaths, pickle_load
 
 from coursekit.jobs import registry, slurm_cli
+from coursekit.jobs.local_process import child_pids, process_start_time
 from coursekit.jobs.slurm_cli import TERMINAL_STATES, SlurmError
 from coursekit.metrics import read_metrics
 
@@ -43,35 +44,6 @@ UNCACHED_TERMINAL = frozenset({"PREEMPTED", "VANISHED"})  # may still change (re
 
 class JobFailedError(RuntimeError):
     """The job did not return a result: its exception (with the remote traceback) or its final state."""
-
-
-def _pid_start_time(pid: int) -> str | None:
-    """Start time of a process (clock ticks since boot), to tell it from a later one with the same pid."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat.rsplit(")", 1)[-1].split()
-    return None if fields[0] == "Z" else fields[19]
-
-
-def _child_pids(pid: int | None) -> list[int]:
-    """Processes whose parent is ``pid`` (Linux /proc)."""
-    if pid is None:
-        return []
-    try:
-        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        pass
-    children = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[-1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            children.append(int(stat.parent.name))
-    return children
 
 
 def tail_lines(path: Path, n: int) -> list[str]:
@@ -149,7 +121,9 @@ class Job:
 
     @property
     def submission_script(self) -> Path:
-        return self.paths.submission_file
+        """The sbatch script (one per job array, in the array's own folder ``<name>/<array_id>``)."""
+        array_id = self.job_id.split("_")[0]
+        return self.folder.parent / array_id / f"{array_id}_submission.sh"
 
     def tail(self, n: int = 10, stream: str = "out") -> str:
         """The last ``n`` lines of task 0's stdout (``stream="out"``) or stderr (``"err"``)."""
@@ -187,28 +161,40 @@ class Job:
             self.last_error = None
         except SlurmError as error:
             rows, self.last_error = None, error
-        if rows:
-            self._info.update(rows[0])
-            return rows[0]["state"]
-        accounted = []
+        live = slurm_cli.row_for(rows or [], self.job_id)
+        if live is not None:
+            self._info.update(live)
+            return live["state"]
+        accounted = None
         if slurm_cli.accounting_enabled():
             try:
-                accounted = slurm_cli.sacct([self.job_id])
+                accounted = slurm_cli.row_for(slurm_cli.sacct([self.job_id]), self.job_id)
             except SlurmError as error:
                 self.last_error = error
-        if accounted:
-            self._info.update(accounted[-1])
-            return accounted[-1]["state"]
+        if accounted is not None:
+            self._info.update(accounted)
+            return accounted["state"]
         from_disk = self._state_from_disk()
         if from_disk is not None:
             return from_disk
         return "UNKNOWN" if rows is None else "VANISHED"
 
+    def _details(self) -> dict[str, str]:
+        """squeue's or sacct's row of the job (asked again when the state came from the registry)."""
+        self.state  # noqa: B018 - refreshes _info while the job is known to Slurm
+        if not self._info and self._final is not None and slurm_cli.accounting_enabled():
+            try:
+                row = slurm_cli.row_for(slurm_cli.sacct([self.job_id]), self.job_id)
+            except SlurmError:
+                row = None
+            self._info.update(row or {})
+        return self._info
+
     def _local_alive(self) -> bool:
         process = getattr(self._submitit_job, "_process", None)
         if process is not None:
             return process.poll() is None
-        return self.pid is not None and self.pid_start is not None and _pid_start_time(self.pid) == self.pid_start
+        return self.pid is not None and self.pid_start is not None and process_start_time(self.pid) == self.pid_start
 
     def _local_state(self) -> str:
         if self._local_alive():
@@ -253,15 +239,13 @@ class Job:
         if self.scheduler == "local":
             end = self.stderr.stat().st_mtime if self.done() and self.stderr.exists() else time.time()
             return max(0.0, end - self.submitted_at)
-        self.state  # noqa: B018 - refreshes _info
-        return slurm_cli.parse_duration(self._info.get("elapsed", ""))
+        return slurm_cli.parse_duration(self._details().get("elapsed", ""))
 
     @property
     def node(self) -> str | None:
         if self.scheduler == "local":
             return socket.gethostname()
-        self.state  # noqa: B018
-        node = self._info.get("node_list", "")
+        node = self._details().get("node_list", "")
         return None if node in ("", "None assigned", "(null)") else node
 
     # ------------------------------------------------------------ waiting, cancelling, results
@@ -297,7 +281,7 @@ class Job:
         if self._local_alive():
             # interrupt the tasks, not submitit's controller: it then ends quietly (an interrupted
             # controller prints a traceback into the notebook)
-            for pid in _child_pids(self.pid) or [self.pid]:
+            for pid in child_pids(self.pid) or [self.pid]:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGINT)
 

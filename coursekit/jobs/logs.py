@@ -9,10 +9,17 @@ exactly: ``"123"`` finds job 123 and the tasks ``123_N`` of array 123, never job
 date holding "123". Any other ``contains`` is a plain substring of ``<name>/<job_id>/<file name>``.
 Results are sorted by job id (numerically: oldest first, so ``[-1]`` is the latest job), then name
 and task.
+
+Speed: a finished job's folder (submitit's ``<job_id>_0_result.pkl`` is there: nothing will be added)
+is listed once ever: its logs are kept in memory and in ``<jobs>/.search_log_index.json``, which the
+next process reads instead of listing thousands of folders (slow on the shared file systems of
+clusters). Other folders are ``stat``-ed and listed again only when their mtime changed.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
 import time
@@ -27,6 +34,9 @@ STREAM_KEYS = {"out": "stdout", "err": "stderr"}
 LOG_SUFFIXES = ("_log.out", "_log.err")  # same length: the task number sits between prefix and suffix
 RECENT_CHANGE_NS = 2_000_000_000  # coarse file-system clocks: do not trust a listing this fresh
 MAX_CACHED_FOLDERS = 200_000
+FINISHED_MARKER = "0_result.pkl"  # submitit writes <job_id>_0_result.pkl when task 0 has ended
+INDEX_FILE = ".search_log_index.json"  # finished jobs' logs: a new process need not list their folders
+INDEX_VERSION = 1
 
 def looks_like_job_id(text: str) -> bool:
     """``1234`` or ``1234_5`` (an array task)."""
@@ -63,38 +73,98 @@ def _check_arguments(name: object, contains: object) -> tuple[str, str]:
     return name, contains
 
 
-def _job_sort_key(job_id: str) -> tuple[int, ...]:
+LogEntry = tuple[int, str, str]  # (task, "out" | "err", file name)
+# folder path -> (finished, mtime_ns, job sort key, logs). A finished job's folder (task 0 wrote its
+# result) no longer changes and is not looked at again; another is listed again when its mtime changed.
+FolderEntry = tuple[bool, int, tuple[int, ...], tuple[LogEntry, ...]]
+_folder_logs: dict[str, FolderEntry] = {}
+_loaded_roots: set[str] = set()
+
+
+def _job_key(job_id: str) -> tuple[int, ...]:
     return tuple(int(part) for part in job_id.split("_"))
 
 
-LogEntry = tuple[int, str, str]  # (task, "out" | "err", file name)
-_folder_logs: dict[str, tuple[int, tuple[LogEntry, ...]]] = {}
+def _log_name(job_id: str, task: int, stream: str) -> str:
+    return f"{job_id}_{task}_log.{stream}"
 
 
-def _logs_of_job_folder(path: str, job_id: str) -> tuple[LogEntry, ...]:
-    """The logs of one job folder. A folder is listed again only when its mtime changed (one ``stat``
-    instead of a listing); folders changed in the last RECENT_CHANGE_NS are never cached."""
-    try:
-        mtime_ns = os.stat(path).st_mtime_ns
-    except OSError:
-        return ()
-    cached = _folder_logs.get(path)
-    if cached is not None and cached[0] == mtime_ns:
-        return cached[1]
+def _scan_job_folder(path: str, job_id: str, cached: FolderEntry | None) -> FolderEntry | None:
+    """List one job folder (unless its cached entry is still valid); None when it is not a job folder."""
+    mtime_ns = None
+    if cached is not None:
+        try:
+            mtime_ns = os.stat(path).st_mtime_ns
+        except OSError:
+            return None
+        if mtime_ns == cached[1]:
+            return cached
+    elif not looks_like_job_id(job_id):
+        return None
+    names = _file_names(path)
     prefix = job_id + "_"
+    start, end = len(prefix), -len(LOG_SUFFIXES[0])
     logs = []
-    for file_name in _file_names(path):
-        if not file_name.endswith(LOG_SUFFIXES) or not file_name.startswith(prefix):
-            continue
-        task = file_name[len(prefix):-len(LOG_SUFFIXES[0])]
-        if task.isascii() and task.isdigit():
-            logs.append((int(task), file_name[-3:], file_name))
-    found = tuple(logs)
+    for file_name in names:
+        if file_name.endswith(LOG_SUFFIXES) and file_name.startswith(prefix):
+            task = file_name[start:end]
+            if task.isdigit() and task.isascii():
+                logs.append((int(task), file_name[-3:], file_name))
+    key = _job_key(job_id)
+    if len(_folder_logs) >= MAX_CACHED_FOLDERS:
+        _folder_logs.clear()
+    if prefix + FINISHED_MARKER in names:
+        entry: FolderEntry = (True, 0, key, tuple(sorted(logs)))
+        _folder_logs[path] = entry
+        return entry
+    if mtime_ns is None:  # stat after listing: a change in between leaves a fresh mtime, never cached
+        try:
+            mtime_ns = os.stat(path).st_mtime_ns
+        except OSError:
+            return None
+    entry = (False, mtime_ns, key, tuple(sorted(logs)))
     if time.time_ns() - mtime_ns > RECENT_CHANGE_NS:
-        if len(_folder_logs) >= MAX_CACHED_FOLDERS:
-            _folder_logs.clear()
-        _folder_logs[path] = (mtime_ns, found)
-    return found
+        _folder_logs[path] = entry
+    return entry
+
+
+def _load_index(base: str) -> None:
+    """Seed the cache with the finished job folders recorded in ``base``'s index (once per process)."""
+    if base in _loaded_roots:
+        return
+    _loaded_roots.add(base)
+    try:
+        with open(os.path.join(base, INDEX_FILE), encoding="utf-8") as handle:
+            data = json.load(handle)
+        if data.get("version") != INDEX_VERSION:
+            return
+        for relative, logs in data["folders"].items():
+            job_name, job_id = relative.split("/")
+            if not looks_like_job_id(job_id) or job_name in ("", ".", ".."):
+                continue
+            if not all(stream in STREAM_KEYS and isinstance(task, int) and task >= 0 for task, stream in logs):
+                continue
+            entries = tuple(sorted((task, stream, _log_name(job_id, task, stream)) for task, stream in logs))
+            _folder_logs.setdefault(os.path.join(base, job_name, job_id), (True, 0, _job_key(job_id), entries))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return  # no index, or not one of ours: the folders are listed
+
+
+def _save_index(base: str, present: set[str] | None) -> None:
+    """Record the finished job folders under ``base`` (those in ``present`` when it is given)."""
+    prefix = base + os.sep
+    folders = {path[len(prefix):].replace(os.sep, "/"): [[task, stream] for task, stream, _ in entry[3]]
+               for path, entry in _folder_logs.items()
+               if entry[0] and path.startswith(prefix) and (present is None or path in present)}
+    target = os.path.join(base, INDEX_FILE)
+    scratch = f"{target}.{os.getpid()}.tmp"
+    try:
+        with open(scratch, "w", encoding="utf-8") as handle:
+            json.dump({"version": INDEX_VERSION, "folders": folders}, handle, separators=(",", ":"))
+        os.replace(scratch, target)  # atomic: readers see the old or the new index, never half of one
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(scratch)
 
 
 def default_jobs_root() -> Path:
@@ -113,32 +183,40 @@ def find_logs(name: str = "*", contains: str = "", *, root: str | os.PathLike | 
               ) -> dict[str, list[str]]:
     """Every matching log, as ``{"stdout": [...], "stderr": [...]}`` (paths as strings, sorted).
 
-    Per job folder: one ``stat`` (and a listing when it changed); no regex, no file opened.
+    Finished jobs' folders are listed once ever (then kept in the cache and in the jobs folder's
+    index file); no log file is opened.
     """
     name, contains = _check_arguments(name, contains)
-    base = os.fspath(root) if root is not None else os.fspath(default_jobs_root())
+    base = os.path.abspath(root if root is not None else default_jobs_root())
     wanted_job = contains if looks_like_job_id(contains) else None
     substring = contains if wanted_job is None else ""
-    found: dict[str, list[tuple[tuple[int, ...], str, int, str]]] = {"out": [], "err": []}
+    full_scan = name == "*" and wanted_job is None
+    _load_index(base)
+    folders, present, newly_finished = [], set(), 0
     for name_folder in _subfolders(base):
         job_name = name_folder.name
         if not fnmatchcase(job_name, name):
             continue
         for job_folder in _subfolders(name_folder.path):
-            job_id = job_folder.name
+            job_id, path = job_folder.name, job_folder.path
             if wanted_job is not None and not same_job(job_id, wanted_job):
                 continue
-            if not looks_like_job_id(job_id):
-                continue
-            logs = _logs_of_job_folder(job_folder.path, job_id)
-            if not logs:
-                continue
-            job_key, folder_path = _job_sort_key(job_id), job_folder.path + os.sep
-            for task, stream, file_name in logs:
-                if substring and substring not in f"{job_name}/{job_id}/{file_name}":
-                    continue
-                found[stream].append((job_key, job_name, task, folder_path + file_name))
-    return {STREAM_KEYS[stream]: [entry[3] for entry in sorted(entries)] for stream, entries in found.items()}
+            present.add(path)
+            entry = _folder_logs.get(path)
+            if entry is None or not entry[0]:
+                entry = _scan_job_folder(path, job_id, entry)
+                newly_finished += entry is not None and entry[0]
+            if entry is not None and entry[3]:
+                folders.append((entry[2], job_name, job_id, path + os.sep, entry[3]))
+    if newly_finished:
+        _save_index(base, present if full_scan else None)
+    folders.sort()
+    found: dict[str, list[str]] = {"out": [], "err": []}
+    for _, job_name, job_id, folder_path, logs in folders:
+        for _, stream, file_name in logs:
+            if not substring or substring in f"{job_name}/{job_id}/{file_name}":
+                found[stream].append(folder_path + file_name)
+    return {STREAM_KEYS[stream]: paths for stream, paths in found.items()}
 
 
 def search_log(name: str = "*", contains: str = "", with_err: bool = False, *,

@@ -21,7 +21,7 @@ from dataclasses import replace
 from typing import IO
 
 from coursekit.jobs import registry, slurm_cli
-from coursekit.jobs.handle import Job, tail_lines
+from coursekit.jobs.handle import UNCACHED_TERMINAL, Job, tail_lines
 from coursekit.jobs.queue_table import (
     QueueRow,
     last_log_line,
@@ -85,10 +85,13 @@ class QueueSource:
             if ended is not None:
                 rows.append(ended)
                 continue
-            row = live.get(job.job_id) or accounted.get(job.job_id) or self._row_from_handle(job)
+            from_slurm = live.get(job.job_id) or accounted.get(job.job_id)
+            row = from_slurm or self._row_from_handle(job)
             row = replace(row, progress=self._progress_of(job), last_line=_last_line(job))
             if row.done:
                 self._ended[_key(job)] = row
+                if from_slurm is not None and self._given is None:
+                    _record_final_state(job, row.state)
             rows.append(row)
         return rows
 
@@ -150,6 +153,17 @@ class QueueSource:
         if job.scheduler != "local":
             return QueueRow(job.job_id, job.name, state)
         return QueueRow(job.job_id, job.name, state, job.elapsed, job.node or "")
+
+
+def _record_final_state(job: Job, state: str) -> None:
+    """Tell the registry (as Job.state does), so that later views and list_jobs() need not ask Slurm."""
+    if state in UNCACHED_TERMINAL:
+        return
+    try:
+        registry.append({"event": "state", "job_id": job.job_id, "scheduler": job.scheduler, "state": state,
+                         "time": time.time()})
+    except OSError:
+        pass
 
 
 def _last_line(job: Job) -> str:

@@ -139,9 +139,29 @@ def squeue(job_ids: Iterable[str] | None = None, user: str | None = None, name: 
             return []
         raise
     if job_ids is not None:
-        wanted = {str(j) for j in job_ids}
-        rows = [r for r in rows if r["job_id"] in wanted or r["array_job_id"] in wanted]
+        asked = {str(j) for j in job_ids}
+        wanted = _with_array_ids(asked)
+        rows = [r for r in rows if r["job_id"] in wanted or r["array_job_id"] in asked]
     return rows
+
+
+def _with_array_ids(job_ids: Iterable[str]) -> set[str]:
+    """The ids, plus the array id of each array task (Slurm reports never-started tasks under it)."""
+    ids = {str(j) for j in job_ids}
+    return ids | {j.split("_")[0] for j in ids if "_" in j}
+
+
+def row_for(rows: Sequence[dict[str, str]], job_id: str) -> dict[str, str] | None:
+    """The row of ``job_id``; for an array task not listed on its own (cancelled before it was split
+    off the array), the array's own row, which stands for its unstarted tasks."""
+    exact = [r for r in rows if r["job_id"] == job_id]
+    if exact:
+        return exact[-1]
+    base = job_id.split("_")[0]
+    if base != job_id:
+        unsplit = [r for r in rows if r["job_id"] == base]
+        return unsplit[-1] if unsplit else None
+    return None
 
 
 # ---------------------------------------------------------------- sacct
@@ -186,7 +206,7 @@ def sacct(job_ids: Iterable[str]) -> list[dict[str, str]]:
     if not ids:
         return []
     command = ["sacct", "-n", "-P", "-X", "-o", ",".join(SACCT_FIELDS), "-j", ",".join(ids)]
-    wanted = {str(j) for j in job_ids}
+    wanted = _with_array_ids(job_ids)
     return [r for r in parse_sacct(run(command)) if r["job_id"] in wanted or r["job_id"].split("_")[0] in wanted]
 
 

@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import submitit
-from submitit.core.utils import FailedJobError, FailedSubmissionError
+from submitit.core.utils import FailedJobError, FailedSubmissionError, JobPaths
 
 from coursekit.course import course_dir
 from coursekit.jobs import plan, registry, validate
-from coursekit.jobs.handle import Job, _pid_start_time
+from coursekit.jobs.handle import Job
+from coursekit.jobs.local_process import process_start_time
 from coursekit.jobs.slurm_cli import SlurmError, submission_error
 from coursekit.jobs.tasks import CommandTask, FunctionTask
 from coursekit.metrics import RUN_ROOT_ENV
@@ -41,6 +42,7 @@ def _options(site: Site, name: str, time_max: Any, qos: Any, partition: Any, con
              module: Any, script_addon: Any, slurm_addon: Any, exclusive: Any, email: Any,
              gpu_binding: Any, signal_delay_s: int) -> plan.Options:
     validate.check_name(name)
+    validate.check_positive_int(signal_delay_s, "signal_delay_s")
     if not isinstance(exclusive, bool):
         raise ValueError(f"exclusive={exclusive!r}: use True or False")
     validate.check_choice(gpu_binding, "gpu_binding", validate.GPU_BINDINGS)
@@ -78,11 +80,16 @@ def _executor(site: Site, folder: Path, params: dict[str, Any]) -> submitit.Auto
 
 def _submit_group(executor: submitit.AutoExecutor, calls: Sequence[tuple[Callable[..., Any], tuple, dict]]) -> list:
     """Submit calls sharing resources: one job array on Slurm (the local executor starts each)."""
+    staging = JobPaths.get_first_id_independent_folder(executor.folder)
+    before = set(staging.iterdir()) if staging.is_dir() else set()
     try:
         with submitit.helpers.clean_env():  # a kernel running as a Slurm job must not leak SLURM_*
             with executor.batch():
                 jobs = [executor.submit(fn, *args, **kwargs) for fn, args, kwargs in calls]
     except (FailedJobError, FailedSubmissionError) as error:
+        for leftover in set(staging.iterdir()) - before if staging.is_dir() else ():
+            if leftover.is_file() or leftover.is_symlink():  # submitit's staged pickles and script
+                leftover.unlink()
         raise submission_error(error) from error
     return jobs
 
@@ -94,7 +101,7 @@ def _handle(submitted: Any, site: Site, options: plan.Options, root: Path, comma
     job = Job(job_id, options.name, root / job_id, site=site.name, scheduler=site.scheduler, command=command,
               kind=kind, n_gpu=shape.n_gpu, num_tasks=shape.tasks_per_node * shape.nodes,
               submitted_at=time.time(), time_limit_min=options.time_min, pid=pid,
-              pid_start=_pid_start_time(pid) if pid else None, submitit_job=submitted)
+              pid_start=process_start_time(pid) if pid else None, submitit_job=submitted)
     registry.append(job.record())
     return job
 

@@ -58,14 +58,16 @@ class CommandTask:
     requeue: bool = False  # on timeout/preemption, requeue and run the command again (it must resume)
 
     def argv(self, job_id: str = "0") -> list[str]:
+        """``python -u <words>``; with torchrun, torchrun starts that same command once per GPU."""
         python = [sys.executable if self.singularity is None else "python", "-u"]
+        command = [*python, *self.words]
         if self.launcher == "torchrun":
             rendezvous = ["--rdzv_backend", "c10d", "--rdzv_endpoint", _rendezvous_endpoint(),
                           "--rdzv_id", job_id] if self.nnodes > 1 else ["--standalone"]
-            python += ["-m", "torch.distributed.run", "--nnodes", str(self.nnodes),
-                       "--nproc_per_node", str(self.nproc_per_node), *rendezvous]
+            command = [*python, "-m", "torch.distributed.run", "--nnodes", str(self.nnodes),
+                       "--nproc_per_node", str(self.nproc_per_node), *rendezvous, "--no-python", *command]
         prefix = [SINGULARITY, "exec", "--nv", self.singularity] if self.singularity else []
-        return [*prefix, *python, *self.words]
+        return [*prefix, *command]
 
     def _environment(self) -> dict[str, str]:
         env = dict(os.environ)

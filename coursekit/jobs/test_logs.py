@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -110,3 +111,77 @@ def test_job_id_helpers() -> None:
     assert not looks_like_job_id("12a") and not looks_like_job_id("_3") and not looks_like_job_id("")
     assert same_job("12_3", "12") and same_job("12", "12")
     assert not same_job("123", "12") and not same_job("12_3", "12_30") and not same_job("12", "12_3")
+
+
+def test_cached_listing_sees_new_logs_of_a_running_job(tmp_path: Path) -> None:
+    import os
+
+    from coursekit.jobs import logs
+
+    root = tmp_path / "jobs"
+    folder = make_job(root, "ddp", "88")
+    old = 1_000_000_000
+    os.utime(folder, (old, old))  # listed long after its last change: the listing is cached
+    assert names(search_log(root=root)) == ["88_0_log.out"]
+    assert str(folder) in logs._folder_logs
+    (folder / "88_1_log.out").write_text("")  # task 1 starts: the folder's mtime moves
+    assert names(search_log(root=root)) == ["88_0_log.out", "88_1_log.out"]
+
+
+def test_fresh_folders_are_not_cached_and_finished_ones_are(tmp_path: Path) -> None:
+    import os
+
+    from coursekit.jobs import logs
+
+    root = tmp_path / "jobs"
+    fresh = make_job(root, "a", "1")
+    finished = make_job(root, "a", "2", extra=("2_0_result.pkl",))
+    search_log(root=root)
+    assert str(fresh) not in logs._folder_logs, "a folder changed in the last seconds may still change"
+    assert logs._folder_logs[str(finished)][0] is True
+    (fresh / "1_1_log.out").write_text("")
+    os.utime(fresh, (1_000_000_000, 1_000_000_000))
+    assert names(search_log(root=root)) == ["1_0_log.out", "1_1_log.out", "2_0_log.out"]
+
+
+def forget_this_process() -> None:
+    from coursekit.jobs import logs
+
+    logs._folder_logs.clear()
+    logs._loaded_roots.clear()
+
+
+def test_a_new_process_reads_finished_jobs_from_the_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from coursekit.jobs import logs
+
+    root = tmp_path / "jobs"
+    done = [make_job(root, "sweep", str(i), tasks=2, extra=(f"{i}_0_result.pkl",)) for i in (3, 4)]
+    running = make_job(root, "sweep", "5")
+    expected = search_log(root=root, with_err=True)
+    assert (root / logs.INDEX_FILE).is_file()
+    forget_this_process()
+    listed: list[str] = []
+    real_listdir = os.listdir
+    monkeypatch.setattr(logs.os, "listdir", lambda path: listed.append(path) or real_listdir(path))
+    assert search_log(root=root, with_err=True) == expected
+    assert listed == [str(running)], "finished folders come from the index, only the running job is listed"
+    assert all(str(folder) not in listed for folder in done)
+
+
+def test_index_never_returns_deleted_folders_and_bad_indexes_are_ignored(tmp_path: Path) -> None:
+    import shutil
+
+    from coursekit.jobs import logs
+
+    root = tmp_path / "jobs"
+    make_job(root, "a", "1", extra=("1_0_result.pkl",))
+    gone = make_job(root, "a", "2", extra=("2_0_result.pkl",))
+    search_log(root=root)
+    shutil.rmtree(gone)
+    forget_this_process()
+    assert names(search_log(root=root)) == ["1_0_log.out"]
+    for bad in ("not json", '{"version": 1, "folders": {"../../etc/1": [[0, "out"]]}}', '{"version": 99}',
+                '{"version": 1, "folders": {"a/1": [[0, "exe"]]}}'):
+        (root / logs.INDEX_FILE).write_text(bad)
+        forget_this_process()
+        assert names(search_log(root=root)) == ["1_0_log.out"], bad

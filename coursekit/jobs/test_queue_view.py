@@ -32,6 +32,13 @@ QUICK_RETURN_S = 0.5  # display_slurm_queue in a kernel must return well within 
 THREAD_END_S = 10.0
 
 
+@pytest.fixture(autouse=True)
+def course(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test in its own course folder (job handles record final states in its registry)."""
+    monkeypatch.setenv("COURSEKIT_COURSE_DIR", str(tmp_path))
+    return tmp_path
+
+
 # ------------------------------------------------------------------------------------------ pure table
 
 
@@ -197,6 +204,20 @@ def test_source_reads_the_registry_and_leaves_out_old_ended_jobs(tmp_path: Path,
     assert [job.job_id for job in QueueSource(None, clock=lambda: now, max_rows=1).jobs()] == ["4"]
 
 
+def test_source_records_final_states_so_old_jobs_drop_out(tmp_path: Path, fake_slurm: FakeSlurm) -> None:
+    from coursekit.jobs import registry
+
+    long_ago = time.time() - 10 * 3600
+    for job_id in ("61", "62"):
+        registry.append(Job(job_id, "old", tmp_path / job_id, submitted_at=long_ago).record())
+    fake_slurm.accounting = {"61": {"job_id": "61", "state": "COMPLETED", "elapsed": "0:10", "node_list": "n1"}}
+    fake_slurm.queue = {"62": queue_entry("62", "RUNNING", "9:00:00", "n1")}
+    rows = QueueSource("old").rows()
+    assert [(row.job_id, row.state) for row in rows] == [("61", "COMPLETED"), ("62", "RUNNING")]
+    assert {r["job_id"]: r.get("final_state") for r in registry.merged_records()} == {"61": "COMPLETED", "62": None}
+    assert [job.job_id for job in QueueSource("old").jobs()] == ["62"], "an old ended job is not shown again"
+
+
 # ------------------------------------------------------------------------------------------ views
 
 
@@ -269,13 +290,14 @@ def test_bad_arguments_raise_value_error_naming_them(bad: dict) -> None:
 KERNEL_CODE = """
 import signal, subprocess, time
 from pathlib import Path
-from coursekit.jobs.handle import Job, _pid_start_time
+from coursekit.jobs.handle import Job
+from coursekit.jobs.local_process import process_start_time
 from coursekit.jobs.queue_view import display_slurm_queue
 before = signal.getsignal(signal.SIGINT)
 process = subprocess.Popen(["sleep", "1.5"])
 folder = Path({folder!r}); folder.mkdir(parents=True)
 job = Job(str(process.pid), "kernel", folder, site="local", scheduler="local", pid=process.pid,
-          pid_start=_pid_start_time(process.pid))
+          pid_start=process_start_time(process.pid))
 started = time.monotonic()
 view = display_slurm_queue(jobs=[job], timestep=0.1)
 returned_s = time.monotonic() - started

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import shlex
 import statistics
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -29,6 +30,8 @@ WARMUP_STEP_RECORDS = 1  # the first step record (allocations, lazy init) is lef
 OOM_STATE = "OUT_OF_MEMORY"
 OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError", "out of memory")
 ERR_TAIL_LINES = 200
+LOCAL_POLL_S = 0.2  # a local job's state is a process poll: cheap, so ask often
+SLURM_POLL_S = 1.0  # one squeue per job per poll
 
 
 def engine_command(config: TrainConfig) -> str:
@@ -49,12 +52,43 @@ def is_oom(job: Any) -> bool:
     if getattr(job, "state", None) == OOM_STATE:
         return True
     try:
-        err_text = "\n".join(job.tail(ERR_TAIL_LINES, stream="err")) if hasattr(job, "tail") else ""
+        err_text = job.tail(ERR_TAIL_LINES, stream="err")
     except (OSError, ValueError):
-        err_text = ""
-    if isinstance(err_text, str):
-        return any(marker in err_text for marker in OOM_MARKERS)
-    return False
+        return False
+    return any(marker in err_text for marker in OOM_MARKERS)
+
+
+def wait_all(jobs: Sequence[Any], timeout_s: float | None = DEFAULT_TIMEOUT_S) -> list[str]:
+    """Wait until every job has ended (TimeoutError after ``timeout_s``); their final states, in order."""
+    start = time.monotonic()
+    pending = list(jobs)
+    while pending:
+        pending = [job for job in pending if not job.done()]
+        if not pending:
+            break
+        if timeout_s is not None and time.monotonic() - start > timeout_s:
+            names = ", ".join(f"{j.job_id} ({j.state})" for j in pending)
+            raise TimeoutError(f"jobs still running after {timeout_s:.0f} s: {names}")
+        local = all(getattr(job, "scheduler", "slurm") == "local" for job in pending)
+        time.sleep(LOCAL_POLL_S if local else SLURM_POLL_S)
+    return [job.state for job in jobs]
+
+
+def wait_until_training(job: Any, timeout_s: float = DEFAULT_TIMEOUT_S, min_steps: int = 1) -> int:
+    """Wait until the job has written ``min_steps`` step records (it is really training); that count.
+
+    Raises RuntimeError when the job ends first and TimeoutError after ``timeout_s``."""
+    start = time.monotonic()
+    while True:
+        done = len(steps(job.metrics()))
+        if done >= min_steps:
+            return done
+        if job.done():
+            raise RuntimeError(f"job {job.job_id} ended ({job.state}) after {done} step record(s); "
+                               f"last lines of its stderr:\n{job.tail(10, stream='err')}")
+        if time.monotonic() - start > timeout_s:
+            raise TimeoutError(f"job {job.job_id} wrote no step record within {timeout_s:.0f} s (state {job.state})")
+        time.sleep(LOCAL_POLL_S if getattr(job, "scheduler", "slurm") == "local" else SLURM_POLL_S)
 
 
 def _median(values: list[float]) -> float | None:
@@ -114,7 +148,7 @@ class Sweep:
 
     def wait(self, timeout_s: float | None = DEFAULT_TIMEOUT_S) -> list[str]:
         """Wait until every job has ended; their final states."""
-        return [job.wait(timeout=timeout_s) for job in self.jobs]
+        return wait_all(self.jobs, timeout_s)
 
     def results(self, timeout_s: float | None = DEFAULT_TIMEOUT_S, title: str = "") -> ResultsTable:
         """Wait, then one row per job (see :func:`job_row`)."""
@@ -150,8 +184,17 @@ def submit_sweep(configs: Sequence[TrainConfig], *, name: str, n_gpu: int = 1, o
     for command in commands:
         (job,) = submit_jobs(command, n_gpu=n_gpu, name=name, time_max=time_max, **submit_options)
         sweep.jobs.append(job)
-        job.wait(timeout=timeout_s)
+        wait_all([job], timeout_s)
     return sweep
+
+
+def collect(jobs: Sequence[Any], configs: Sequence[TrainConfig], timeout_s: float | None = DEFAULT_TIMEOUT_S,
+            title: str = "") -> ResultsTable:
+    """The results table of jobs submitted some other way (``gpu_jobs_submitter`` ids -> ``get_job``)."""
+    if len(jobs) != len(configs):
+        raise ValueError(f"jobs and configs differ in length ({len(jobs)} vs {len(configs)}): one config per job")
+    sweep = Sweep(jobs[0].name if jobs else "", list(configs), list(jobs))
+    return sweep.results(timeout_s=timeout_s, title=title)
 
 
 def run_sweep(configs: Sequence[TrainConfig], *, name: str, title: str = "", **options: Any) -> ResultsTable:

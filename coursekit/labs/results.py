@@ -16,7 +16,8 @@ DEFAULT_FLOAT_DIGITS = 3
 
 
 def _is_scalar(value: Any) -> bool:
-    return not isinstance(value, (list, tuple, dict, set))
+    """Printable in a table cell (a tuple such as a shape is; lists of records and arrays are not)."""
+    return not isinstance(value, (list, dict, set)) and not getattr(value, "shape", ())
 
 
 def format_value(value: Any, digits: int = DEFAULT_FLOAT_DIGITS) -> str:

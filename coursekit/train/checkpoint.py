@@ -15,9 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import submitit
 import torch
 from torch.utils.data import DataLoader, IterableDataset
+
+try:
+    from submitit.helpers import Checkpointable, DelayedSubmission
+except ImportError:  # submitit is a coursekit dependency; without it (a bare GPU box) the engine still runs
+    Checkpointable, DelayedSubmission = object, None
 
 CHECKPOINT_FILE = "checkpoint.pt"
 DEFAULT_JOB_CHECKPOINT_EVERY = 100  # optimiser steps between checkpoints of a requeueable job
@@ -135,7 +139,7 @@ def _skippable(loader: DataLoader) -> bool:
 # ---------------------------------------------------------------- submitit requeue
 
 
-class TrainingJob(submitit.helpers.Checkpointable):
+class TrainingJob(Checkpointable):
     """A training run as a submitit callable; on a Slurm timeout/preemption it requeues as a resume.
 
     ``executor.submit(TrainingJob(cfg))``: the job trains with periodic checkpoints in its run folder.
@@ -156,7 +160,10 @@ class TrainingJob(submitit.helpers.Checkpointable):
             self.run_dir = str(resolve_run_dir(self.cfg.out))
         return train(self.cfg.replace(out=self.run_dir))
 
-    def checkpoint(self, *args: Any, **kwargs: Any) -> submitit.helpers.DelayedSubmission:
+    def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
+        """The DelayedSubmission submitit requeues: this run, resuming from its folder."""
+        if DelayedSubmission is None:
+            raise RuntimeError("TrainingJob.checkpoint needs submitit (pip install submitit)")
         resumed = TrainingJob(self.cfg.replace(out=self.run_dir, resume=True))
         resumed.run_dir = self.run_dir
-        return submitit.helpers.DelayedSubmission(resumed)
+        return DelayedSubmission(resumed)

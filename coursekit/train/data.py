@@ -22,6 +22,7 @@ must call ``bundle.train_sampler.set_epoch(epoch)`` (when it is not ``None``) ev
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -42,6 +43,7 @@ GENERATED_CHANNELS = 3
 GENERATED_GRID = 8  # prototypes are random GRID x GRID patterns upsampled to the image size
 GENERATED_MAX_SHIFT = 1 / 4  # random circular shifts up to this share of the image side
 GENERATED_NOISE_STD = 3.0  # noise std relative to the (unit-variance) prototype
+GENERATED_MAX_BYTES = 4 * 2**30  # the set is held in memory (float32) by every process
 LINE_POINTS = 100
 LINE_SLOPE, LINE_INTERCEPT, LINE_NOISE_STD = 10.0, 2.0, 1.0
 CIFAR10_FOLDER = "cifar-10-batches-py"
@@ -89,17 +91,18 @@ class DeviceBatches:
     """A loader-free iterable: ``num_batches`` batches cut from a pool already on ``device``."""
 
     def __init__(self, num_batches: int, batch_size: int, shape: tuple[int, ...], num_classes: int,
-                 device: torch.device, seed: int) -> None:
+                 device: torch.device, seed: int, channels_last: bool = False) -> None:
         g = torch.Generator().manual_seed(seed)
         pool = batch_size * min(num_batches, GPU_RESIDENT_POOL_BATCHES)
-        self.images = torch.randn(pool, *shape, generator=g).to(device)
+        layout = torch.channels_last if channels_last else torch.contiguous_format
+        self.images = torch.randn(pool, *shape, generator=g).to(device, memory_format=layout)
         self.labels = torch.randint(0, num_classes, (pool,), generator=g).to(device)
         self.num_batches, self.batch_size = num_batches, batch_size
 
     def __len__(self) -> int:
         return self.num_batches
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         slots = len(self.images) // self.batch_size
         for i in range(self.num_batches):
             start = (i % slots) * self.batch_size
@@ -170,7 +173,7 @@ def _bundle(train_set: Dataset, val_set: Dataset | None, cfg: Any, ctx: RankInfo
         val_loader, _ = make_loader(val_set, cfg, ctx, train=False)
     if len(train_loader) == 0:
         raise ValueError(f"the {cfg.dataset} train set ({len(train_set)} samples over {ctx.world_size} processes) "
-                         f"gives no batch of batch_size={cfg.batch_size} with drop_last; lower --batch-size")
+                         f"gives no full batch of batch_size={cfg.batch_size}; lower --batch-size or drop --drop-last")
     return DataBundle(train_loader, val_loader, num_classes, tuple(input_shape), task, sampler, len(train_loader))
 
 
@@ -191,17 +194,24 @@ def _synthetic(cfg: Any, ctx: RankInfo) -> DataBundle:
         return _bundle(SyntheticImages(length, shape, cfg.num_classes, cfg.seed), val, cfg, ctx, cfg.num_classes, shape)
     per_rank = length // ctx.world_size
     steps = per_rank // cfg.batch_size if cfg.drop_last else math.ceil(per_rank / cfg.batch_size)
-    train = DeviceBatches(max(steps, 1), cfg.batch_size, shape, cfg.num_classes, ctx.device, cfg.seed + ctx.rank)
+    train = DeviceBatches(max(steps, 1), cfg.batch_size, shape, cfg.num_classes, ctx.device, cfg.seed + ctx.rank,
+                          cfg.channels_last)
     val = None
     if n_val and cfg.test_steps is None:
         val_steps = math.ceil(n_val / ctx.world_size / cfg.batch_size)
-        val = DeviceBatches(val_steps, cfg.batch_size, shape, cfg.num_classes, ctx.device, cfg.seed + 1)
+        val = DeviceBatches(val_steps, cfg.batch_size, shape, cfg.num_classes, ctx.device, cfg.seed + 1,
+                            cfg.channels_last)
     return DataBundle(train, val, cfg.num_classes, shape, "classification", None, len(train))
 
 
 def _generated(cfg: Any, ctx: RankInfo) -> DataBundle:
-    images, labels = make_generated_images(cfg.num_samples or GENERATED_SAMPLES, cfg.num_classes, cfg.image_size,
-                                           cfg.seed)
+    n = cfg.num_samples or GENERATED_SAMPLES
+    size_bytes = n * GENERATED_CHANNELS * cfg.image_size**2 * 4
+    if size_bytes > GENERATED_MAX_BYTES:
+        raise ValueError(f"the generated set ({n} images of {cfg.image_size} px) would take {size_bytes / 2**30:.1f} "
+                         f"GiB of host memory per process; lower --num-samples or --image-size, or use --dataset "
+                         "synthetic for throughput runs")
+    images, labels = make_generated_images(n, cfg.num_classes, cfg.image_size, cfg.seed)
     train, val = _split(images, labels, cfg.val_fraction)
     return _bundle(train, val, cfg, ctx, cfg.num_classes, tuple(images.shape[1:]))
 
@@ -239,8 +249,8 @@ def _cifar10(cfg: Any, ctx: RankInfo) -> DataBundle:
     resize = [transforms.Resize(cfg.image_size)] if cfg.image_size != CIFAR10_SIZE else []
     tail = [transforms.ToTensor(), transforms.Normalize(CIFAR10_MEAN, CIFAR10_STD)]
     augment = [transforms.RandomCrop(CIFAR10_SIZE, padding=CIFAR10_PADDING), transforms.RandomHorizontalFlip()]
-    if cfg.download and ctx.rank != 0:
-        raise ValueError("--download must run in a single process (e.g. once on the login node), not in a "
+    if cfg.download and ctx.world_size > 1:
+        raise ValueError(f"--download must run in a single process (e.g. once on the login node), not in a "
                          f"{ctx.world_size}-process job")
     train = datasets.CIFAR10(str(root), train=True, download=cfg.download,
                              transform=transforms.Compose(augment + resize + tail))
@@ -268,11 +278,13 @@ def _image_folder(cfg: Any, ctx: RankInfo) -> DataBundle:
     if not cfg.gpu_decode:
         return _bundle(train_set, val_set, cfg, ctx, num_classes, shape)
     train_loader, sampler = make_loader(train_set, cfg, ctx, train=True, collate_fn=jpeg.collate_bytes)
-    train = jpeg.GpuDecodedBatches(train_loader, ctx.device, cfg.image_size, train=True, seed=cfg.seed + ctx.rank)
+    train = jpeg.GpuDecodedBatches(train_loader, ctx.device, cfg.image_size, train=True, seed=cfg.seed + ctx.rank,
+                                   channels_last=cfg.channels_last)
     val = None
     if len(val_set) > 0 and cfg.test_steps is None:
         val_loader, _ = make_loader(val_set, cfg, ctx, train=False, collate_fn=jpeg.collate_bytes)
-        val = jpeg.GpuDecodedBatches(val_loader, ctx.device, cfg.image_size, train=False)
+        val = jpeg.GpuDecodedBatches(val_loader, ctx.device, cfg.image_size, train=False,
+                                     channels_last=cfg.channels_last)
     return DataBundle(train, val, num_classes, shape, "classification", sampler, len(train))
 
 

@@ -129,6 +129,12 @@ def _run(cfg: TrainConfig, ctx: DistContext) -> dict[str, Any]:
         if cfg.checkpoint_every and status == "completed":
             trainer.save()
         summary = _summary(cfg, ctx, trainer, status, parts, monitor, time.perf_counter() - started, run_dir)
+    except SystemExit as error:  # asked to stop (Slurm time limit, preemption): a requeued job resumes
+        monitor.summary()
+        writer.write("event", event="stopped", message=f"process exit ({error.code}) during the run; a resumed "
+                     "run continues from the last checkpoint")
+        writer.close()
+        raise
     except BaseException as error:
         monitor.summary()  # stops the sampling thread
         kind = "bad configuration: " if isinstance(error, ConfigError) else ""
@@ -164,6 +170,8 @@ def _build(cfg: TrainConfig, ctx: DistContext) -> dict[str, Any]:
     except Exception as error:  # noqa: BLE001 - the estimate is informative; never stop a run for it
         estimate = {"error": f"{type(error).__name__}: {error}"}
     model = model.to(ctx.device)
+    if ctx.device.type == "cuda":
+        torch.backends.cudnn.benchmark = True  # fixed input sizes: let cuDNN pick its fastest kernels
     if cfg.channels_last:
         model = model.to(memory_format=torch.channels_last)
     wrapped = wrap_model(model, ctx, sync_batchnorm=cfg.sync_batchnorm)
@@ -177,7 +185,8 @@ def _build(cfg: TrainConfig, ctx: DistContext) -> dict[str, Any]:
                         "precision": precision, "data": data, "total_steps": total_steps,
                         "epochs": math.ceil(total_steps / steps_per_epoch)},
             "total_steps": total_steps, "steps_per_epoch": steps_per_epoch, "global_batch": global_batch,
-            "memory_estimate": estimate, "num_parameters": sum(p.numel() for p in model.parameters())}
+            "memory_estimate": estimate, "num_parameters": sum(p.numel() for p in model.parameters()),
+            "sync_batchnorm_layers": sum(isinstance(m, torch.nn.SyncBatchNorm) for m in wrapped.modules())}
 
 
 def _start_line(cfg: TrainConfig, ctx: DistContext, parts: dict[str, Any]) -> str:
@@ -198,6 +207,7 @@ def _summary(cfg: TrainConfig, ctx: DistContext, trainer: Trainer, status: str, 
         "launcher": ctx.launcher, "device": str(ctx.device), **system_info(ctx.device),
         "total_time_s": total_time_s, "steps": trainer.pos.step, "epochs_completed": trainer.pos.epoch,
         "global_batch": parts["global_batch"], "num_parameters": parts["num_parameters"],
+        "sync_batchnorm_layers": parts["sync_batchnorm_layers"],
         "images_per_s": rate, "images_per_s_std": rate_std, "images_per_s_per_gpu": rate_gpu,
         "train_loss": last.get("train_loss"), "train_acc": last.get("train_acc"),
         "val_loss": last.get("val_loss"), "val_acc": last.get("val_acc"),

@@ -8,14 +8,17 @@
   crop (val), in the DataLoader's workers.
 - GPU decoding (``--gpu-decode``): the workers only read the files' bytes; ``GpuDecodedBatches``
   decodes each batch with ``torchvision.io.decode_jpeg(device="cuda")`` (nvjpeg), then crops, resizes,
-  flips and normalises on the GPU.
+  flips and normalises on the GPU, in a background thread on its own CUDA stream, a few batches ahead.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
+import queue
 import random
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -43,6 +46,8 @@ CROP_SCALE = (0.08, 1.0)
 CROP_RATIO = (3 / 4, 4 / 3)
 CROP_ATTEMPTS = 10
 JPEG_EXTENSIONS = (".jpg", ".jpeg")  # matched case-insensitively
+PREFETCH_BATCHES = 2  # GPU decoding: batches decoded ahead by the background thread
+QUEUE_POLL_S = 0.05
 
 
 # ----------------------------------------------------------------------------- generator
@@ -134,8 +139,24 @@ def image_folder(root: Path, image_size: int, train: bool, raw_bytes: bool) -> d
                          "with `python -m coursekit.train.jpeg --out DIR` or pass --data-dir of an ImageFolder") from err
 
 
-def collate_bytes(batch: list[tuple[torch.Tensor, int]]) -> tuple[list[torch.Tensor], torch.Tensor]:
-    return [data for data, _ in batch], torch.tensor([label for _, label in batch])
+def collate_bytes(batch: list[tuple[torch.Tensor, int]]) -> tuple[tuple[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """Pack a batch's JPEG files into one byte tensor + their lengths.
+
+    One tensor crosses from a loader worker, not one per image: a list of hundreds of small tensors
+    exhausts the file descriptors of torch's shared-memory transfer and hangs the loader.
+    """
+    files = [data for data, _ in batch]
+    packed = torch.cat(files) if files else torch.empty(0, dtype=torch.uint8)
+    lengths = torch.tensor([len(data) for data in files], dtype=torch.int64)
+    return (packed, lengths), torch.tensor([label for _, label in batch])
+
+
+def unpack_bytes(encoded: Any) -> list[torch.Tensor]:
+    """The per-image byte tensors of a batch, from ``collate_bytes``' packing or from a plain list."""
+    if isinstance(encoded, tuple) and len(encoded) == 2 and isinstance(encoded[0], torch.Tensor):
+        packed, lengths = encoded
+        return list(torch.split(packed, lengths.tolist()))
+    return list(encoded)
 
 
 # ----------------------------------------------------------------------------- GPU decoding
@@ -180,22 +201,80 @@ def decode_batch(encoded: list[torch.Tensor], device: torch.device | str, image_
     return (batch - mean) / std
 
 
+class _Failure:
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+_END = object()
+
+
 class GpuDecodedBatches:
-    """Wraps a loader of ``(list of JPEG bytes, labels)`` and yields decoded batches on ``device``."""
+    """Wraps a loader of ``(list of JPEG bytes, labels)`` and yields decoded batches on ``device``.
+
+    With ``prefetch > 0`` a background thread decodes up to ``prefetch`` batches ahead, on its own CUDA
+    stream, so that nvjpeg's decoding overlaps the training step (the consumer's stream waits on an
+    event of each batch before using it).
+    """
 
     def __init__(self, loader: Iterable[Any], device: torch.device | str, image_size: int, train: bool,
-                 seed: int = 0) -> None:
-        self.loader, self.device, self.image_size, self.train = loader, device, image_size, train
+                 seed: int = 0, channels_last: bool = False, prefetch: int = PREFETCH_BATCHES) -> None:
+        self.loader, self.device, self.image_size, self.train = loader, torch.device(device), image_size, train
         self.rng = random.Random(seed)
+        self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
+        self.prefetch = prefetch
         self.sampler = getattr(loader, "sampler", None)
 
     def __len__(self) -> int:
         return len(self.loader)  # type: ignore[arg-type]
 
+    def _decode(self, encoded: Any, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        images = decode_batch(unpack_bytes(encoded), self.device, self.image_size, self.train, self.rng)
+        return images.contiguous(memory_format=self.memory_format), labels.to(self.device, non_blocking=True)
+
+    def _produce(self, out: queue.Queue, stop: threading.Event) -> None:
+        cuda = self.device.type == "cuda"
+        stream = torch.cuda.Stream(self.device) if cuda else None
+        try:
+            for encoded, labels in self.loader:
+                if stop.is_set():
+                    break
+                with torch.cuda.stream(stream) if cuda else contextlib.nullcontext():
+                    images, labels = self._decode(encoded, labels)
+                    event = torch.cuda.Event() if cuda else None
+                    if event is not None:
+                        event.record(stream)
+                out.put((images, labels, event))
+            out.put(_END)
+        except BaseException as err:  # handed to the consumer, raised there
+            out.put(_Failure(err))
+
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        for encoded, labels in self.loader:
-            images = decode_batch(encoded, self.device, self.image_size, self.train, self.rng)
-            yield images, labels.to(self.device, non_blocking=True)
+        if self.prefetch <= 0:
+            for encoded, labels in self.loader:
+                yield self._decode(encoded, labels)
+            return
+        out: queue.Queue = queue.Queue(maxsize=self.prefetch)
+        stop = threading.Event()
+        producer = threading.Thread(target=self._produce, args=(out, stop), name="jpeg-decode", daemon=True)
+        producer.start()
+        try:
+            while (item := out.get()) is not _END:
+                if isinstance(item, _Failure):
+                    raise item.error
+                images, labels, event = item
+                if event is not None:
+                    current = torch.cuda.current_stream(self.device)
+                    current.wait_event(event)
+                    images.record_stream(current)
+                    labels.record_stream(current)
+                yield images, labels
+        finally:
+            stop.set()
+            while producer.is_alive():  # unblock a producer waiting on a full queue
+                with contextlib.suppress(queue.Empty):
+                    out.get(timeout=QUEUE_POLL_S)
+            producer.join()
 
 
 def main(argv: list[str] | None = None) -> int:

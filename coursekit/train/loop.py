@@ -166,12 +166,12 @@ class Trainer:
 
     def _to_device(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
         inputs, targets = batch[0], batch[1]
-        blocking = not self.cfg.non_blocking
+        non_blocking = self.cfg.non_blocking
         if self.cfg.channels_last and inputs.dim() == 4:
-            inputs = inputs.to(self.device, non_blocking=not blocking, memory_format=torch.channels_last)
+            inputs = inputs.to(self.device, non_blocking=non_blocking, memory_format=torch.channels_last)
         else:
-            inputs = inputs.to(self.device, non_blocking=not blocking)
-        return inputs, targets.to(self.device, non_blocking=not blocking)
+            inputs = inputs.to(self.device, non_blocking=non_blocking)
+        return inputs, targets.to(self.device, non_blocking=non_blocking)
 
     def _train_step(self, inputs: torch.Tensor, targets: torch.Tensor) -> None:
         """One optimiser step over ``accumulation_steps`` micro-batches (DDP syncs only on the last)."""
@@ -224,8 +224,8 @@ class Trainer:
                 self.model, self._train_dataset(), self.loss_fn, self.cfg.batch_size, self.cfg.grad_noise_batches,
                 self.device, seed=self.cfg.seed + self.pos.step)
         self.writer.write("step", **record)
-        self.throughputs.append({"step": self.pos.step, "images_per_s_global": global_rate,
-                                 "images_per_s": local_rate})
+        self.throughputs.append({"first_step": self.pos.step - times.steps + 1, "images_per_s": local_rate,
+                                 "images_per_s_global": global_rate})
         self.console.postfix(loss=loss)
         self._reset_window()
         return True

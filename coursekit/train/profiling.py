@@ -8,6 +8,7 @@ never waits for the GPU; on a CPU it reads the clock.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -26,6 +27,7 @@ NVML_SAMPLE_INTERVAL_S = 0.5
 MILLIWATTS_PER_WATT = 1000.0
 MILLIJOULES_PER_JOULE = 1000.0
 MS_PER_S = 1000.0
+KINETO_QUIET = "5"
 
 
 @dataclass
@@ -118,6 +120,7 @@ class TraceRecorder:
     def __init__(self, run_dir: Path, active_steps: int, cuda: bool) -> None:
         self.folder = Path(run_dir) / PROFILE_DIR
         self.folder.mkdir(parents=True, exist_ok=True)
+        os.environ.setdefault("KINETO_LOG_LEVEL", KINETO_QUIET)  # no profiler chatter on stderr
         self.cuda = cuda
         self.summary_path = self.folder / TOP_OPERATORS_FILE
         self._wall_start: float | None = None

@@ -29,9 +29,12 @@ def system_info(device: torch.device) -> dict[str, Any]:
     return info
 
 
-def steady_state(step_records: list[dict[str, Any]], key: str = "images_per_s_global") -> tuple[float | None, float | None]:
-    """Mean ± std of a throughput over the step records after the warm-up steps (all when too few)."""
-    values = [r[key] for r in step_records if r["step"] > STEADY_STATE_SKIP_STEPS and r.get(key)]
+def steady_state(step_records: list[dict[str, Any]], key: str = "images_per_s_global",
+                 ) -> tuple[float | None, float | None]:
+    """Mean ± std of a throughput over the windows that start after the warm-up steps (else all but the first).
+
+    Each record carries ``first_step``, the first step of its window."""
+    values = [r[key] for r in step_records if r["first_step"] > STEADY_STATE_SKIP_STEPS and r.get(key)]
     if not values:
         values = [r[key] for r in step_records[1:] if r.get(key)] or [r[key] for r in step_records if r.get(key)]
     if not values:

@@ -132,6 +132,8 @@ def test_loader_options_reach_the_dataloader():
     ({"dataset": "cifar10"}, "data-dir"),
     ({"dataset": "imagefolder", "data_dir": "/nonexistent/imagenet"}, "/nonexistent/imagenet"),
     ({"dataset": "generated", "gpu_resident": True}, "gpu_resident"),
+    ({"dataset": "generated", "image_size": 1024}, "GiB of host memory"),
+    ({"dataset": "line", "gpu_decode": True}, "gpu_decode"),
 ])
 def test_bad_data_options_are_clear_errors(changes, message):
     with pytest.raises(ValueError, match=message):
@@ -215,3 +217,50 @@ def test_gpu_decode_needs_cuda_and_its_decoding_matches_pil(jpeg_tree):
 def test_empty_image_folder_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="coursekit.train.jpeg"):
         build_data(TrainConfig(dataset="jpeg_folder", data_dir=str(tmp_path)), SINGLE)
+
+
+def test_decoding_thread_keeps_order_stops_early_and_raises_loader_errors(jpeg_tree):
+    import threading
+
+    files = sorted((jpeg_tree / "train").glob("*/*.jpg"))
+    batches = [([jpeg.read_bytes(str(f))], torch.tensor([i])) for i, f in enumerate(files)]
+    threads_before = threading.active_count()
+    decoded = jpeg.GpuDecodedBatches(batches, "cpu", 16, train=True, channels_last=True, prefetch=2)
+    labels = [int(y) for x, y in decoded]
+    assert labels == list(range(len(files)))
+    x, _ = next(iter(decoded))
+    assert x.shape == (1, 3, 16, 16) and x.is_contiguous(memory_format=torch.channels_last)
+    for i, _ in enumerate(decoded):  # leaving early must not leave the decoding thread blocked
+        if i == 1:
+            break
+    assert threading.active_count() == threads_before
+
+    def failing():
+        yield batches[0]
+        raise OSError("disk gone")
+
+    with pytest.raises(OSError, match="disk gone"):
+        list(jpeg.GpuDecodedBatches(failing(), "cpu", 16, train=False))
+
+
+def test_gpu_resident_batches_can_be_channels_last():
+    cfg = TrainConfig(dataset="synthetic", gpu_resident=True, channels_last=True, batch_size=4, image_size=8,
+                      num_samples=8)
+    x, _ = first_batch(build_data(cfg, SINGLE).train_loader)
+    assert x.is_contiguous(memory_format=torch.channels_last)
+
+
+def test_raw_jpeg_bytes_cross_loader_workers_without_hanging(tmp_path: Path) -> None:
+    """Regression: one tensor per image through worker processes exhausted file descriptors and hung."""
+    from torch.utils.data import DataLoader
+
+    jpeg.write_synthetic_jpeg_tree(tmp_path, num_classes=2, images_per_class=24, size=(64, 48))
+    dataset = jpeg.image_folder(tmp_path / "train", 32, train=True, raw_bytes=True)
+    loader = DataLoader(dataset, batch_size=8, num_workers=2, persistent_workers=True, prefetch_factor=4,
+                        collate_fn=jpeg.collate_bytes, drop_last=True)
+    decoded = jpeg.GpuDecodedBatches(loader, "cpu", 32, train=True, prefetch=2)
+    for _ in range(2):  # two partial epochs: the producer thread must stop and restart cleanly
+        for index, (images, labels) in enumerate(decoded):
+            assert images.shape == (8, 3, 32, 32) and labels.shape == (8,)
+            if index == 1:
+                break

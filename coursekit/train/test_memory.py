@@ -54,12 +54,12 @@ def test_sgd_without_momentum_has_no_state_and_frozen_parameters_no_gradient():
 
 def test_checkpointing_shrinks_the_activation_estimate_and_the_model_is_untouched():
     cfg = TrainConfig(model="resnet18")
-    model = build_model(cfg, 10, (3, 32, 32))
+    model = build_model(cfg, 10, (3, 16, 16))
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    plain = estimate_memory(model, "sgd", "fp32", 32, (3, 32, 32))
+    plain = estimate_memory(model, "sgd", "fp32", 32, (3, 16, 16))
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # BN statistics unchanged
     assert plain.buffers_bytes > 0
-    saved = estimate_memory(apply_activation_checkpointing(model), "sgd", "fp32", 32, (3, 32, 32))
+    saved = estimate_memory(apply_activation_checkpointing(model), "sgd", "fp32", 32, (3, 16, 16))
     assert saved.activations_bytes < 0.7 * plain.activations_bytes
     text = str(plain)
     assert "activations (batch 32)" in text and "total" in text and "MiB" in text

@@ -1,0 +1,155 @@
+"""The numbers of every lab, per profile: what each experiment runs (``profile.settings("02")``).
+
+``cpu``: seconds per job on two cores, generated data, tiny models, so that CI runs every notebook.
+``gpu``: the course on a GPU cluster: CIFAR-10 (``COURSEKIT_DATA_DIR``), ResNets, full sweeps.
+Every base configuration is a :class:`~coursekit.train.config.TrainConfig`; a lab varies one or two
+options of it, so the notebook shows exactly what changes between two runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from coursekit.labs.profiles import PROFILE_NAMES, data_dir
+from coursekit.train.config import TrainConfig
+
+QUIET = {"progress": "off"}
+
+
+class Settings(Mapping[str, Any]):
+    """Read-only named values (``s.batch_sizes`` or ``s["batch_sizes"]``) that print one per line."""
+
+    def __init__(self, lab: str, profile: str, values: dict[str, Any]) -> None:
+        self._lab, self._profile, self._values = lab, profile, dict(values)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self._values[name]
+        except KeyError:
+            raise AttributeError(f"lab {self._lab} has no setting {name!r}; it has {sorted(self._values)}") from None
+
+    def __getitem__(self, name: str) -> Any:
+        return self._values[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __repr__(self) -> str:
+        lines = [f"Lab {self._lab} settings ({self._profile} profile):"]
+        for name, value in self._values.items():
+            if isinstance(value, TrainConfig):
+                value = "python -m coursekit.train " + " ".join(value.to_args())
+            lines.append(f"  {name} = {value}")
+        return "\n".join(lines)
+
+
+def _lab00(profile: str) -> dict[str, Any]:
+    if profile == "cpu":
+        first = TrainConfig(model="mlp", dataset="generated", num_samples=2000, num_classes=4, image_size=16,
+                            batch_size=50, epochs=4, lr=0.05, **QUIET)
+        return {"first_job": first, "long_job": first.replace(epochs=1000),
+                "sweep_lrs": [0.01, 0.05, 0.2], "time_max": "00:10:00", "timeout_s": 300}
+    first = TrainConfig(model="resnet18", dataset="cifar10", data_dir=data_dir(), batch_size=256, epochs=2,
+                        lr=0.1, workers=8, pin_memory=True, persistent_workers=True, non_blocking=True,
+                        precision="bf16", channels_last=True, **QUIET)
+    return {"first_job": first, "long_job": first.replace(epochs=200),
+            "sweep_lrs": [0.02, 0.1, 0.5], "time_max": "00:30:00", "timeout_s": 1800}
+
+
+def _lab01(profile: str) -> dict[str, Any]:
+    # Plain gradient descent on the DLI's line: no momentum, no weight decay, the same lr for every batch.
+    points = 128 if profile == "cpu" else 1024
+    base = TrainConfig(model="linear", dataset="line", num_samples=points, optimizer="sgd", momentum=0.0,
+                       weight_decay=0.0, lr=0.2, epochs=10 if profile == "cpu" else 40, log_params=True,
+                       val_fraction=0.25, **QUIET)
+    noise = base.replace(log_params=False, epochs=1, steps=1, lr=1e-6, grad_noise_batches=200, val_fraction=0.0)
+    mini = [16, 32, 64] if profile == "cpu" else [16, 32, 64, 128]
+    return {"points": points, "base": base, "batch_sizes": [points, 1, *mini],
+            "noise_base": noise, "noise_batch_sizes": [1, 4, 16, 64] if profile == "cpu" else [1, 2, 4, 8, 16, 32, 64, 128],
+            "time_max": "00:10:00", "timeout_s": 300 if profile == "cpu" else 1800}
+
+
+def _lab02(profile: str) -> dict[str, Any]:
+    if profile == "cpu":
+        base = TrainConfig(model="mlp", dataset="generated", num_samples=4000, num_classes=4, image_size=16, epochs=3,
+                           lr=0.01, **QUIET)
+        return {"base": base, "batch_sizes": [4, 16, 64, 256, 1024], "target_acc": 0.6,
+                "memory_base": None, "memory_batch_sizes": [], "time_max": "00:10:00", "timeout_s": 300}
+    base = TrainConfig(model="resnet18", dataset="cifar10", data_dir=data_dir(), epochs=15, lr=0.1,
+                       schedule="cosine", workers=8, pin_memory=True, persistent_workers=True, non_blocking=True,
+                       precision="bf16", channels_last=True, **QUIET)
+    memory = TrainConfig(model="resnet50", dataset="synthetic", gpu_resident=True, image_size=224, num_classes=1000,
+                         test_steps=20, precision="fp32", **QUIET)
+    return {"base": base, "batch_sizes": [64, 128, 256, 512, 1024, 2048], "target_acc": 0.8,
+            "memory_base": memory, "memory_batch_sizes": [32, 64, 128, 256, 512, 1024, 2048],
+            "time_max": "01:00:00", "timeout_s": 7200}
+
+
+def _lab03(profile: str) -> dict[str, Any]:
+    cpu = profile == "cpu"
+    step = TrainConfig(model="resnet50", dataset="synthetic", image_size=224, num_classes=1000,
+                       batch_size=4 if cpu else 64, **QUIET)
+    return {"step": step, "device_steps": {"cpu": 3} if cpu else {"cpu": 3, "cuda": 30},
+            "anatomy_model": "resnet18" if cpu else "resnet50",
+            "anatomy_input": (3, 32, 32) if cpu else (3, 224, 224),
+            "anatomy_batches": [8, 16] if cpu else [64, 128],
+            "depth_models": ["resnet18", "resnet34", "resnet50"],
+            "gpu_memory_gb": 80,
+            "peak_base": None if cpu else step.replace(gpu_resident=True, test_steps=10),
+            "peak_batch_sizes": [] if cpu else [32, 64, 128, 256],
+            "time_max": "00:10:00" if cpu else "00:30:00", "timeout_s": 300 if cpu else 1800}
+
+
+def _lab04(profile: str) -> dict[str, Any]:
+    if profile == "cpu":
+        base = TrainConfig(model="mlp", dataset="generated", num_samples=2000, image_size=16, batch_size=64,
+                           epochs=2, lr=0.05, **QUIET)
+        return {"base": base, "precisions": ["fp32", "bf16", "fp16"], "ladder_base": None, "ladder": [],
+                "matmul_sizes": [], "time_max": "00:10:00", "timeout_s": 300}
+    base = TrainConfig(model="resnet18", dataset="cifar10", data_dir=data_dir(), batch_size=256, epochs=3, lr=0.1,
+                       workers=8, pin_memory=True, persistent_workers=True, non_blocking=True, **QUIET)
+    ladder = TrainConfig(model="resnet50", dataset="synthetic", gpu_resident=True, image_size=224, num_classes=1000,
+                         batch_size=256, test_steps=60, **QUIET)
+    rungs = [{"precision": "fp32"}, {"precision": "tf32"}, {"precision": "bf16"}, {"precision": "fp16"},
+             {"precision": "bf16", "channels_last": True},
+             {"precision": "bf16", "channels_last": True, "compile": True}]
+    return {"base": base, "precisions": ["fp32", "tf32", "bf16", "fp16"], "ladder_base": ladder, "ladder": rungs,
+            "matmul_sizes": [4096, 4095, 4104], "time_max": "00:30:00", "timeout_s": 3600}
+
+
+def _lab05(profile: str) -> dict[str, Any]:
+    if profile == "cpu":
+        # One compute thread per job (OMP_NUM_THREADS=1): the second core is free for a loader worker, as the
+        # CPU cores of a GPU node are while the GPU computes.
+        base = TrainConfig(model="mlp", dataset="jpeg_folder", image_size=64, batch_size=32, epochs=2, lr=0.05,
+                           **QUIET)
+        return {"base": base, "jpeg_classes": 4, "jpeg_images_per_class": 128, "jpeg_size": (160, 120), "jpeg_workers": 1,
+                "loaders": [{"workers": 0}, {"workers": 1}, {"workers": 2},
+                            {"workers": 1, "persistent_workers": True, "prefetch_factor": 4}],
+                "job_env": {"OMP_NUM_THREADS": "1"}, "profile_steps": 4, "time_max": "00:10:00", "timeout_s": 300}
+    base = TrainConfig(model="resnet50", dataset="jpeg_folder", image_size=224, batch_size=256, epochs=1,
+                       precision="bf16", channels_last=True, steps=60, **QUIET)
+    loaders = [{"workers": 0}, {"workers": 4}, {"workers": 8}, {"workers": 8, "pin_memory": True},
+               {"workers": 8, "pin_memory": True, "non_blocking": True},
+               {"workers": 8, "pin_memory": True, "non_blocking": True, "persistent_workers": True,
+                "prefetch_factor": 4},
+               {"workers": 8, "pin_memory": True, "non_blocking": True, "persistent_workers": True,
+                "prefetch_factor": 4, "gpu_decode": True}]
+    return {"base": base, "jpeg_classes": 10, "jpeg_images_per_class": 1300, "jpeg_size": (500, 375), "jpeg_workers": 8,
+            "loaders": loaders, "job_env": {}, "profile_steps": 5, "time_max": "00:30:00", "timeout_s": 3600}
+
+
+LABS = {"00": _lab00, "01": _lab01, "02": _lab02, "03": _lab03, "04": _lab04, "05": _lab05}
+
+
+def lab_settings(lab: str, profile: str) -> Settings:
+    """The settings of ``lab`` ("00" ... "05") in ``profile`` ("cpu" or "gpu")."""
+    if lab not in LABS:
+        raise ValueError(f"lab={lab!r} is not a lab: use one of {', '.join(LABS)}")
+    if profile not in PROFILE_NAMES:
+        raise ValueError(f"profile={profile!r} is not a profile: use one of {', '.join(PROFILE_NAMES)}")
+    return Settings(lab, profile, LABS[lab](profile))

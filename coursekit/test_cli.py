@@ -1,0 +1,213 @@
+"""The ``coursekit`` command: doctor, queue, jobs, logs, cancel, sites (and, marker ``slurm``, against the
+real local cluster)."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from coursekit import cli, doctor
+from coursekit.jobs import registry
+from coursekit.jobs.handle import Job
+
+COMMAND_TIMEOUT_S = 120
+
+
+@pytest.fixture
+def course(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("COURSEKIT_COURSE_DIR", str(tmp_path))
+    monkeypatch.setenv("COURSEKIT_SITE", "local")
+    return tmp_path
+
+
+def add_local_job(course: Path, job_id: str, name: str = "demo", tasks: int = 1, out: str = "", err: str = "") -> Job:
+    folder = course / "jobs" / name / job_id
+    folder.mkdir(parents=True)
+    for task in range(tasks):
+        (folder / f"{job_id}_{task}_log.out").write_text(out or f"task {task} line 1\ntask {task} line 2\n")
+        (folder / f"{job_id}_{task}_log.err").write_text(err)
+    job = Job(job_id, name, folder, site="local", scheduler="local", submitted_at=time.time())
+    registry.append(job.record())
+    return job
+
+
+# ------------------------------------------------------------------------------------------ doctor
+
+
+def test_doctor_local_site_is_all_well_without_slurm(course: Path, capsys: pytest.CaptureFixture[str],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(course))  # no Slurm command reachable: not needed for the local site
+    assert cli.main(["doctor", "--site", "local"]) == 0
+    out = capsys.readouterr().out
+    assert "✓ Python" in out and "Slurm not needed" in out and out.rstrip().endswith("all is well")
+
+
+def test_doctor_unknown_site_fails_with_a_fix(course: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["doctor", "--site", "no-such-site"]) == 1
+    out = capsys.readouterr().out
+    assert "✗ site profile" in out and "fix: choose one of" in out and "1 problem(s)" in out
+
+
+def test_doctor_slurm_site_without_slurm_commands_stops_early(course: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(doctor.shutil, "which", lambda command: None)
+    checks = doctor.run_checks("slurm")
+    assert checks[-1].title == "Slurm commands on PATH" and checks[-1].status == "fail"
+    assert "sbatch" in checks[-1].detail and "slurm/cluster.sh" in checks[-1].fix
+
+
+class FakeSite:
+    def __init__(self, partition: str | None) -> None:
+        self.partition, self.partitions = partition, {}
+
+
+SINFO_ROWS = [
+    {"name": "gpu", "default": True, "gpus_per_node": 4, "cpus": 16, "available": "up"},
+    {"name": "cpu", "default": False, "gpus_per_node": 0, "cpus": 64, "available": "up"},
+    {"name": "old", "default": False, "gpus_per_node": 2, "cpus": 8, "available": "down"},
+]
+
+
+@pytest.mark.parametrize(("partition", "status", "words"), [
+    (None, "ok", "partition gpu: 4 GPU(s), 16 CPUs"),
+    ("gpu", "ok", "partition gpu"),
+    ("cpu", "warn", "no GRES gpu"),
+    ("old", "fail", "not up"),
+    ("nope", "fail", "sinfo lists ['cpu', 'gpu', 'old']"),
+])
+def test_doctor_partition_check_reads_sinfo(monkeypatch: pytest.MonkeyPatch, partition: str | None, status: str,
+                                            words: str) -> None:
+    from coursekit.jobs import slurm_cli
+
+    monkeypatch.setattr(slurm_cli, "sinfo_partitions", lambda: SINFO_ROWS)
+    check = doctor.check_partition(FakeSite(partition))
+    assert check.status == status and words in f"{check.title} {check.detail}"
+
+
+def test_doctor_report_falls_back_to_ascii_symbols() -> None:
+    stream = io.TextIOWrapper(io.BytesIO(), encoding="ascii")
+    checks = [doctor.Check("ok", "fine"), doctor.Check("fail", "broken", "why", "do this")]
+    assert doctor.report(checks, stream) is False
+    stream.seek(0)
+    text = stream.read()
+    assert "OK fine" in text and "XX broken  (why)" in text and "fix: do this" in text
+
+
+# ------------------------------------------------------------------------------------------ logs
+
+
+def test_logs_prints_the_end_of_a_job_log(course: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    add_local_job(course, "4321", tasks=2, out="a\nb\nc\nd\n", err="oops\n")
+    assert cli.main(["logs", "4321", "-n", "2"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == "c\nd\n" and "4321_0_log.out" in captured.err
+    assert cli.main(["logs", "4321", "--err"]) == 0
+    assert capsys.readouterr().out == "oops\n"
+    assert cli.main(["logs", "4321", "--task", "1", "-n", "1"]) == 0
+    assert capsys.readouterr().out == "d\n"
+
+
+def test_logs_missing_task_or_job_exit_1(course: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    add_local_job(course, "77")
+    assert cli.main(["logs", "77", "--task", "3"]) == 1
+    assert "no out log for task 3" in capsys.readouterr().err
+    assert cli.main(["logs", "78"]) == 1
+    assert "job '78' is not in" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["logs", "12a"], ["logs", "12", "-n", "0"], ["queue", "--interval", "-1"],
+                                  ["cancel", "x"], ["nothing"], []])
+def test_bad_arguments_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stop:
+        cli.main(argv)
+    assert stop.value.code == 2 and "usage: coursekit" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------ queue, jobs, cancel
+
+
+def test_queue_and_jobs_print_tables(course: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    first = add_local_job(course, "1001", name="bs64")
+    add_local_job(course, "1002", name="bs128")
+    (first.folder / ".coursekit_cancelled").write_text("")
+    assert cli.main(["queue", "--name", "bs64"]) == 0
+    out = capsys.readouterr().out
+    assert "1001" in out and "CANCELLED" in out and "1002" not in out
+    assert cli.main(["jobs"]) == 0
+    out = capsys.readouterr().out
+    assert "1001" in out and "1002" in out and "job id" in out
+
+
+def test_cancel_by_name_cancels_only_active_jobs(course: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from coursekit.jobs.local_process import process_start_time
+
+    ended = add_local_job(course, "2001", name="sweep")
+    (ended.folder / ".coursekit_cancelled").write_text("")
+    process = subprocess.Popen(["sleep", "60"])
+    try:
+        folder = course / "jobs" / "sweep" / str(process.pid)
+        folder.mkdir(parents=True)
+        registry.append(Job(str(process.pid), "sweep", folder, site="local", scheduler="local", pid=process.pid,
+                            pid_start=process_start_time(process.pid)).record())
+        assert cli.main(["cancel", "--name", "sweep"]) == 0
+        assert process.wait(timeout=10) != 0, "the running job was interrupted"
+    finally:
+        process.kill()
+    out = capsys.readouterr().out
+    assert f"cancelled {process.pid} (sweep)" in out and "2001" not in out
+    assert cli.main(["cancel", "--name", "sweep"]) == 0
+    assert "no running or pending job called 'sweep'" in capsys.readouterr().out
+
+
+def test_cancel_needs_ids_or_name_not_both(course: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["cancel"]) == 2
+    assert cli.main(["cancel", "12", "--name", "x"]) == 2
+    assert cli.main(["cancel", "404"]) == 1
+    assert "job '404' is not in" in capsys.readouterr().err
+
+
+def test_sites_lists_every_profile_and_marks_the_chosen_one(course: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from coursekit.sites import site_names
+
+    assert cli.main(["sites"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    for name in site_names():
+        assert any(line.split()[:2] in (["*", name], [name, "slurm"], [name, "local"]) for line in lines), name
+    assert any(line.split()[:2] == ["*", "local"] for line in lines)
+
+
+def test_python_dash_m_coursekit_runs_the_cli(course: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "coursekit", "sites"], capture_output=True, text=True,
+                          timeout=COMMAND_TIMEOUT_S)
+    assert done.returncode == 0 and "jean-zay" in done.stdout, done.stderr
+
+
+# ------------------------------------------------------------------------------------------ real Slurm
+
+
+@pytest.mark.slurm
+def test_doctor_all_well_on_the_local_slurm(course: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COURSEKIT_SITE", "slurm")
+    done = subprocess.run([sys.executable, "-m", "coursekit", "doctor"], capture_output=True, text=True,
+                          timeout=COMMAND_TIMEOUT_S)
+    assert done.returncode == 0, done.stdout + done.stderr
+    for words in ("Slurm controller answers", "Slurm accounting on", "partition gpu: 4 GPU(s)", "all is well"):
+        assert words in done.stdout
+
+
+@pytest.mark.slurm
+def test_cancel_a_real_slurm_job(course: Path, monkeypatch: pytest.MonkeyPatch,
+                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from coursekit.jobs.submit import gpu_jobs_submitter
+
+    monkeypatch.setenv("COURSEKIT_SITE", "slurm")
+    monkeypatch.chdir(course)
+    (course / "wait.py").write_text("import time\ntime.sleep(300)\n")
+    [job_id] = gpu_jobs_submitter("wait.py", n_gpu=1, name="to-cancel", time_max="00:10:00")
+    assert cli.main(["cancel", job_id]) == 0
+    assert f"cancelled {job_id}" in capsys.readouterr().out
+    assert registry.get_job(job_id).wait(timeout=60) == "CANCELLED"

@@ -1,0 +1,232 @@
+"""coursekit's jobs on the real local Slurm: tiny ``python -c`` jobs, followed to their end."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import cloudpickle
+import pytest
+import slurm_helpers
+from slurm_helpers import cluster
+from submitit.core.utils import JobPaths
+
+import coursekit
+from coursekit.jobs import handle, registry, slurm_cli
+from coursekit.jobs.handle import JobFailedError
+from coursekit.jobs.slurm_cli import SlurmError
+
+# jobs cannot import the test files: send their functions by value
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+cloudpickle.register_pickle_by_value(slurm_helpers)
+
+END_S = 90  # no tiny job here needs longer
+REQUEUE_END_S = 150  # Slurm signals a 1-minute job between 2 and ~35 s in, then requeues it
+SHOW_ENV = ("-c 'import json, os; print(json.dumps({k: os.environ.get(k) for k in "
+            "(\"CUDA_VISIBLE_DEVICES\", \"SLURM_PROCID\", \"SLURM_LOCALID\", \"COURSEKIT_RUN_ROOT\", \"TAG\")}))'")
+
+
+def task_outputs(job: coursekit.Job) -> list[dict]:
+    """The JSON line each task of a SHOW_ENV job printed, in task order."""
+    found = []
+    for task in range(job.num_tasks):
+        text = JobPaths(job.folder, job_id=job.job_id, task_id=task).stdout.read_text()
+        found.append(json.loads(next(line for line in text.splitlines() if line.startswith("{"))))
+    return found
+
+
+def test_a_single_job_runs_and_leaves_its_log_and_metrics(course: Path) -> None:
+    code = ("-c 'from coursekit.metrics import MetricsWriter, default_run_dir; "
+            "w = MetricsWriter(default_run_dir()); w.write(\"step\", step=1, loss=0.25); w.close(); "
+            "print(\"hello from\", default_run_dir())'")
+    job = coursekit.submit_jobs(code, name="single")[0]
+    assert job.state in ("PENDING", "RUNNING", "COMPLETING", "COMPLETED")
+    assert job.wait(END_S) == "COMPLETED"
+    assert f"hello from {course / 'jobs' / 'single' / job.job_id}" in job.stdout.read_text()
+    assert [r["loss"] for r in job.metrics()] == [0.25]
+    assert job.submission_script.exists() and "#SBATCH --job-name=single" in job.submission_script.read_text()
+    assert job.node == socket.gethostname() or job.node  # the node Slurm reports
+    assert job.elapsed is not None
+
+
+def test_a_sweep_of_two_commands_by_three_gpu_counts(course: Path, slurm_cluster: dict) -> None:
+    counts = [1, 2, slurm_cluster["gpus_per_node"]]
+    jobs = coursekit.submit_jobs([SHOW_ENV, SHOW_ENV], n_gpu=counts, name="sweep", env={"TAG": "sw"})
+    assert [j.n_gpu for j in jobs] == counts + counts  # commands x GPU counts, commands outer
+    arrays = {j.n_gpu: j.job_id.split("_")[0] for j in jobs[:3]}
+    assert [j.job_id.split("_")[0] for j in jobs[3:]] == [arrays[c] for c in counts]  # one array per count
+    for job in jobs:
+        assert job.wait(END_S) == "COMPLETED", job.tail(20, "err")
+        outputs = task_outputs(job)
+        assert [int(o["SLURM_PROCID"]) for o in outputs] == list(range(job.n_gpu))  # one task per GPU
+        devices = [o["CUDA_VISIBLE_DEVICES"] for o in outputs]
+        assert all(d is not None and len(d.split(",")) == 1 for d in devices), devices  # each its own GPU
+        assert len(set(devices)) == job.n_gpu, devices
+        assert {o["COURSEKIT_RUN_ROOT"] for o in outputs} == {str(course / "jobs" / "sweep")}
+        assert {o["TAG"] for o in outputs} == {"sw"}
+        assert job.submission_script.exists()
+
+
+def test_torchrun_launcher_starts_one_process_per_gpu(course: Path) -> None:
+    show = ("-c 'import os; print(\"rank\", os.environ[\"RANK\"], os.environ[\"LOCAL_WORLD_SIZE\"], "
+            "os.environ[\"WORLD_SIZE\"], os.environ[\"SLURM_NTASKS\"])'")
+    job = coursekit.submit_jobs(show, n_gpu=2, launcher="torchrun", name="ddp")[0]
+    assert job.wait(END_S) == "COMPLETED", job.tail(20, "err")
+    ranks = sorted(line for line in job.stdout.read_text().splitlines() if line.startswith("rank"))
+    assert ranks == ["rank 0 2 2 1", "rank 1 2 2 1"]  # one Slurm task, torchrun's two processes
+
+
+def _where_am_i(offset: int) -> tuple[int, str | None]:
+    import os
+
+    return int(os.environ["SLURM_PROCID"]) + offset, os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
+def test_a_function_job_brings_back_its_result(course: Path) -> None:
+    job = coursekit.submit_function(_where_am_i, 100, n_gpu=2, name="fn")
+    values = job.results(timeout=END_S)
+    assert [v[0] for v in values] == [100, 101]
+    assert len({v[1] for v in values}) == 2
+    assert job.result() == values[0]
+
+
+def test_a_failing_job_is_failed_with_a_readable_stderr(course: Path) -> None:
+    job = coursekit.submit_jobs("-c 'import sys; print(\"about to fail\", file=sys.stderr); sys.exit(3)'",
+                                name="fails")[0]
+    assert job.wait(END_S) == "FAILED"
+    assert "about to fail" in job.stderr.read_text()
+    assert "exited with code 3" in job.tail(10, "err")
+    with pytest.raises(JobFailedError, match="exited with code 3"):
+        job.result()
+
+
+def _boom() -> None:
+    raise ZeroDivisionError("raised in the job")
+
+
+def test_a_failing_function_raises_its_exception_here(course: Path) -> None:
+    job = coursekit.submit_function(_boom, name="boom")
+    with pytest.raises(JobFailedError, match="ZeroDivisionError: raised in the job"):
+        job.result(timeout=END_S)
+    assert job.state == "FAILED"
+
+
+def _wait_for(job: coursekit.Job, state: str, timeout: float = END_S) -> None:
+    deadline = time.monotonic() + timeout
+    while job.state != state:
+        assert time.monotonic() < deadline, f"job {job.job_id} never reached {state} (now {job.state})"
+        time.sleep(0.2)
+
+
+def test_cancel_ends_the_job_promptly(course: Path) -> None:
+    job = coursekit.submit_jobs("-c 'import time; time.sleep(600)'", name="cancel")[0]
+    _wait_for(job, "RUNNING")
+    start = time.monotonic()
+    job.cancel()
+    assert job.wait(30) == "CANCELLED"
+    assert time.monotonic() - start < 15
+    with pytest.raises(JobFailedError):
+        job.result()
+
+
+def test_timeout_requeues_a_checkpointable_job_which_resumes(course: Path) -> None:
+    state_file = course / "runs.txt"
+    # --time=1 (Slurm's minimum) and the signal as early as it can be: USR2 comes 2-35 s after the start
+    job = coursekit.submit_function(slurm_helpers.CountRuns(), str(state_file), time_max=1,
+                                    signal_delay_s=58, name="requeue")
+    _wait_for(job, "RUNNING")
+    seen, deadline = set(), time.monotonic() + REQUEUE_END_S
+    while not job.done():
+        assert time.monotonic() < deadline, f"job {job.job_id} still {job.state} (seen {seen})"
+        seen.add(job.state)
+        if job.state == "PENDING" and job._info.get("reason") == "BeginTime":
+            # Slurm holds a requeued job for AuthInfo's cred_expire (120 s): let it start now
+            subprocess.run(["scontrol", "update", f"JobId={job.job_id}", "StartTime=now"], check=True,
+                           capture_output=True, timeout=30)
+        time.sleep(0.3)
+    assert job.state == "COMPLETED", seen
+    log = job.stdout.read_text()
+    assert f"Requeued job {job.job_id}" in log, log  # submitit checkpointed and requeued on the signal
+    assert log.count("Starting with JobEnvironment") == 2, log  # then Slurm ran it a second time
+    assert job.result() == 2  # which resumed from the first run's state
+
+
+def test_the_queue_with_several_jobs(course: Path) -> None:
+    jobs = coursekit.submit_jobs([f"-c 'import time; time.sleep({s})'" for s in (30, 31, 32)], name="queue3")
+    try:
+        rows = slurm_cli.squeue(name="queue3")
+        assert sorted(r["job_id"] for r in rows) == sorted(j.job_id for j in jobs)
+        assert {r["state"] for r in rows} <= {"PENDING", "RUNNING", "CONFIGURING"}
+        listed = coursekit.list_jobs(name="queue3")  # what a restarted kernel sees
+        assert [j.job_id for j in listed] == [j.job_id for j in jobs]
+        assert all(j.state in ("PENDING", "RUNNING", "CONFIGURING") for j in listed)
+    finally:
+        slurm_cli.scancel([j.job_id for j in jobs])
+    assert {j.wait(30) for j in jobs} == {"CANCELLED"}
+
+
+def test_accounting_keeps_final_states_after_the_queue_forgets(course: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ok, bad, stopped = coursekit.submit_jobs(
+        ["-c 'print(1)'", "-c 'import sys; sys.exit(2)'", "-c 'import time; time.sleep(600)'"], name="acct")
+    _wait_for(stopped, "RUNNING")
+    stopped.cancel()
+    assert (ok.wait(END_S), bad.wait(END_S), stopped.wait(END_S)) == ("COMPLETED", "FAILED", "CANCELLED")
+    deadline = time.monotonic() + END_S
+    while True:  # slurmdbd records a job's end a moment after it ends
+        rows = {r["job_id"]: r["state"] for r in slurm_cli.sacct([ok.job_id, bad.job_id, stopped.job_id])}
+        if len(rows) == 3 and not set(rows.values()) & slurm_cli.ACTIVE_STATES or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert rows == {ok.job_id: "COMPLETED", bad.job_id: "FAILED", stopped.job_id: "CANCELLED"}
+    monkeypatch.setattr(slurm_cli, "squeue", lambda *a, **k: [])  # as once MinJobAge has passed
+    fresh = [registry.get_job(j.job_id) for j in (ok, bad, stopped)]
+    for job in fresh:
+        job._final = None  # forget the registry's record: ask sacct
+    assert [j.state for j in fresh] == ["COMPLETED", "FAILED", "CANCELLED"]
+
+
+def _submit_from_inside(course_dir: str) -> str:
+    import os
+
+    import coursekit
+
+    assert os.environ.get("SLURM_JOB_ID")  # we are a Slurm job, with SLURM_* everywhere
+    return coursekit.gpu_jobs_submitter("-c 'print(\"child job\")'", name="child", site="slurm")[0]
+
+
+def test_submitting_from_inside_a_slurm_job(course: Path) -> None:
+    parent = coursekit.submit_function(_submit_from_inside, str(course), name="parent")
+    child_id = parent.result(timeout=END_S)
+    child = registry.get_job(child_id)
+    assert child.wait(END_S) == "COMPLETED", child.tail(10, "err")
+    assert "child job" in child.stdout.read_text()
+
+
+def test_controller_down_gives_slurms_message_then_works_again(course: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    before = coursekit.submit_jobs("-c 'print(1)'", name="before")[0]
+    assert before.wait(END_S) == "COMPLETED"
+    running = coursekit.submit_jobs("-c 'import time; time.sleep(600)'", name="during")[0]
+    _wait_for(running, "RUNNING")
+    down = "(?i)unable to contact slurm controller|connection refused|connect failure"
+    cluster("stop-controller")
+    try:
+        with pytest.raises(SlurmError, match=down):  # the generic site asks sinfo first
+            coursekit.gpu_jobs_submitter("-c 'print(2)'", name="refused")
+        (course / "coursekit.toml").write_text('site = "slurm"\n[site_defaults]\ngpus_per_node = 2\ncpus_per_gpu = 1\n')
+        with pytest.raises(SlurmError, match=down) as caught:  # a known node shape: sbatch itself refuses
+            coursekit.gpu_jobs_submitter("-c 'print(2)'", name="refused")
+        assert caught.value.command[:1] == ["sbatch"]
+        assert not list((course / "jobs" / "refused").iterdir())  # nothing left of a job never sent
+        with monkeypatch.context() as patch:  # as where slurmdbd is down too: nothing but the controller knows
+            patch.setattr(handle.slurm_cli, "accounting_enabled", lambda: False)
+            assert running.state == "UNKNOWN" and running.last_error is not None
+    finally:
+        cluster("start-controller")
+        running.cancel()
+    assert running.wait(END_S) == "CANCELLED"
+    after = coursekit.submit_jobs("-c 'print(3)'", name="after")[0]
+    assert after.wait(END_S) == "COMPLETED"
