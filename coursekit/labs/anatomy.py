@@ -136,7 +136,7 @@ def fill_figure(estimates: Sequence[Any], labels: Sequence[str], limit_gb: float
     for name, key in parts.items():
         values = [getattr(e, key) / GB for e in estimates]
         ax.bar(range(len(estimates)), values, bottom=bottoms, label=name)
-        bottoms = [b + v for b, v in zip(bottoms, values)]
+        bottoms = [b + v for b, v in zip(bottoms, values, strict=True)]
     ax.axhline(limit_gb, color="tab:red", linestyle="--", label=f"{limit_gb:g} GB GPU")
     ax.set_xticks(range(len(labels)), labels, rotation=15, ha="right", fontsize="small")
     ax.set_ylabel("GB")

@@ -69,7 +69,7 @@ def accuracy_figure(table: ResultsTable, target: float) -> Any:
     values = [r["time_to_target_s"] or 0.0 for r in table]
     bars = right.bar(range(len(labels)), values, color=["tab:blue" if r["time_to_target_s"] else "lightgray"
                                                         for r in table])
-    for bar, row in zip(bars, table):
+    for bar, row in zip(bars, table, strict=True):
         text = f"{row['time_to_target_s']:.2f} s" if row["time_to_target_s"] else "never"
         right.annotate(text, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom",
                        fontsize="small")

@@ -66,21 +66,21 @@ def loglog_slope(x: Sequence[float], y: Sequence[float]) -> float:
     sxx = sum((a - mx) ** 2 for a in lx)
     if sxx == 0:
         raise ValueError("loglog_slope needs at least two different x values")
-    return sum((a - mx) * (b - my) for a, b in zip(lx, ly)) / sxx
+    return sum((a - mx) * (b - my) for a, b in zip(lx, ly, strict=True)) / sxx
 
 
 def share_of_increases(values: Sequence[float]) -> float:
     """Share of consecutive pairs where the value went up (0 for a smooth descent)."""
     if len(values) < 2:
         return 0.0
-    ups = sum(1 for a, b in zip(values, values[1:]) if b > a)
+    ups = sum(1 for a, b in zip(values, values[1:], strict=False) if b > a)
     return ups / (len(values) - 1)
 
 
 def gain_per_doubling(x: Sequence[float], y: Sequence[float]) -> list[float]:
     """Ratio y[i+1]/y[i] normalised to one doubling of x: log2 gain per log2 step of x."""
     gains = []
-    for (x0, y0), (x1, y1) in zip(zip(x, y), zip(x[1:], y[1:])):
+    for (x0, y0), (x1, y1) in zip(zip(x, y, strict=True), zip(x[1:], y[1:], strict=True), strict=False):
         doublings = math.log2(x1 / x0)
         gains.append((y1 / y0) ** (1 / doublings) if doublings > 0 else float("nan"))
     return gains
@@ -100,7 +100,7 @@ def saturates(x: Sequence[float], y: Sequence[float], min_total_gain: float = 1.
 
 def time_to_target(times: Sequence[float], values: Sequence[float], target: float) -> float | None:
     """The first time at which `values` reach `target` (None when they never do)."""
-    for t, v in zip(times, values):
+    for t, v in zip(times, values, strict=True):
         if v is not None and v >= target:
             return t
     return None

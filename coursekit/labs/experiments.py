@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from coursekit.labs.results import ResultsTable
-from coursekit.metrics import epochs, read_metrics, steps, summary
+from coursekit.metrics import epochs, steps, summary
 from coursekit.train.config import TrainConfig
 
 ENGINE = "-m coursekit.train"
@@ -113,7 +113,7 @@ def summarize_run(records: list[dict[str, Any]]) -> dict[str, Any]:
         "val_acc": final.get("val_acc", last_epoch.get("val_acc")),
         "val_loss": final.get("val_loss", last_epoch.get("val_loss")),
         "train_loss": step_records[-1].get("loss") if step_records else None,
-        "step_time_s": _median([d + c for d, c in zip(data_times, compute_times)]),
+        "step_time_s": _median([d + c for d, c in zip(data_times, compute_times, strict=False)]),
         "data_time_s": _median(data_times),
         "compute_time_s": _median(compute_times),
         "data_fraction": sum(data_times) / total_step if total_step > 0 else None,
@@ -154,7 +154,7 @@ class Sweep:
         """Wait, then one row per job (see :func:`job_row`)."""
         self.wait(timeout_s)
         varied = self.varied
-        return ResultsTable((job_row(j, c, varied) for j, c in zip(self.jobs, self.configs)), title=title)
+        return ResultsTable((job_row(j, c, varied) for j, c in zip(self.jobs, self.configs, strict=True)), title=title)
 
 
 def _validate(configs: Sequence[TrainConfig], name: str) -> list[TrainConfig]:

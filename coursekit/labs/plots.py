@@ -87,7 +87,7 @@ def bars(labels: Sequence[str], values: Sequence[float], ax: Any = None, title: 
     positions = range(len(labels))
     drawn = ax.bar(positions, values, yerr=errors, capsize=3, color=color)
     ax.set_xticks(list(positions), labels, rotation=20, ha="right", fontsize="small")
-    for bar, value in zip(drawn, values):
+    for bar, value in zip(drawn, values, strict=True):
         if value is not None:
             ax.annotate(annotate.format(value), (bar.get_x() + bar.get_width() / 2, bar.get_height()),
                         ha="center", va="bottom", fontsize="small")
@@ -107,7 +107,7 @@ def stacked_bars(labels: Sequence[str], parts: dict[str, Sequence[float]], ax: A
     positions = list(range(len(labels)))
     for name, values in parts.items():
         ax.bar(positions, values, bottom=bottoms, label=name)
-        bottoms = [b + v for b, v in zip(bottoms, values)]
+        bottoms = [b + v for b, v in zip(bottoms, values, strict=True)]
     if limit is not None:
         ax.axhline(limit, color=OOM_COLOR, linestyle="--", label=limit_label or f"limit {limit:g}")
     ax.set_xticks(positions, labels, rotation=15, ha="right", fontsize="small")

@@ -117,9 +117,9 @@ class ResultsTable:
         lines = []
         if self.title:
             lines.append(self.title)
-        lines.append("  ".join(c.rjust(w) for c, w in zip(columns, widths)))
+        lines.append("  ".join(c.rjust(w) for c, w in zip(columns, widths, strict=True)))
         lines.append("  ".join("-" * w for w in widths))
-        lines += ["  ".join(v.rjust(w) for v, w in zip(line, widths)) for line in cells]
+        lines += ["  ".join(v.rjust(w) for v, w in zip(line, widths, strict=True)) for line in cells]
         return "\n".join(lines)
 
     def __str__(self) -> str:

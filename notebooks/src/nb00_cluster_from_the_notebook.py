@@ -39,7 +39,6 @@ CELLS = [
     s = profile.settings("00")
     """),
     code("""
-    # NBVAL_RAISES_EXCEPTION
     labs.choose_pseudonym("Ada Lovelace")  # what a pseudonym that does not fit looks like
     """, tags=("raises-exception",)),
     md("""

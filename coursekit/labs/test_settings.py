@@ -1,0 +1,37 @@
+"""Every lab has settings in both profiles; the cpu ones are valid engine configurations."""
+
+import pytest
+
+from coursekit.labs.settings import LABS, lab_settings
+from coursekit.train.config import TrainConfig, validate
+
+
+@pytest.mark.parametrize("lab", sorted(LABS))
+@pytest.mark.parametrize("profile", ["cpu", "gpu"])
+def test_settings_exist_and_print(lab, profile):
+    settings = lab_settings(lab, profile)
+    assert repr(settings).startswith(f"Lab {lab} settings ({profile} profile):")
+    assert settings.time_max and settings.timeout_s > 0
+    with pytest.raises(AttributeError, match="no setting 'nope'"):
+        settings.nope  # noqa: B018
+
+
+@pytest.mark.parametrize("lab", sorted(LABS))
+def test_cpu_configs_pass_the_engine_checks(lab):
+    for value in lab_settings(lab, "cpu").values():
+        if isinstance(value, TrainConfig):
+            config = value.replace(data_dir=".") if value.dataset == "jpeg_folder" else value
+            validate(config)
+
+
+def test_unknown_lab_or_profile():
+    with pytest.raises(ValueError, match="lab='07' is not a lab"):
+        lab_settings("07", "cpu")
+    with pytest.raises(ValueError, match="profile='tpu' is not a profile"):
+        lab_settings("01", "tpu")
+
+
+def test_lab01_noise_runs_measure_at_the_starting_point():
+    s = lab_settings("01", "cpu")
+    assert s.noise_base.steps == 1 and s.noise_base.grad_noise_batches > 0
+    assert max(s.noise_batch_sizes) < s.points and s.batch_sizes[0] == s.points  # full batch first
