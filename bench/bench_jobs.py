@@ -203,7 +203,7 @@ def bench_search(root: Path, repeats: int) -> list[Stat]:
 
     def forget(drop_index: bool) -> None:
         logs._folder_logs.clear()
-        logs._loaded_roots.clear()
+        logs._indexes.clear()
         if drop_index:
             index.unlink(missing_ok=True)
 

@@ -25,6 +25,7 @@ import re
 import time
 from fnmatch import fnmatchcase
 from pathlib import Path
+from typing import Any
 
 from coursekit.course import course_dir, jobs_dir
 
@@ -78,15 +79,11 @@ LogEntry = tuple[int, str, str]  # (task, "out" | "err", file name)
 # result) no longer changes and is not looked at again; another is listed again when its mtime changed.
 FolderEntry = tuple[bool, int, tuple[int, ...], tuple[LogEntry, ...]]
 _folder_logs: dict[str, FolderEntry] = {}
-_loaded_roots: set[str] = set()
+_indexes: dict[str, dict[str, Any]] = {}  # jobs root -> its index's records, read once per process
 
 
 def _job_key(job_id: str) -> tuple[int, ...]:
     return tuple(int(part) for part in job_id.split("_"))
-
-
-def _log_name(job_id: str, task: int, stream: str) -> str:
-    return f"{job_id}_{task}_log.{stream}"
 
 
 def _scan_job_folder(path: str, job_id: str, cached: FolderEntry | None) -> FolderEntry | None:
@@ -128,39 +125,47 @@ def _scan_job_folder(path: str, job_id: str, cached: FolderEntry | None) -> Fold
     return entry
 
 
-def _load_index(base: str) -> None:
-    """Seed the cache with the finished job folders recorded in ``base``'s index (once per process)."""
-    if base in _loaded_roots:
-        return
-    _loaded_roots.add(base)
+def _load_index(base: str) -> dict[str, Any]:
+    """``{"<name>/<job_id>": [[task, stream], ...]}`` of the finished folders in ``base``'s index (read once
+    per process; empty when there is none or it is not one of ours)."""
+    if base not in _indexes:
+        try:
+            with open(os.path.join(base, INDEX_FILE), encoding="utf-8") as handle:
+                data = json.load(handle)
+            folders = data["folders"] if data.get("version") == INDEX_VERSION else {}
+            _indexes[base] = folders if isinstance(folders, dict) else {}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            _indexes[base] = {}
+    return _indexes[base]
+
+
+def _entry_from_index(job_id: str, recorded: Any) -> FolderEntry | None:
+    """A finished folder's entry from its index record; None when the record is not well formed."""
     try:
-        with open(os.path.join(base, INDEX_FILE), encoding="utf-8") as handle:
-            data = json.load(handle)
-        if data.get("version") != INDEX_VERSION:
-            return
-        for relative, logs in data["folders"].items():
-            job_name, job_id = relative.split("/")
-            if not looks_like_job_id(job_id) or job_name in ("", ".", ".."):
-                continue
-            if not all(stream in STREAM_KEYS and isinstance(task, int) and task >= 0 for task, stream in logs):
-                continue
-            entries = tuple(sorted((task, stream, _log_name(job_id, task, stream)) for task, stream in logs))
-            _folder_logs.setdefault(os.path.join(base, job_name, job_id), (True, 0, _job_key(job_id), entries))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return  # no index, or not one of ours: the folders are listed
+        logs = []
+        for task, stream in recorded:
+            if type(task) is not int or task < 0 or stream not in STREAM_KEYS:
+                return None
+            logs.append((task, stream, f"{job_id}_{task}_log.{stream}"))
+    except (TypeError, ValueError):
+        return None
+    return True, 0, _job_key(job_id), tuple(sorted(logs))
 
 
 def _save_index(base: str, present: set[str] | None) -> None:
-    """Record the finished job folders under ``base`` (those in ``present`` when it is given)."""
+    """Record the finished job folders under ``base``: those in ``present`` after a full scan, else the
+    index's records plus those found now."""
     prefix = base + os.sep
-    folders = {path[len(prefix):].replace(os.sep, "/"): [[task, stream] for task, stream, _ in entry[3]]
-               for path, entry in _folder_logs.items()
-               if entry[0] and path.startswith(prefix) and (present is None or path in present)}
+    folders = {} if present is not None else dict(_load_index(base))
+    folders.update({path[len(prefix):].replace(os.sep, "/"): [[task, stream] for task, stream, _ in entry[3]]
+                    for path, entry in _folder_logs.items()
+                    if entry[0] and path.startswith(prefix) and (present is None or path in present)})
+    _indexes[base] = folders
     target = os.path.join(base, INDEX_FILE)
     scratch = f"{target}.{os.getpid()}.tmp"
     try:
-        with open(scratch, "w", encoding="utf-8") as handle:
-            json.dump({"version": INDEX_VERSION, "folders": folders}, handle, separators=(",", ":"))
+        with open(scratch, "w", encoding="utf-8") as handle:  # one write: json.dump would make thousands
+            handle.write(json.dumps({"version": INDEX_VERSION, "folders": folders}, separators=(",", ":")))
         os.replace(scratch, target)  # atomic: readers see the old or the new index, never half of one
     except OSError:
         with contextlib.suppress(OSError):
@@ -191,7 +196,7 @@ def find_logs(name: str = "*", contains: str = "", *, root: str | os.PathLike | 
     wanted_job = contains if looks_like_job_id(contains) else None
     substring = contains if wanted_job is None else ""
     full_scan = name == "*" and wanted_job is None
-    _load_index(base)
+    index = _load_index(base)
     folders, present, newly_finished = [], set(), 0
     for name_folder in _subfolders(base):
         job_name = name_folder.name
@@ -203,6 +208,10 @@ def find_logs(name: str = "*", contains: str = "", *, root: str | os.PathLike | 
                 continue
             present.add(path)
             entry = _folder_logs.get(path)
+            if entry is None and index:
+                entry = _entry_from_index(job_id, index.get(f"{job_name}/{job_id}"))
+                if entry is not None:
+                    _folder_logs[path] = entry
             if entry is None or not entry[0]:
                 entry = _scan_job_folder(path, job_id, entry)
                 newly_finished += entry is not None and entry[0]

@@ -148,7 +148,7 @@ def forget_this_process() -> None:
     from coursekit.jobs import logs
 
     logs._folder_logs.clear()
-    logs._loaded_roots.clear()
+    logs._indexes.clear()
 
 
 def test_a_new_process_reads_finished_jobs_from_the_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -111,6 +111,6 @@ def noise_rows(table: ResultsTable) -> ResultsTable:
     rows = []
     for row in table:
         measured = [r["grad_noise_var"] for r in row["steps"] if r.get("grad_noise_var") is not None]
-        rows.append({"batch_size": row["batch_size"], "grad_noise_var": measured[0] if measured else None,
+        rows.append({"batch_size": row["config"].batch_size, "grad_noise_var": measured[0] if measured else None,
                      "job_id": row["job_id"], "state": row["state"]})
     return ResultsTable(rows, title="variance of the mini-batch gradient")

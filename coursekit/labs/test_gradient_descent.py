@@ -25,12 +25,14 @@ def test_mse_broadcasts_over_grids():
 def test_paths_and_noise_rows_from_step_records():
     steps = [{"step": i, "params": {"weight": [float(i)], "bias": [0.5]}, "grad_noise_var": 4.0 / (i + 1)}
              for i in range(3)]
-    table = gd.add_paths(ResultsTable([{"batch_size": 2, "steps": steps, "job_id": "1", "state": "COMPLETED"}]),
+    row = {"batch_size": 2, "steps": steps, "job_id": "1", "state": "COMPLETED", "config": TrainConfig(batch_size=2)}
+    table = gd.add_paths(ResultsTable([row]),
                          np.array([1.0]), np.array([1.5]))
     assert table[0]["path"].tolist() == [[0.0, 0.5], [1.0, 0.5], [2.0, 0.5]]
     assert table[0]["path_loss"].tolist() == [1.0, 0.0, 1.0]
     assert table[0]["final_loss"] == 1.0
-    assert gd.noise_rows(table)[0]["grad_noise_var"] == 4.0  # the first measurement
+    noise = gd.noise_rows(table)[0]
+    assert noise["grad_noise_var"] == 4.0 and noise["batch_size"] == 2  # the first measurement
 
 
 def test_without_replacement_factor():

@@ -49,7 +49,7 @@ class TrainConfig:
     # run length
     batch_size: int = field(default=64, metadata={"help": "batch size per GPU (per process)"})
     epochs: int = field(default=1, metadata={"help": "epochs to run"})
-    steps: int | None = field(default=None, metadata={"help": "stop after this many optimiser steps"})
+    steps: int | None = field(default=None, metadata={"help": "optimiser steps to run (overrides epochs)"})
     test_steps: int | None = field(default=None, metadata={"help": "short test mode: N steps, no validation"})
     # optimisation
     lr: float = field(default=0.1, metadata={"help": "base learning rate (before scaling)"})

@@ -211,7 +211,8 @@ def _summary(cfg: TrainConfig, ctx: DistContext, trainer: Trainer, status: str, 
         "images_per_s": rate, "images_per_s_std": rate_std, "images_per_s_per_gpu": rate_gpu,
         "train_loss": last.get("train_loss"), "train_acc": last.get("train_acc"),
         "val_loss": last.get("val_loss"), "val_acc": last.get("val_acc"),
-        "memory_estimate": parts["memory_estimate"]}
+        "memory_estimate": parts["memory_estimate"],
+        "memory_estimate_total_mb": parts["memory_estimate"].get("total_bytes", 0) / MIB or None}
     if trainer.nan_message:
         summary["message"] = trainer.nan_message
     if ctx.device.type == "cuda":

@@ -46,7 +46,7 @@ CROP_SCALE = (0.08, 1.0)
 CROP_RATIO = (3 / 4, 4 / 3)
 CROP_ATTEMPTS = 10
 JPEG_EXTENSIONS = (".jpg", ".jpeg")  # matched case-insensitively
-PREFETCH_BATCHES = 2  # GPU decoding: batches decoded ahead by the background thread
+PREFETCH_BATCHES = 4  # GPU decoding: batches decoded ahead by the background thread
 QUEUE_POLL_S = 0.05
 
 

@@ -91,11 +91,13 @@ class StepTimer:
 # ---------------------------------------------------------------- torch.profiler
 
 
-def _device_time(event: Any) -> float:
-    for name in ("self_device_time_total", "self_cuda_time_total"):
-        if hasattr(event, name):
-            return float(getattr(event, name))
-    return 0.0
+def device_busy_s(averages: Any) -> float:
+    """GPU time of the profiled kernels and copies (what torch's table prints as "Self CUDA time total")."""
+    from torch.autograd import DeviceType
+
+    busy_us = sum(getattr(e, "self_device_time_total", 0.0) for e in averages
+                  if e.device_type == DeviceType.CUDA and not getattr(e, "is_user_annotation", False))
+    return busy_us / 1e6
 
 
 def write_top_operators(prof: torch.profiler.profile, path: Path, cuda: bool, profiled_wall_s: float | None) -> None:
@@ -108,9 +110,9 @@ def write_top_operators(prof: torch.profiler.profile, path: Path, cuda: bool, pr
         table = averages.table(sort_by="self_cpu_time_total", row_limit=TOP_OPERATORS_ROWS)
     lines = [f"Top {TOP_OPERATORS_ROWS} operators by self {'GPU' if cuda else 'CPU'} time", table]
     if cuda and profiled_wall_s:
-        busy_s = sum(_device_time(e) for e in averages) / 1e6
-        lines.append(f"GPU busy {busy_s:.4f} s of {profiled_wall_s:.4f} s profiled "
-                     f"({100 * busy_s / profiled_wall_s:.1f} %); idle {100 * (1 - busy_s / profiled_wall_s):.1f} %")
+        busy = min(device_busy_s(averages) / profiled_wall_s, 1.0)
+        lines.append(f"GPU busy {100 * busy:.1f} % of the {profiled_wall_s:.4f} s of profiled steps "
+                     f"(idle {100 * (1 - busy):.1f} %)")
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 

@@ -26,8 +26,10 @@ def run(tmp_path: Path, name: str = "run", **changes: Any) -> tuple[dict[str, An
     return result, read_metrics(tmp_path / name)
 
 
-def test_records_are_complete_and_sane(tmp_path: Path) -> None:
+def test_records_are_complete_and_sane(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     result, records = run(tmp_path, epochs=3, log_every=2, lr=0.05)
+    printed = capsys.readouterr().out
+    assert f"metrics -> {tmp_path / 'run' / 'metrics.jsonl'}" in printed and printed.count("\nepoch ") == 3
     assert records[0]["kind"] == "start" and records[-1]["kind"] == "summary"
     assert summary(records) == {**result, "kind": "summary", "time": records[-1]["time"]}
     step_records = steps(records)
@@ -47,6 +49,7 @@ def test_records_are_complete_and_sane(tmp_path: Path) -> None:
     assert result["device_name"].startswith("CPU") and result["torch_version"] == torch.__version__
     assert result["images_per_s"] > 0 and result["images_per_s_std"] >= 0
     assert result["memory_estimate"]["total_bytes"] > 4 * result["num_parameters"]
+    assert result["memory_estimate_total_mb"] == pytest.approx(result["memory_estimate"]["total_bytes"] / 2**20)
     assert result["config"]["lr"] == 0.05 and result["world_size"] == 1
 
 
@@ -140,6 +143,16 @@ def test_precision_paths(tmp_path: Path, precision: str) -> None:
     if precision == "fp16":
         assert all(r["loss_scale"] > 0 and r["skipped_steps"] == 0 for r in steps(records))
         assert result["loss_scale"] > 0 and result["skipped_steps"] == 0
+
+
+def test_half_precision_refused_where_autocast_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_autocast(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("float16 autocast is not supported on this device")
+
+    monkeypatch.setattr("coursekit.train.precision.torch.autocast", no_autocast)
+    with pytest.raises(ConfigError, match="precision='fp16' is not supported on cpu"):
+        run(tmp_path, precision="fp16")
+    assert not (tmp_path / "run").exists()
 
 
 def test_fp16_scaler_counts_skipped_steps() -> None:

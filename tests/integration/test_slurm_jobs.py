@@ -25,7 +25,9 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 cloudpickle.register_pickle_by_value(slurm_helpers)
 
 END_S = 90  # no tiny job here needs longer
-REQUEUE_END_S = 150  # Slurm signals a 1-minute job between 2 and ~35 s in, then requeues it
+REQUEUE_END_S = 150  # Slurm signals a 1-minute job 15 to ~45 s in, then requeues it
+REQUEUE_SIGNAL_DELAY_S = 45
+REQUEUE_RESTART_S = 5  # a requeued job may start again this long after the requeue (Slurm: 120 s)
 SHOW_ENV = ("-c 'import json, os; print(json.dumps({k: os.environ.get(k) for k in "
             "(\"CUDA_VISIBLE_DEVICES\", \"SLURM_PROCID\", \"SLURM_LOCALID\", \"COURSEKIT_RUN_ROOT\", \"TAG\")}))'")
 
@@ -135,20 +137,23 @@ def test_cancel_ends_the_job_promptly(course: Path) -> None:
 
 def test_timeout_requeues_a_checkpointable_job_which_resumes(course: Path) -> None:
     state_file = course / "runs.txt"
-    # --time=1 (Slurm's minimum) and the signal as early as it can be: USR2 comes 2-35 s after the start
+    # --time=1 (Slurm's minimum); USR2 is due 15 s after the start (slurmctld sends it at its next time
+    # check, up to ~30 s later): long enough for a loaded machine to start Python and submitit's handler
     job = coursekit.submit_function(slurm_helpers.CountRuns(), str(state_file), time_max=1,
-                                    signal_delay_s=58, name="requeue")
+                                    signal_delay_s=REQUEUE_SIGNAL_DELAY_S, name="requeue")
     _wait_for(job, "RUNNING")
-    seen, deadline = set(), time.monotonic() + REQUEUE_END_S
+    seen, deadline, bumped = set(), time.monotonic() + REQUEUE_END_S, False
     while not job.done():
         assert time.monotonic() < deadline, f"job {job.job_id} still {job.state} (seen {seen})"
         seen.add(job.state)
-        if job.state == "PENDING" and job._info.get("reason") == "BeginTime":
-            # Slurm holds a requeued job for AuthInfo's cred_expire (120 s): let it start now
-            subprocess.run(["scontrol", "update", f"JobId={job.job_id}", "StartTime=now"], check=True,
-                           capture_output=True, timeout=30)
+        if job.state == "PENDING" and job._info.get("reason") == "BeginTime" and not bumped:
+            # Slurm holds a requeued job for AuthInfo's cred_expire (120 s): start it sooner, but not at
+            # once (slurmd refuses a new credential issued in the second the old one was revoked)
+            subprocess.run(["scontrol", "update", f"JobId={job.job_id}", f"StartTime=now+{REQUEUE_RESTART_S}"],
+                           check=True, capture_output=True, timeout=30)
+            bumped = True
         time.sleep(0.3)
-    assert job.state == "COMPLETED", seen
+    assert job.state == "COMPLETED", f"states seen {seen}; stderr:\n{job.tail(30, 'err')}"
     log = job.stdout.read_text()
     assert f"Requeued job {job.job_id}" in log, log  # submitit checkpointed and requeued on the signal
     assert log.count("Starting with JobEnvironment") == 2, log  # then Slurm ran it a second time
