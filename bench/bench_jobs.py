@@ -244,7 +244,8 @@ def machine() -> list[str]:
     return [f"host {platform.node()}, {os.cpu_count()} CPU cores ({cpu}), kernel {platform.release()}",
             f"Python {platform.python_version()}, submitit {submitit.__version__}, "
             f"Slurm {first_line(['sinfo', '--version'])}",
-            f"cluster: {first_line(['sinfo', '-h', '-o', '%D node(s) %c CPUs %G partition %P'])}"]
+            f"cluster: {first_line(['sinfo', '-h', '-o', '%D node(s) %c CPUs %G partition %P'])}",
+            f"load average {os.getloadavg()[0]:.1f} when written (the cores are shared: expect noise)"]
 
 
 def write_report(stats: list[Stat], command: str, path: Path) -> str:

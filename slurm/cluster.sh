@@ -518,4 +518,7 @@ main() {
     esac
 }
 
-main "$@"
+# run unless sourced (tests source it to check single functions)
+if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
+    main "$@"
+fi

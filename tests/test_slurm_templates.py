@@ -145,6 +145,40 @@ def test_cluster_script_is_valid_bash_and_rejects_unknown_commands() -> None:
         assert (REPO / "slurm" / "conf" / conf).is_file()
 
 
+def _source_cluster_script(tmp_path: Path, snippet: str, gpus_listed: int) -> subprocess.CompletedProcess[str]:
+    """Run ``snippet`` after sourcing cluster.sh, with a stand-in nvidia-smi listing ``gpus_listed`` GPUs."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(parents=True)
+    listing = "".join(f"echo 'GPU {i}: NVIDIA H100 (UUID: GPU-{i})'\n" for i in range(gpus_listed))
+    (bin_dir / "nvidia-smi").write_text(f"#!/bin/bash\n{listing}")
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    return subprocess.run(["bash", "-c", f"source {shlex.quote(str(CLUSTER_SCRIPT))}; {snippet}"], env=env,
+                          capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+
+
+def test_cluster_script_uses_real_gpu_devices_where_nvidia_smi_lists_gpus(tmp_path: Path) -> None:
+    done = _source_cluster_script(tmp_path, "detected_gpu_count; gpu_device_files 2", gpus_listed=2)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["2", "/dev/nvidia[0-1]"]
+    too_many = _source_cluster_script(tmp_path / "again", "gpu_device_files 3", gpus_listed=2)
+    assert too_many.returncode == 1 and "this machine has 2 GPUs" in too_many.stderr
+
+
+def test_cluster_config_templates_have_every_placeholder_filled() -> None:
+    script = CLUSTER_SCRIPT.read_text()
+    values_block = script[script.index("local values=("):]
+    values_block = values_block[:values_block.index(")")]
+    filled = set(re.findall(r"([A-Z_]+)=", values_block))
+    for conf in (REPO / "slurm" / "conf").glob("*.in"):
+        placeholders = set(re.findall(r"@([A-Z_]+)@", conf.read_text()))
+        assert placeholders and placeholders <= filled, f"{conf.name}: {placeholders - filled} never filled"
+    slurm_conf = (REPO / "slurm" / "conf" / "slurm.conf.in").read_text()
+    for setting in ("AccountingStorageType=accounting_storage/slurmdbd", "GresTypes=gpu", "Gres=gpu:@GPUS@",
+                    "Default=YES", "SelectType=select/cons_tres"):
+        assert setting in slurm_conf
+
+
 # ------------------------------------------------------------------------------------ real cluster
 
 

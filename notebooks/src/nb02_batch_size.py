@@ -18,7 +18,6 @@ CELLS = [
     """),
     code("""
     %matplotlib inline
-    import coursekit
     from coursekit import labs
     from coursekit.labs import batch_size as bs
     from coursekit.labs import plots, recorded

@@ -155,14 +155,15 @@ CELLS = [
     ## 5. What fills 80 GB
 
     The calculator, for ResNet-50 on 224 × 224 images with AdamW: the static part (parameters, gradients,
-    state) is small for a 25 M-parameter network; the activations dominate and set the largest batch.
+    state, about 0.4 GB) is small for a 25 M-parameter network; the activations dominate and set the
+    largest batch: fp32 at batch 1024 does not fit, bf16 halves the activations.
     For a model with billions of parameters it is the other way round: at 16 bytes per parameter,
     80 GB hold the training state of 5 billion parameters *before* a single activation.
     """),
     code("""
     resnet50 = build_model(TrainConfig(model="resnet50", image_size=224), 1000, (3, 224, 224))
     fill = [estimate_memory(resnet50, "adamw", precision, batch, (3, 224, 224), convention="pytorch")
-            for precision, batch in (("fp32", 64), ("fp32", 256), ("bf16", 256), ("bf16", 512))]
+            for precision, batch in (("fp32", 256), ("fp32", 1024), ("bf16", 1024), ("bf16", 2048))]
     anatomy.fill_figure(fill, [f"{e.precision}, batch {e.batch_size}" for e in fill], s.gpu_memory_gb)
     """),
     md("""

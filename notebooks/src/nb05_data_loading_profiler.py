@@ -24,7 +24,6 @@ CELLS = [
     %matplotlib inline
     from pathlib import Path
 
-    import coursekit
     from coursekit import labs
     from coursekit.labs import loading, plots, recorded
 
@@ -66,14 +65,14 @@ CELLS = [
     base = s.base.replace(data_dir=str(root))
     configs = [base.replace(**options) for options in s.loaders]
     labels = [loading.loader_label(options) for options in s.loaders]
-    for label, config in zip(labels, configs):
+    for label, config in zip(labels, configs, strict=True):
         print(f"{label:<40} {labs.engine_command(config).replace(str(root), '<jpeg folder>')}")
     """),
     code("""
     # NBVAL_IGNORE_OUTPUT
     table = labs.run_sweep(configs, name=labs.job_name(pseudo, "load"), one_at_a_time=True, env=s.job_env,
                            time_max=s.time_max, timeout_s=s.timeout_s, title="loader settings")
-    for row, label in zip(table, labels):
+    for row, label in zip(table, labels, strict=True):
         row["loader"] = label
     table.add_column("epoch_time_s", lambda row: min(e["epoch_time_s"] for e in row["epochs"]))
     table.with_columns("loader", "state", "data_fraction", "data_time_s", "compute_time_s", "epoch_time_s", "images_per_s")
