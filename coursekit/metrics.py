@@ -3,13 +3,19 @@
 A run directory holds ``metrics.jsonl``: one JSON object per line, each with a ``kind``:
 
 - ``"start"``: run begins (``config``, ``world_size``, ``device``).
-- ``"step"``: one optimisation step (``step``, ``epoch``, ``loss``, ``lr``, ``images_per_s``,
-  ``images_per_s_global``, ``data_time_s``, ``compute_time_s``, optional ``loss_scale``,
-  ``skipped_steps``, ``mem_allocated_peak_mb``, ``mem_reserved_peak_mb``; labs may add more).
+- ``"step"``: written every ``log_every`` optimisation steps (``step``, ``epoch`` (from 1), ``loss`` and
+  throughput over the window since the last record: ``images_per_s`` (per GPU), ``images_per_s_global``,
+  ``data_time_s`` / ``compute_time_s`` (per-step means), ``lr``; optional ``loss_scale``,
+  ``skipped_steps`` (fp16), ``mem_allocated_peak_mb``, ``mem_reserved_peak_mb`` (CUDA), ``params``
+  (``--log-params``), ``grad_noise_var`` (``--grad-noise-batches``)).
 - ``"epoch"``: end of an epoch (``epoch``, ``train_loss``, ``train_acc``, ``val_loss``, ``val_acc``,
-  ``images_per_s``, ``epoch_time_s``, ...).
+  ``images_per_s``, ``images_per_s_global``, ``epoch_time_s``).
+- ``"event"``: ``event`` = ``"nan_loss"`` | ``"resumed"`` | ``"stopped"`` (a requeue: no summary follows,
+  the resumed run goes on in the same file).
 - ``"summary"``: the last record of a run (``status`` = ``"completed"`` | ``"nan"`` | ``"failed"``,
-  ``config``, ``device_name``, ``torch_version``, ``cuda_version``, ``total_time_s``, ...).
+  ``config``, ``device_name``, ``torch_version``, ``cuda_version``, ``total_time_s``, ``images_per_s``
+  (steady state, global) ± ``images_per_s_std``, ``images_per_s_per_gpu``, ``memory_estimate``, peak
+  memory, ``gpu`` (utilisation, power, energy with nvidia-ml-py), ``profile_dir``).
 
 Every record also has ``time`` (Unix seconds). Only rank 0 writes.
 """

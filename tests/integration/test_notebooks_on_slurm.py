@@ -1,0 +1,26 @@
+"""Notebook 00 and lab 02 under nbval with their jobs sent to the real local Slurm (not the local executor)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+NOTEBOOKS_ON_SLURM = ("00_cluster_from_the_notebook.ipynb", "02_batch_size.ipynb")
+NBVAL_TIMEOUT_S = 600
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS_ON_SLURM)
+def test_notebook_passes_nbval_against_slurm(notebook: str, tmp_path: Path) -> None:
+    env = {**os.environ, "COURSEKIT_SITE": "slurm", "COURSEKIT_COURSE_DIR": str(tmp_path), "MPLBACKEND": "Agg"}
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(ROOT),
+               "-c", str(ROOT / "pyproject.toml"), str(ROOT / "notebooks" / notebook)]
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=NBVAL_TIMEOUT_S)
+    assert done.returncode == 0, f"nbval on Slurm failed for {notebook}:\n{done.stdout[-6000:]}\n{done.stderr[-2000:]}"
+    submitted = list((tmp_path / "jobs").glob("*/*/*_submission.sh"))
+    assert submitted, "the notebook sent no job to Slurm (no submission script in the course folder)"
+    assert any("#SBATCH" in path.read_text() for path in submitted)
