@@ -172,7 +172,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     sites = commands.add_parser("sites", help="list the site profiles")
     sites.set_defaults(handler=cmd_sites)
+
+    demo = commands.add_parser("demo", help="submit a real training job, follow it, read back its log, "
+                               "metrics and a plot (local executor: no Slurm needed)")
+    demo.add_argument("--site", default=None, help="site profile (default: local)")
+    demo.add_argument("--output", default=None, help="folder for the plot (default: demo-output)")
+    demo.set_defaults(handler=cmd_demo)
     return parser
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """The README's main job (coursekit/demo.py)."""
+    from coursekit import demo
+
+    return demo.run_demo(args.site or demo.DEMO_SITE, args.output or demo.DEMO_OUTPUT)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -9,6 +9,7 @@ Submitting from inside a Slurm job (a JupyterHub kernel) hides the kernel's SLUR
 
 from __future__ import annotations
 
+import contextlib
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -91,7 +92,15 @@ def _submit_group(executor: submitit.AutoExecutor, calls: Sequence[tuple[Callabl
             if leftover.is_file() or leftover.is_symlink():  # submitit's staged pickles and script
                 leftover.unlink()
         raise submission_error(error) from error
+    _drop_placeholder_folder(Path(str(executor.folder)))
     return jobs
+
+
+def _drop_placeholder_folder(folder: Path) -> None:
+    """submitit makes the folder ``.../%j`` literally; once jobs have their own folders it stays empty."""
+    if "%" in folder.name and folder.is_dir():
+        with contextlib.suppress(OSError):  # not empty: another submission is using it right now
+            folder.rmdir()
 
 
 def _handle(submitted: Any, site: Site, options: plan.Options, root: Path, command: str, kind: str,
