@@ -106,9 +106,11 @@ def summarize_run(records: list[dict[str, Any]]) -> dict[str, Any]:
     total_step = sum(data_times) + sum(compute_times)
     last_epoch = epoch_records[-1] if epoch_records else {}
     peaks = [r["mem_allocated_peak_mb"] for r in step_records if r.get("mem_allocated_peak_mb") is not None]
+    rates = [r["images_per_s_global"] for r in timed if r.get("images_per_s_global")]
     return {
         "status": final.get("status"),
         "images_per_s": final.get("images_per_s"),
+        "images_per_s_median": _median(rates),
         "total_time_s": final.get("total_time_s"),
         "val_acc": final.get("val_acc", last_epoch.get("val_acc")),
         "val_loss": final.get("val_loss", last_epoch.get("val_loss")),

@@ -168,10 +168,11 @@ CELLS = [
     code("""
     figure = plots.scatter_line(noise, "batch_size", "grad_noise_var", logx=True, logy=True,
                                 title="variance of the mini-batch gradient", label="measured")
-    first = noise[0]
+    trace_sigma, batches = noise[0]["grad_noise_var"], noise.column("batch_size")  # B = 1: the variance is tr Σ
     ax = figure.axes[0]
-    ax.plot(noise.column("batch_size"), [first["grad_noise_var"] * first["batch_size"] / b for b in noise.column("batch_size")],
-            linestyle="--", color="black", label="1/B through the first point")
+    ax.plot(batches, [trace_sigma / b for b in batches], linestyle=":", color="black", label="tr Σ / B")
+    ax.plot(batches, [trace_sigma / b * gd.without_replacement_factor(b, s.points) for b in batches],
+            linestyle="--", color="gray", label="tr Σ / B · (n − B)/(n − 1)")
     ax.legend(fontsize="small")
     figure
     """),

@@ -46,7 +46,7 @@ CELLS = [
     table = labs.run_sweep(configs, name=labs.job_name(pseudo, "bs"), one_at_a_time=profile.is_cpu,
                            time_max=s.time_max, timeout_s=s.timeout_s, title="batch-size sweep")
     bs.add_time_to_accuracy(table, s.target_acc)
-    table.with_columns("batch_size", "job_id", "state", "images_per_s", "train_time_s", "val_acc", "time_to_target_s")
+    table.with_columns("batch_size", "job_id", "state", "images_per_s_median", "train_time_s", "val_acc", "time_to_target_s")
     """),
     code("""
     print("states:", table.column("state"))
@@ -57,12 +57,13 @@ CELLS = [
     A step has a fixed cost (launching operations, Python, the optimiser update) and a cost per image.
     Small batches pay the fixed cost for few images; as the batch grows the fixed part is shared by more
     images and the processor's parallel units fill up, until it is busy all the time: from then on twice
-    the batch takes twice as long, and images/s stop growing. The error bars are the spread of the step
-    windows of each run.
+    the batch takes twice as long, and images/s stop growing. Each point is the median over the run's
+    steps (the first one, which pays for allocations, left out); the error bars are their standard
+    deviation.
     """),
     code("""
     figure = plots.scatter_line(table.add_column("img_s_std", lambda r: r["summary"].get("images_per_s_std")),
-                                "batch_size", "images_per_s", logx=True, errors="img_s_std",
+                                "batch_size", "images_per_s_median", logx=True, errors="img_s_std",
                                 title=f"throughput against batch size ({profile.name} profile, measured)")
     figure
     """),
@@ -134,7 +135,7 @@ CELLS = [
     """),
     code("""
     ordered = table.sorted_by("batch_size")
-    holds, evidence = labs.saturates(ordered.column("batch_size"), ordered.column("images_per_s"))
+    holds, evidence = labs.saturates(ordered.column("batch_size"), ordered.column("images_per_s_median"))
     smallest, largest = ordered[0], ordered[-1]
     best_acc = max(ordered.column("val_acc"))
     verdicts = [
