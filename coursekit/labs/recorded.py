@@ -1,9 +1,11 @@
 """GPU figures recorded by the engine's benchmark (bench/gpu_ladder.py), shown by the labs on a CPU.
 
-The recording is ``bench/results/gpu_ladder.json`` (``$COURSEKIT_GPU_LADDER`` overrides the path); the
-JPEG figures may sit in it under ``"jpeg"`` or in ``gpu_jpeg.json`` beside it. Every table built here
-says where its numbers come from: they were measured on a GPU, not in this kernel. When no recording
-exists the loaders say so and return None; the labs then skip the recorded plots.
+The recording is ``bench/results/gpu_ladder.json`` (``$COURSEKIT_GPU_LADDER`` overrides the path). The
+batch sweep and the JPEG figures may sit in it or in other recordings beside it (``bench/gpu_ladder.py
+--only sweep jpeg`` writes them separately): the newest recording that has them is used, and every
+table names the machine, date and command of the run its numbers come from — they were measured on a
+GPU, not in this kernel. When no recording exists the loader says so and returns None; the labs then
+skip the recorded plots.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from coursekit.labs.results import ResultsTable
 
 LADDER_ENV = "COURSEKIT_GPU_LADDER"
 LADDER_FILE = "gpu_ladder.json"
-JPEG_FILE = "gpu_jpeg.json"
+PARTS = ("ladder", "batch_sweep", "jpeg")
+META_KEYS = ("device", "torch", "cuda", "date", "command")
 RESULTS_SUBDIR = Path("bench") / "results"
 REQUIRED_KEYS = ("device", "ladder")
 BASELINE_RUNG = "fp32"
@@ -40,8 +43,30 @@ def _check_shape(data: dict[str, Any], path: Path) -> None:
             raise ValueError(f"recording {path}: every ladder row needs 'rung' and 'engine_img_s', got {sorted(row)}")
 
 
+def _meta(data: dict[str, Any]) -> dict[str, Any]:
+    return {key: data.get(key) for key in META_KEYS}
+
+
+def _siblings(path: Path) -> list[dict[str, Any]]:
+    """Other recordings in the same folder, newest first."""
+    found = []
+    for other in path.parent.glob("*.json"):
+        if other.resolve() == path.resolve():
+            continue
+        try:
+            data = json.loads(other.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            continue
+        if isinstance(data, dict) and "device" in data:
+            found.append(data)
+    return sorted(found, key=lambda d: str(d.get("date", "")), reverse=True)
+
+
 def load_gpu_ladder(path: str | os.PathLike | None = None, verbose: bool = True) -> dict[str, Any] | None:
-    """The recorded GPU ladder, or None (with a message saying why) when there is none."""
+    """The recorded GPU figures, or None (with a message saying why) when there are none.
+
+    ``data["sources"][part]`` holds device, date and command of the run behind each part
+    (``ladder``, ``batch_sweep``, ``jpeg``)."""
     path = Path(path) if path is not None else default_ladder_path()
     if not path.is_file():
         if verbose:
@@ -51,8 +76,13 @@ def load_gpu_ladder(path: str | os.PathLike | None = None, verbose: bool = True)
         return None
     data = json.loads(path.read_text(encoding="utf-8"))
     _check_shape(data, path)
-    if "jpeg" not in data and (path.parent / JPEG_FILE).is_file():
-        data["jpeg"] = json.loads((path.parent / JPEG_FILE).read_text(encoding="utf-8")).get("jpeg")
+    data["sources"] = {part: _meta(data) for part in PARTS if data.get(part)}
+    for part in PARTS[1:]:
+        if not data.get(part):
+            other = next((d for d in _siblings(path) if d.get(part)), None)
+            if other is not None:
+                data[part] = other[part]
+                data["sources"][part] = _meta(other)
     data["_path"] = str(path)
     return data
 
@@ -72,6 +102,10 @@ def describe(recording: dict[str, Any]) -> str:
     return line
 
 
+def _source(recording: dict[str, Any], part: str) -> dict[str, Any]:
+    return recording.get("sources", {}).get(part) or recording
+
+
 def _mean(value: Any) -> float | None:
     if isinstance(value, dict):
         return value.get("mean")
@@ -86,7 +120,7 @@ def ladder_table(recording: dict[str, Any]) -> ResultsTable:
     """Rung, img/s (mean, std), speed-up over fp32, TFLOP/s and peak memory of the recorded ladder."""
     rows = recording["ladder"]
     base = next((_mean(r["engine_img_s"]) for r in rows if r["rung"] == BASELINE_RUNG), None)
-    table = ResultsTable(title="GPU ladder (" + describe(recording) + ")")
+    table = ResultsTable(title="GPU ladder (" + describe(_source(recording, "ladder")) + ")")
     for row in rows:
         img_s = _mean(row["engine_img_s"])
         table.append({
@@ -106,7 +140,7 @@ def batch_sweep_table(recording: dict[str, Any]) -> ResultsTable | None:
     rows = recording.get("batch_sweep")
     if not rows:
         return None
-    table = ResultsTable(title="GPU batch sweep (" + describe(recording) + ")")
+    table = ResultsTable(title="GPU batch sweep (" + describe(_source(recording, "batch_sweep")) + ")")
     for row in rows:
         table.append({
             "batch_size": row["batch_size"],
@@ -125,7 +159,7 @@ def jpeg_table(recording: dict[str, Any]) -> ResultsTable | None:
         return None
     labels = {"pil_cpu_img_s": "JPEG, PIL on CPU workers", "nvjpeg_gpu_img_s": "JPEG, nvjpeg on the GPU",
               "synthetic_img_s": "synthetic (no decoding)"}
-    table = ResultsTable(title="GPU JPEG decoding (" + describe(recording) + ")")
+    table = ResultsTable(title="GPU JPEG decoding (" + describe(_source(recording, "jpeg")) + ")")
     for key, label in labels.items():
         if key in jpeg:
             table.append({"pipeline": label, "img_s": _mean(jpeg[key]), "img_s_std": _std(jpeg[key])})

@@ -62,9 +62,9 @@ def _lab00(profile: str) -> dict[str, Any]:
 
 def _lab01(profile: str) -> dict[str, Any]:
     # Plain gradient descent on the DLI's line: no momentum, no weight decay, the same lr for every batch.
-    points = 128 if profile == "cpu" else 1024
+    points = 128 if profile == "cpu" else 512
     base = TrainConfig(model="linear", dataset="line", num_samples=points, optimizer="sgd", momentum=0.0,
-                       weight_decay=0.0, lr=0.2, epochs=10 if profile == "cpu" else 40, log_params=True,
+                       weight_decay=0.0, lr=0.2, epochs=10 if profile == "cpu" else 20, log_params=True,
                        val_fraction=0.25, **QUIET)
     noise = base.replace(log_params=False, epochs=1, steps=1, lr=1e-6, grad_noise_batches=200, val_fraction=0.0)
     mini = [16, 32, 64] if profile == "cpu" else [16, 32, 64, 128]

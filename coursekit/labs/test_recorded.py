@@ -36,8 +36,12 @@ def test_environment_variable_chooses_the_file(tmp_path, monkeypatch):
 def test_tables_are_labelled_and_relative_to_fp32(tmp_path):
     path = tmp_path / "gpu_ladder.json"
     path.write_text(json.dumps(RECORDING))
-    (tmp_path / "gpu_jpeg.json").write_text(json.dumps({"jpeg": {"pil_cpu_img_s": {"mean": 3000.0, "std": 1.0},
-                                                                 "nvjpeg_gpu_img_s": {"mean": 9000.0, "std": 2.0}}}))
+    jpeg = {"pil_cpu_img_s": {"mean": 3000.0, "std": 1.0}, "nvjpeg_gpu_img_s": {"mean": 9000.0, "std": 2.0}}
+    older = {"device": "H100", "date": "2026-11-27T09:00", "command": "older", "jpeg": {"pil_cpu_img_s": 1.0}}
+    newer = {"device": "H100", "date": "2026-11-27T11:00", "command": "bench --only jpeg", "jpeg": jpeg}
+    (tmp_path / "gpu_jpeg_a.json").write_text(json.dumps(older))
+    (tmp_path / "gpu_jpeg_b.json").write_text(json.dumps(newer))
+    (tmp_path / "notes.json").write_text("[1, 2]")  # not a recording: ignored
     data = recorded.load_gpu_ladder(path)
     ladder = recorded.ladder_table(data)
     assert ladder.title.startswith("GPU ladder (recorded on NVIDIA H100 80GB HBM3, torch 2.11.0, CUDA 12.8, 2026-11-27")
@@ -45,8 +49,9 @@ def test_tables_are_labelled_and_relative_to_fp32(tmp_path):
     sweep = recorded.batch_sweep_table(data)
     assert sweep.column("oom") == [False, True]
     assert sweep.column("img_s") == [2000.0, None]
-    jpeg = recorded.jpeg_table(data)  # found beside the ladder
-    assert jpeg.column("img_s") == [3000.0, 9000.0]
+    table = recorded.jpeg_table(data)  # found beside the ladder: the newest recording that has it
+    assert table.column("img_s") == [3000.0, 9000.0]
+    assert "bench --only jpeg" in table.title and data["sources"]["ladder"]["command"] == RECORDING["command"]
 
 
 def test_malformed_recording_is_a_clear_error(tmp_path):
