@@ -80,6 +80,18 @@ def jpeg_section(data: dict[str, Any]) -> list[str]:
             f"{'met' if ratio >= JPEG_OVER_SYNTHETIC_TARGET else 'missed'}).", ""]
 
 
+def memory_section(data: dict[str, Any]) -> list[str]:
+    lines = [f"## Peak memory vs batch size up to the OOM ({data['model']})", "",
+             f"Each batch size is a coursekit job (local executor), run one after the other; the OOM is read from "
+             f"the job (state, stderr, metrics). {data['device']} ({data['total_memory_gb']:.0f} GiB), "
+             f"torch {data['torch']}, {data['date']}. Command: `{data['command']}`.", "",
+             "| batch | job state | OOM | peak allocated GB | engine's estimate GB | img/s |", "|---:|---|---|---:|---:|---:|"]
+    for row in data["memory_sweep"]:
+        lines.append(f"| {row['batch_size']} | {row['state']} | {'yes' if row['oom'] else 'no'} | "
+                     f"{row['peak_mem_gb'] or 0:.1f} | {row['memory_estimate_gb'] or 0:.1f} | {row['img_s'] or 0:,.0f} |")
+    return lines + [""]
+
+
 def cpu_section(data: dict[str, Any]) -> list[str]:
     lines = ["## CPU figures of the CI configurations", "",
              f"{data['cpus']} CPU cores ({data['torch_threads']} torch threads), torch {data['torch']}, {data['date']}. "
@@ -107,6 +119,9 @@ def main() -> int:
                   + (f" Note: {jpeg_run['jpeg']['note']}." if jpeg_run["jpeg"].get("note") else ""), ""]
         lines += jpeg_section(jpeg_run)[2:]
     lines += [JPEG_ANALYSIS, ""]
+    memory = load("gpu_memory_sweep.json")
+    if memory:
+        lines += memory_section(memory)
     if cpu:
         lines += cpu_section(cpu)
     REPORT.write_text("\n".join(lines))

@@ -15,6 +15,14 @@ from coursekit.labs.profiles import PROFILE_NAMES, data_dir
 from coursekit.train.config import TrainConfig
 
 QUIET = {"progress": "off"}
+# cpu profile: one compute thread per job, so that jobs sharing the cores time-slice instead of making
+# their OpenMP threads spin against each other (which can slow tiny runs down tenfold).
+CPU_JOB_ENV = {"OMP_NUM_THREADS": "1"}
+
+
+def job_options(profile: str, time_max: str) -> dict[str, Any]:
+    """Keyword arguments of every submission in a lab: ``submit_jobs(..., **s.job)``."""
+    return {"time_max": time_max, "env": dict(CPU_JOB_ENV) if profile == "cpu" else {}}
 
 
 class Settings(Mapping[str, Any]):
@@ -52,12 +60,12 @@ def _lab00(profile: str) -> dict[str, Any]:
         first = TrainConfig(model="mlp", dataset="generated", num_samples=2000, num_classes=4, image_size=16,
                             batch_size=50, epochs=4, lr=0.05, **QUIET)
         return {"first_job": first, "long_job": first.replace(epochs=1000),
-                "sweep_lrs": [0.01, 0.05, 0.2], "time_max": "00:10:00", "timeout_s": 300}
+                "sweep_lrs": [0.01, 0.05, 0.2], "job": job_options(profile, "00:10:00"), "timeout_s": 300}
     first = TrainConfig(model="resnet18", dataset="cifar10", data_dir=data_dir(), batch_size=256, epochs=2,
                         lr=0.1, workers=8, pin_memory=True, persistent_workers=True, non_blocking=True,
                         precision="bf16", channels_last=True, **QUIET)
     return {"first_job": first, "long_job": first.replace(epochs=200),
-            "sweep_lrs": [0.02, 0.1, 0.5], "time_max": "00:30:00", "timeout_s": 1800}
+            "sweep_lrs": [0.02, 0.1, 0.5], "job": job_options(profile, "00:30:00"), "timeout_s": 1800}
 
 
 def _lab01(profile: str) -> dict[str, Any]:
@@ -70,7 +78,7 @@ def _lab01(profile: str) -> dict[str, Any]:
     mini = [16, 32, 64] if profile == "cpu" else [16, 32, 64, 128]
     return {"points": points, "base": base, "batch_sizes": [points, 1, *mini],
             "noise_base": noise, "noise_batch_sizes": [1, 4, 16, 64] if profile == "cpu" else [1, 2, 4, 8, 16, 32, 64, 128],
-            "time_max": "00:10:00", "timeout_s": 300 if profile == "cpu" else 1800}
+            "job": job_options(profile, "00:10:00"), "timeout_s": 300 if profile == "cpu" else 1800}
 
 
 def _lab02(profile: str) -> dict[str, Any]:
@@ -78,7 +86,7 @@ def _lab02(profile: str) -> dict[str, Any]:
         base = TrainConfig(model="mlp", dataset="generated", num_samples=4000, num_classes=4, image_size=16, epochs=3,
                            lr=0.01, **QUIET)
         return {"base": base, "batch_sizes": [4, 16, 64, 256, 1024], "target_acc": 0.6,
-                "memory_base": None, "memory_batch_sizes": [], "time_max": "00:10:00", "timeout_s": 300}
+                "memory_base": None, "memory_batch_sizes": [], "job": job_options(profile, "00:10:00"), "timeout_s": 300}
     base = TrainConfig(model="resnet18", dataset="cifar10", data_dir=data_dir(), epochs=15, lr=0.1,
                        schedule="cosine", workers=8, pin_memory=True, persistent_workers=True, non_blocking=True,
                        precision="bf16", channels_last=True, **QUIET)
@@ -86,7 +94,7 @@ def _lab02(profile: str) -> dict[str, Any]:
                          test_steps=20, precision="fp32", **QUIET)
     return {"base": base, "batch_sizes": [64, 128, 256, 512, 1024, 2048], "target_acc": 0.8,
             "memory_base": memory, "memory_batch_sizes": [32, 64, 128, 256, 512, 1024, 2048],
-            "time_max": "01:00:00", "timeout_s": 7200}
+            "job": job_options(profile, "01:00:00"), "timeout_s": 7200}
 
 
 def _lab03(profile: str) -> dict[str, Any]:
@@ -101,7 +109,7 @@ def _lab03(profile: str) -> dict[str, Any]:
             "gpu_memory_gb": 80,
             "peak_base": None if cpu else step.replace(gpu_resident=True, test_steps=10),
             "peak_batch_sizes": [] if cpu else [32, 64, 128, 256],
-            "time_max": "00:10:00" if cpu else "00:30:00", "timeout_s": 300 if cpu else 1800}
+            "job": job_options(profile, "00:10:00" if cpu else "00:30:00"), "timeout_s": 300 if cpu else 1800}
 
 
 def _lab04(profile: str) -> dict[str, Any]:
@@ -109,7 +117,7 @@ def _lab04(profile: str) -> dict[str, Any]:
         base = TrainConfig(model="mlp", dataset="generated", num_samples=2000, image_size=16, batch_size=64,
                            epochs=2, lr=0.05, **QUIET)
         return {"base": base, "precisions": ["fp32", "bf16", "fp16"], "ladder_base": None, "ladder": [],
-                "matmul_sizes": [], "time_max": "00:10:00", "timeout_s": 300}
+                "matmul_sizes": [], "job": job_options(profile, "00:10:00"), "timeout_s": 300}
     base = TrainConfig(model="resnet18", dataset="cifar10", data_dir=data_dir(), batch_size=256, epochs=3, lr=0.1,
                        workers=8, pin_memory=True, persistent_workers=True, non_blocking=True, **QUIET)
     ladder = TrainConfig(model="resnet50", dataset="synthetic", gpu_resident=True, image_size=224, num_classes=1000,
@@ -118,19 +126,19 @@ def _lab04(profile: str) -> dict[str, Any]:
              {"precision": "bf16", "channels_last": True},
              {"precision": "bf16", "channels_last": True, "compile": True}]
     return {"base": base, "precisions": ["fp32", "tf32", "bf16", "fp16"], "ladder_base": ladder, "ladder": rungs,
-            "matmul_sizes": [4096, 4095, 4104], "time_max": "00:30:00", "timeout_s": 3600}
+            "matmul_sizes": [4096, 4095, 4104], "job": job_options(profile, "00:30:00"), "timeout_s": 3600}
 
 
 def _lab05(profile: str) -> dict[str, Any]:
     if profile == "cpu":
-        # One compute thread per job (OMP_NUM_THREADS=1): the second core is free for a loader worker, as the
-        # CPU cores of a GPU node are while the GPU computes.
+        # One compute thread per job (CPU_JOB_ENV): the second core is free for a loader worker, as the CPU
+        # cores of a GPU node are while the GPU computes.
         base = TrainConfig(model="mlp", dataset="jpeg_folder", image_size=64, batch_size=32, epochs=2, lr=0.05,
                            **QUIET)
         return {"base": base, "jpeg_classes": 4, "jpeg_images_per_class": 128, "jpeg_size": (160, 120), "jpeg_workers": 1,
                 "loaders": [{"workers": 0}, {"workers": 1}, {"workers": 2},
                             {"workers": 1, "persistent_workers": True, "prefetch_factor": 4}],
-                "job_env": {"OMP_NUM_THREADS": "1"}, "profile_steps": 4, "time_max": "00:10:00", "timeout_s": 300}
+                "profile_steps": 4, "job": job_options(profile, "00:10:00"), "timeout_s": 300}
     base = TrainConfig(model="resnet50", dataset="jpeg_folder", image_size=224, batch_size=256, epochs=1,
                        precision="bf16", channels_last=True, steps=60, **QUIET)
     loaders = [{"workers": 0}, {"workers": 4}, {"workers": 8}, {"workers": 8, "pin_memory": True},
@@ -140,7 +148,7 @@ def _lab05(profile: str) -> dict[str, Any]:
                {"workers": 8, "pin_memory": True, "non_blocking": True, "persistent_workers": True,
                 "prefetch_factor": 4, "gpu_decode": True}]
     return {"base": base, "jpeg_classes": 10, "jpeg_images_per_class": 1300, "jpeg_size": (500, 375), "jpeg_workers": 8,
-            "loaders": loaders, "job_env": {}, "profile_steps": 5, "time_max": "00:30:00", "timeout_s": 3600}
+            "loaders": loaders, "profile_steps": 5, "job": job_options(profile, "00:30:00"), "timeout_s": 3600}
 
 
 LABS = {"00": _lab00, "01": _lab01, "02": _lab02, "03": _lab03, "04": _lab04, "05": _lab05}

@@ -11,7 +11,8 @@ from coursekit.train.config import TrainConfig, validate
 def test_settings_exist_and_print(lab, profile):
     settings = lab_settings(lab, profile)
     assert repr(settings).startswith(f"Lab {lab} settings ({profile} profile):")
-    assert settings.time_max and settings.timeout_s > 0
+    assert settings.job["time_max"] and settings.timeout_s > 0
+    assert settings.job["env"] == ({"OMP_NUM_THREADS": "1"} if profile == "cpu" else {})
     with pytest.raises(AttributeError, match="no setting 'nope'"):
         settings.nope  # noqa: B018
 

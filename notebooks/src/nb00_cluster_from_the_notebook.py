@@ -62,6 +62,9 @@ CELLS = [
 
     A job runs one command. Ours is the training engine with a handful of options; `engine_command`
     writes the command for a configuration (only the options that differ from the defaults appear).
+    `s.job` holds the submission options of this profile: the time limit and, in the cpu profile, one
+    compute thread per job (`OMP_NUM_THREADS=1`), so that jobs sharing a few cores take turns instead of
+    getting in each other's way.
     """),
     code("""
     print(labs.engine_command(s.first_job))
@@ -69,7 +72,7 @@ CELLS = [
     code("""
     # NBVAL_IGNORE_OUTPUT
     (job,) = coursekit.submit_jobs(labs.engine_command(s.first_job), n_gpu=1, name=labs.job_name(pseudo, "first"),
-                                   time_max=s.time_max)
+                                   **s.job)
     print(job)
     print("its folder:", job.folder)
     print("its script:", job.submission_script.name)
@@ -143,7 +146,7 @@ CELLS = [
     code("""
     # NBVAL_IGNORE_OUTPUT
     (long_job,) = coursekit.submit_jobs(labs.engine_command(s.long_job), name=labs.job_name(pseudo, "long"),
-                                        time_max=s.time_max)
+                                        **s.job)
     print("steps done before cancelling:", labs.wait_until_training(long_job, timeout_s=s.timeout_s))
     long_job.cancel()
     """),
@@ -160,7 +163,7 @@ CELLS = [
     code("""
     configs = [s.first_job.replace(lr=lr) for lr in s.sweep_lrs]
     commands = [labs.engine_command(config) for config in configs]
-    job_ids = coursekit.gpu_jobs_submitter(commands, n_gpu=1, name=labs.job_name(pseudo, "lr"), time_max=s.time_max)
+    job_ids = coursekit.gpu_jobs_submitter(commands, n_gpu=1, name=labs.job_name(pseudo, "lr"), **s.job)
     print(len(job_ids), "jobs submitted")
     """),
     code("""

@@ -70,7 +70,7 @@ CELLS = [
     """),
     code("""
     # NBVAL_IGNORE_OUTPUT
-    sweep = labs.submit_sweep(configs, name=labs.job_name(pseudo, "gd"), time_max=s.time_max)
+    sweep = labs.submit_sweep(configs, name=labs.job_name(pseudo, "gd"), **s.job)
     print("submitted jobs", [job.job_id for job in sweep.jobs])
     """),
     md("""
@@ -80,7 +80,7 @@ CELLS = [
     code("""
     # NBVAL_IGNORE_OUTPUT
     noise_configs = [s.noise_base.replace(batch_size=b) for b in s.noise_batch_sizes]
-    noise_sweep = labs.submit_sweep(noise_configs, name=labs.job_name(pseudo, "noise"), time_max=s.time_max)
+    noise_sweep = labs.submit_sweep(noise_configs, name=labs.job_name(pseudo, "noise"), **s.job)
     print("submitted jobs", [job.job_id for job in noise_sweep.jobs])
     """),
     md("""
@@ -199,7 +199,7 @@ CELLS = [
     trace_sigma = noise.one(batch_size=1)["grad_noise_var"]
     predicted_32 = trace_sigma / 32 * gd.without_replacement_factor(32, s.points)
     extra = gd.noise_rows(labs.run_sweep([s.noise_base.replace(batch_size=32)], name=labs.job_name(pseudo, "b32"),
-                                         time_max=s.time_max, timeout_s=s.timeout_s))
+                                         **s.job, timeout_s=s.timeout_s))
     measured_32 = extra[0]["grad_noise_var"]
     ### END SOLUTION
     print(f"B = 32: predicted {predicted_32:.3f}, measured {measured_32:.3f}")

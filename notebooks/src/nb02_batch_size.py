@@ -44,7 +44,7 @@ CELLS = [
     code("""
     # NBVAL_IGNORE_OUTPUT
     table = labs.run_sweep(configs, name=labs.job_name(pseudo, "bs"), one_at_a_time=profile.is_cpu,
-                           time_max=s.time_max, timeout_s=s.timeout_s, title="batch-size sweep")
+                           **s.job, timeout_s=s.timeout_s, title="batch-size sweep")
     bs.add_time_to_accuracy(table, s.target_acc)
     table.with_columns("batch_size", "job_id", "state", "images_per_s_median", "train_time_s", "val_acc", "time_to_target_s")
     """),
@@ -82,7 +82,7 @@ CELLS = [
     if s.memory_base is not None:  # gpu profile: measure, up to the OOM
         memory = bs.add_peak_memory_gb(labs.run_sweep(
             [s.memory_base.replace(batch_size=b) for b in s.memory_batch_sizes], name=labs.job_name(pseudo, "mem"),
-            time_max=s.time_max, timeout_s=s.timeout_s, title="peak memory"))
+            **s.job, timeout_s=s.timeout_s, title="peak memory"))
         print(memory.with_columns("batch_size", "state", "oom", "peak_mem_gb", "images_per_s"))
         figure = bs.memory_figure(memory, "peak GPU memory against batch size (measured)")
     else:  # cpu profile: no GPU here, show the figures recorded on one
@@ -123,7 +123,7 @@ CELLS = [
     largest = max(s.batch_sizes)
     longer_config = s.base.replace(batch_size=largest, steps=steps_done, epochs=10 * steps_done)
     longer = bs.add_time_to_accuracy(labs.run_sweep([longer_config], name=labs.job_name(pseudo, "long"),
-                                                    time_max=s.time_max, timeout_s=s.timeout_s), s.target_acc)[0]
+                                                    **s.job, timeout_s=s.timeout_s), s.target_acc)[0]
     ### END SOLUTION
     print(f"B={largest} for {longer['summary']['steps']} steps: val_acc {longer['val_acc']:.3f} in {longer['train_time_s']:.2f} s; "
           f"B=64: val_acc {reference['val_acc']:.3f} in {reference['train_time_s']:.2f} s")

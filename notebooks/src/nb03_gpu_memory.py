@@ -47,7 +47,8 @@ CELLS = [
     code("""
     # NBVAL_IGNORE_OUTPUT
     steps_table = labs.run_sweep(step_configs, name=labs.job_name(pseudo, "step"), one_at_a_time=True,
-                                 time_max=s.time_max, timeout_s=s.timeout_s, title="ResNet-50, one training step")
+                                 time_max=s.job["time_max"],  # no env: this job may use every core
+                                 timeout_s=s.timeout_s, title="ResNet-50, one training step")
     recording = labs.load_gpu_ladder()
     if recording and profile.is_cpu:
         fp32 = recorded.ladder_table(recording).one(rung="fp32")
@@ -93,7 +94,7 @@ CELLS = [
              dict(model_name=model_name, input_shape=shape, optimizer="adamw", batch_size=small),
              dict(model_name=model_name, input_shape=shape, optimizer="sgd", batch_size=large)]
     job = coursekit.submit_function(anatomy.measure_cases, cases, name=labs.job_name(pseudo, "anat"),
-                                    time_max=s.time_max)
+                                    **s.job)
     measured = anatomy.anatomy_table(job.result(timeout=s.timeout_s))
     measured.with_columns("model", "optimizer", "batch_size", "parameters_mb", "gradients_mb", "optimizer_state_mb",
                           "activations_mb", "bytes_per_param")
@@ -195,7 +196,7 @@ CELLS = [
     peaks = None
     if s.peak_base is not None:
         peaks = labs.run_sweep([s.peak_base.replace(batch_size=b) for b in s.peak_batch_sizes],
-                               name=labs.job_name(pseudo, "peak"), time_max=s.time_max, timeout_s=s.timeout_s)
+                               name=labs.job_name(pseudo, "peak"), **s.job, timeout_s=s.timeout_s)
         peaks.add_column("estimate_mb", lambda r: r["summary"]["memory_estimate"]["total_bytes"] / 2**20)
         print(peaks.with_columns("batch_size", "state", "peak_mem_mb", "estimate_mb"))
         figure, ax = plots.new_figure()

@@ -80,7 +80,7 @@ CELLS = [
     """),
     code("""
     # NBVAL_IGNORE_OUTPUT
-    table = labs.run_sweep(configs, name=labs.job_name(pseudo, "amp"), time_max=s.time_max, timeout_s=s.timeout_s,
+    table = labs.run_sweep(configs, name=labs.job_name(pseudo, "amp"), **s.job, timeout_s=s.timeout_s,
                            title="precision sweep")
     table.with_columns("precision", "job_id", "state", "train_loss", "val_acc", "images_per_s")
     """),
@@ -123,7 +123,7 @@ CELLS = [
     matmuls = None
     if s.matmul_sizes:
         job = coursekit.submit_function(numerics.matmul_tflops, s.matmul_sizes, "bf16", name=labs.job_name(pseudo, "mm"),
-                                        time_max=s.time_max)
+                                        **s.job)
         matmuls = labs.ResultsTable(job.result(timeout=s.timeout_s), title="bf16 matmul")
         print(matmuls)
     else:
@@ -145,7 +145,7 @@ CELLS = [
         from coursekit.train.models import build_model
 
         rungs = [s.ladder_base.replace(**rung) for rung in s.ladder]
-        ladder = labs.run_sweep(rungs, name=labs.job_name(pseudo, "ladder"), time_max=s.time_max,
+        ladder = labs.run_sweep(rungs, name=labs.job_name(pseudo, "ladder"), **s.job,
                                 timeout_s=s.timeout_s, title="GPU ladder (measured)")
         net = build_model(TrainConfig(model="resnet50", image_size=224), 1000, (3, 224, 224))
         flop = numerics.training_flop_per_image(net, (3, 224, 224), 1000)

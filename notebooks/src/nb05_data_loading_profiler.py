@@ -70,8 +70,8 @@ CELLS = [
     """),
     code("""
     # NBVAL_IGNORE_OUTPUT
-    table = labs.run_sweep(configs, name=labs.job_name(pseudo, "load"), one_at_a_time=True, env=s.job_env,
-                           time_max=s.time_max, timeout_s=s.timeout_s, title="loader settings")
+    table = labs.run_sweep(configs, name=labs.job_name(pseudo, "load"), one_at_a_time=True,
+                           **s.job, timeout_s=s.timeout_s, title="loader settings")
     for row, label in zip(table, labels, strict=True):
         row["loader"] = label
     table.add_column("epoch_time_s", lambda row: min(e["epoch_time_s"] for e in row["epochs"]))
@@ -128,8 +128,8 @@ CELLS = [
     code("""
     # NBVAL_IGNORE_OUTPUT
     profiled = base.replace(workers=0, profile=True, profile_steps=s.profile_steps, epochs=1)
-    (prof_job,) = labs.submit_sweep([profiled], name=labs.job_name(pseudo, "prof"), env=s.job_env,
-                                    time_max=s.time_max).jobs
+    (prof_job,) = labs.submit_sweep([profiled], name=labs.job_name(pseudo, "prof"),
+                                    **s.job).jobs
     print(prof_job.job_id, labs.wait_all([prof_job], timeout_s=s.timeout_s))
     print(loading.top_operators_text(prof_job.run_dir))
     """),
