@@ -36,3 +36,15 @@ def test_lab01_noise_runs_measure_at_the_starting_point():
     s = lab_settings("01", "cpu")
     assert s.noise_base.steps == 1 and s.noise_base.grad_noise_batches > 0
     assert max(s.noise_batch_sizes) < s.points and s.batch_sizes[0] == s.points  # full batch first
+
+
+@pytest.mark.parametrize("lab", sorted(LABS))
+def test_gpu_configs_pass_the_static_engine_checks(lab, tmp_path):
+    settings = lab_settings(lab, "gpu")
+    configs = [v for v in settings.values() if isinstance(v, TrainConfig)]
+    for name in ("ladder", "loaders"):  # the variations a lab applies to its base configurations
+        base = settings.get("ladder_base") if name == "ladder" else settings.get("base")
+        configs += [base.replace(**change) for change in settings.get(name) or []]
+    for config in configs:
+        needs_folder = config.data_dir or config.dataset in ("jpeg_folder", "cifar10", "imagefolder")
+        validate(config.replace(data_dir=str(tmp_path)) if needs_folder else config)

@@ -15,9 +15,9 @@ CELLS = [
        nevertheless cheap, and why that trade is usually worth it;
     4. measure the noise of a mini-batch gradient and show that its variance falls as 1/B.
 
-    Everything you see below was measured by jobs of the course's training engine
-    (`python -m coursekit.train`), submitted from this notebook; the notebook only prepares the runs, reads
-    their metrics back and draws them.
+    Every training run below is a job of the course's training engine (`python -m coursekit.train`),
+    submitted from this notebook; the notebook only prepares the runs, reads their metrics back and draws
+    them (the loss surface itself is cheap enough to compute here, from the same points the jobs use).
     """),
     code("""
     %matplotlib inline
