@@ -40,7 +40,7 @@ MODEL = "resnet50"
 IMAGE_SIZE = 224
 NUM_CLASSES = 1000
 LADDER_BATCH = 256
-BATCH_SWEEP = (32, 64, 128, 256, 512)
+BATCH_SWEEP = (32, 64, 128, 256, 512, 1024, 2048)  # up to the out-of-memory error
 WARMUP_STEPS = 15
 COMPILE_WARMUP_STEPS = 60
 COMPILE_WARMUP_WINDOWS = 2
@@ -182,7 +182,13 @@ def run_batch_sweep(args: argparse.Namespace) -> list[dict[str, Any]]:
     rung = EAGER_PRESET
     rows = []
     for batch in BATCH_SWEEP:
-        engine = engine_run(ladder_config(rung, batch), args.repeats, args.steps)
+        try:
+            engine = engine_run(ladder_config(rung, batch), args.repeats, args.steps)
+        except torch.OutOfMemoryError as error:
+            torch.cuda.empty_cache()
+            rows.append({"batch_size": batch, "oom": True, "error": str(error).splitlines()[0]})
+            print(f"batch {batch:4d}: out of memory", flush=True)
+            break
         rows.append({"batch_size": batch, "engine_img_s": engine["img_s"], "peak_mem_gb": engine["peak_mem_gb"]})
         print(f"batch {batch:4d}: {engine['img_s']['mean']:8.0f} ± {engine['img_s']['std']:5.0f} img/s  "
               f"{engine['peak_mem_gb']:.1f} GB", flush=True)

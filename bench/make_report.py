@@ -61,7 +61,8 @@ def ladder_section(data: dict[str, Any]) -> list[str]:
 
 def sweep_section(data: dict[str, Any]) -> list[str]:
     lines = ["## Batch sweep (bf16 + channels_last, eager)", "", "| batch | engine img/s | peak GB |", "|---:|---:|---:|"]
-    lines += [f"| {row['batch_size']} | {fmt(row['engine_img_s'])} | {row['peak_mem_gb']:.1f} |"
+    lines += [f"| {row['batch_size']} | out of memory | – |" if row.get("oom") else
+              f"| {row['batch_size']} | {fmt(row['engine_img_s'])} | {row['peak_mem_gb']:.1f} |"
               for row in data["batch_sweep"]]
     return lines + [""]
 
@@ -119,6 +120,10 @@ def main() -> int:
                   + (f" Note: {jpeg_run['jpeg']['note']}." if jpeg_run["jpeg"].get("note") else ""), ""]
         lines += jpeg_section(jpeg_run)[2:]
     lines += [JPEG_ANALYSIS, ""]
+    sweep_to_oom = load("gpu_batch_sweep.json")
+    if sweep_to_oom:
+        lines += [f"Batch sweep up to the OOM: `{sweep_to_oom['command']}`, {sweep_to_oom['date']}.", ""]
+        lines += sweep_section(sweep_to_oom)
     memory = load("gpu_memory_sweep.json")
     if memory:
         lines += memory_section(memory)
