@@ -117,10 +117,9 @@ class QueueSource:
         except SlurmError as error:
             self.error = error
             return {job.job_id: QueueRow(job.job_id, job.name, "UNKNOWN") for job in jobs}
-        by_id = {entry["job_id"]: entry for entry in found}
         rows = {}
         for job in jobs:
-            entry = by_id.get(job.job_id)
+            entry = slurm_cli.row_for(found, job.job_id)  # array tasks not split off yet: the array row
             if entry is not None:
                 reason = entry.get("reason", "")
                 node = entry.get("node_list") or (f"({reason})" if reason and reason != "None" else "")
@@ -135,10 +134,9 @@ class QueueSource:
             found = slurm_cli.sacct([job.job_id for job in jobs])
         except SlurmError:
             return {}
-        by_id = {entry["job_id"]: entry for entry in found}
         rows = {}
         for job in jobs:
-            entry = by_id.get(job.job_id)
+            entry = slurm_cli.row_for(found, job.job_id)  # array tasks not split off yet: the array row
             if entry is not None:
                 node = entry.get("node_list", "")
                 rows[job.job_id] = QueueRow(job.job_id, job.name, entry["state"],
