@@ -27,7 +27,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
-from coursekit.course import course_dir, jobs_dir
+from coursekit.course import jobs_dir
 
 JOB_ID = re.compile(r"\d+(?:_\d+)?")
 LOG_FILE = re.compile(r"(?P<job_id>\d+(?:_\d+)?)_(?P<task>\d+)_log\.(?P<stream>out|err)")
@@ -178,10 +178,9 @@ def default_jobs_root() -> Path:
     try:
         from coursekit.sites import load_site
 
-        root = Path(os.path.expandvars(load_site().log_folder)).expanduser()
+        return load_site().jobs_root()
     except (ValueError, OSError):
         return jobs_dir()
-    return root if root.is_absolute() else course_dir() / root
 
 
 def find_logs(name: str = "*", contains: str = "", *, root: str | os.PathLike | None = None

@@ -19,7 +19,6 @@ from typing import Any
 import submitit
 from submitit.core.utils import FailedJobError, FailedSubmissionError, JobPaths
 
-from coursekit.course import course_dir
 from coursekit.jobs import plan, registry, validate
 from coursekit.jobs.handle import Job
 from coursekit.jobs.local_process import process_start_time
@@ -35,8 +34,7 @@ LOCAL_IGNORED = ("module", "script_addon", "slurm_addon", "qos", "partition", "a
 
 
 def _run_root(site: Site, name: str) -> Path:
-    root = Path(site.log_folder).expanduser()
-    return (root if root.is_absolute() else course_dir() / root) / name
+    return site.jobs_root() / name
 
 
 def _options(site: Site, name: str, time_max: Any, qos: Any, partition: Any, constraint: Any, account: Any,

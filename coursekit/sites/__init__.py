@@ -23,7 +23,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from coursekit.course import course_config_path
+from coursekit.course import course_config_path, course_dir
 
 SITE_ENV = "COURSEKIT_SITE"
 SITES_DIR = Path(__file__).resolve().parent
@@ -122,6 +122,12 @@ class Site:
             raise ValueError(f"site {self.name!r}: sinfo shows no GPU (GRES gpu) on {where}; "
                              "set gpus_per_node under [site_defaults] in coursekit.toml or choose a GPU partition")
         return NodeShape(gpus, cpus_per_gpu)
+
+    def jobs_root(self) -> Path:
+        """The folder holding the ``<name>/<job_id>/`` job folders: ``log_folder`` ($VARS and ~ expanded),
+        relative to the course folder unless absolute."""
+        root = Path(os.path.expandvars(self.log_folder)).expanduser()
+        return root if root.is_absolute() else course_dir() / root
 
     def full_account(self, account: str | None, partition: str | None = None) -> str | None:
         """The account to send: the argument or the site's, with the partition's suffix when missing."""
