@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# A single-node Slurm for workshops and tests: munge, MariaDB + slurmdbd (accounting), slurmctld,
-# slurmd, GRES GPUs (real /dev/nvidiaN where nvidia-smi lists GPUs, stand-in devices otherwise).
+# A multi-node Slurm on one machine for workshops and tests: munge, MariaDB + slurmdbd (accounting),
+# slurmctld, and one slurmd per node, each in its own network namespace with its own hostname and address
+# on a bridge inside this machine (node1 10.203.0.11, node2 10.203.0.12, ...; nothing is routed out),
+# GRES GPUs per node (real /dev/nvidiaN where nvidia-smi lists GPUs, stand-in devices otherwise).
 #
 #   bash slurm/cluster.sh install            Debian packages (apt-get), skipped when present
-#   bash slurm/cluster.sh start [--gpus N] [--cpus N]
+#   bash slurm/cluster.sh start [--nodes N] [--gpus N] [--cpus N]
 #                                            configure and start everything, wait until usable
-#   bash slurm/cluster.sh status             exit 0 only when the node takes jobs and sacct answers
-#   bash slurm/cluster.sh stop               stop every daemon started by `start`
+#   bash slurm/cluster.sh status             exit 0 only when every node takes jobs and sacct answers
+#                                            (resumes a node Slurm drained or set down first)
+#   bash slurm/cluster.sh stop               stop every daemon started by `start`, remove the namespaces
 #   bash slurm/cluster.sh stop-controller    stop slurmctld only (tests: "controller down")
-#   bash slurm/cluster.sh start-controller   start slurmctld again and wait for the node
+#   bash slurm/cluster.sh start-controller   start slurmctld again, resume drained nodes, wait for them
 #   bash slurm/cluster.sh logs [N]           last N lines of every daemon's log
 #
 # Runs as root on Debian 12 without systemd (containers, CI). Every command is idempotent.
@@ -29,9 +32,25 @@ MYSQL_DATA_DIR="/var/lib/mysql"
 
 CLUSTER_NAME="coursekit"
 PARTITION="gpu"
-DEFAULT_GPUS=4
-CPUS_PER_GPU=4                 # the node declares at least GPUs x this many CPUs
-MEMORY_KEPT_PERCENT=90         # RealMemory = this share of what slurmd -C detects
+DEFAULT_NODES=2
+DEFAULT_GPUS=4                 # per node
+CPUS_PER_GPU=4                 # each node declares at least GPUs x this many CPUs
+MEMORY_KEPT_PERCENT=90         # each node's RealMemory = this share of what slurmd -C detects
+
+# the nodes' network: a bridge in this (root) namespace, one veth pair and namespace per node, a private
+# /24 with no route out of it, so no node traffic leaves this machine
+NODE_PREFIX="node"             # node names node1, node2, ...; also their namespaces and hostnames
+NETWORK_PREFIX="10.203.0"
+NETWORK_BITS=24
+CONTROLLER_ADDR="$NETWORK_PREFIX.1"   # the bridge's address: slurmctld and slurmdbd, seen from the nodes
+NODE_ADDR_OFFSET=10            # nodeI has $NETWORK_PREFIX.(NODE_ADDR_OFFSET + I)
+BRIDGE="ckslurm0"
+VETH_PREFIX="ckveth-"          # this namespace's end of nodeI's link; eth0 is the node's end
+NODE_IFACE="eth0"
+HOSTS_FILE="/etc/hosts"
+NETNS_DIR="/run/netns"          # where `ip netns add` keeps its namespaces
+HOSTS_BEGIN="# coursekit slurm nodes (slurm/cluster.sh): begin"
+HOSTS_END="# coursekit slurm nodes (slurm/cluster.sh): end"
 MIN_JOB_AGE_S=30               # finished jobs leave squeue after this (sacct keeps them)
 KILL_WAIT_S=5                  # SIGTERM -> SIGKILL delay on cancel and time limit
 STANDIN_GPU_PREFIX="/dev/coursekit-gpu"
@@ -43,6 +62,7 @@ DB_USER="slurm"
 
 DAEMON_START_TIMEOUT_S=60
 NODE_READY_TIMEOUT_S=60
+RESUME_SETTLE_TIMEOUT_S=10     # status: how long a resumed node may take to show idle
 DAEMON_STOP_TIMEOUT_S=20
 POLL_INTERVAL_S=0.5
 LOG_EXCERPT_LINES=25
@@ -51,6 +71,8 @@ PACKAGES=(slurm-wlm munge slurmdbd mariadb-server)
 REQUIRED_COMMANDS=(munged munge unmunge mysqld_safe mysqladmin mysql slurmdbd slurmctld slurmd sacctmgr
                    scontrol sinfo sacct sbatch)
 HEALTHY_NODE_STATES="idle mixed allocated completing"
+RESUMABLE_NODE_STATES="drained draining drain down"   # set by Slurm after an outage; resumed by start/status
+NODE_STATE_FLAGS='*~#!%$@^-'   # sinfo %T suffixes (e.g. down* = not responding)
 
 # ---------------------------------------------------------------------------------------------- helpers
 
@@ -225,9 +247,27 @@ database_password() {
 
 # ---------------------------------------------------------------------------------------------- configs
 
+NODE_COUNT=""
 GPU_COUNT=""
 CPU_COUNT=""
 CHANGED_CONFIGS=()
+
+# node_names COUNT: node1 ... nodeCOUNT, one a line
+node_names() {
+    local index
+    for ((index = 1; index <= $1; index++)); do echo "$NODE_PREFIX$index"; done
+}
+
+# node_addr NAME: the node's address on the bridge (node3 -> 10.203.0.13)
+node_addr() { echo "$NETWORK_PREFIX.$((NODE_ADDR_OFFSET + ${1#"$NODE_PREFIX"}))"; }
+
+# node_hostlist COUNT: Slurm's hostlist expression for the nodes (node1, node[1-2])
+node_hostlist() {
+    if (($1 == 1)); then echo "${NODE_PREFIX}1"; else echo "$NODE_PREFIX[1-$1]"; fi
+}
+
+# the nodes that `start` set up (recorded in $RUN_DIR/nodes), one a line
+started_nodes() { [[ -f $RUN_DIR/nodes ]] && cat "$RUN_DIR/nodes"; return 0; }
 
 # gpu_device_files COUNT: the gres.conf File= expression; makes stand-in devices where no GPU exists
 gpu_device_files() {
@@ -294,27 +334,33 @@ install_config() {
 }
 
 write_configs() {
-    local host node_line real_cpus real_memory gpus cpus memory_mb gpu_files password
+    local host node_line real_cpus real_memory nodes gpus cpus memory_mb gpu_files password hostlist addrs
     host=$(short_hostname)
     node_line=$(slurmd -C | head -n 1)
     real_cpus=$(sed -n 's/.* CPUs=\([0-9]*\).*/\1/p' <<<"$node_line")
     real_memory=$(sed -n 's/.* RealMemory=\([0-9]*\).*/\1/p' <<<"$node_line")
     [[ -n $real_cpus && -n $real_memory ]] || die "could not read CPUs/RealMemory from 'slurmd -C': $node_line"
+    nodes=${NODE_COUNT:-$DEFAULT_NODES}
     gpus=${GPU_COUNT:-$(detected_gpu_count)}
     ((gpus >= 1)) || die "--gpus must be at least 1 (got $gpus)"
     cpus=${CPU_COUNT:-$((gpus * CPUS_PER_GPU > real_cpus ? gpus * CPUS_PER_GPU : real_cpus))}
     memory_mb=$((real_memory * MEMORY_KEPT_PERCENT / 100))
     gpu_files=$(gpu_device_files "$gpus")
     password=$(database_password)
-    local values=(CLUSTER="$CLUSTER_NAME" HOST="$host" PARTITION="$PARTITION" CPUS="$cpus"
-                  MEMORY_MB="$memory_mb" GPUS="$gpus" GPU_FILES="$gpu_files" LOG_DIR="$LOG_DIR"
-                  RUN_DIR="$RUN_DIR" SPOOL_DIR="$SPOOL_DIR" MIN_JOB_AGE="$MIN_JOB_AGE_S"
-                  KILL_WAIT="$KILL_WAIT_S" DB_USER="$DB_USER" DB_PASS="$password" DB_NAME="$DB_NAME")
+    hostlist=$(node_hostlist "$nodes")
+    addrs=$(node_names "$nodes" | while read -r name; do node_addr "$name"; done | paste -sd,)
+    local values=(CLUSTER="$CLUSTER_NAME" HOST="$host" CONTROLLER_ADDR="$CONTROLLER_ADDR" NODES="$hostlist"
+                  NODE_ADDRS="$addrs" PARTITION="$PARTITION" CPUS="$cpus" MEMORY_MB="$memory_mb" GPUS="$gpus"
+                  GPU_FILES="$gpu_files" LOG_DIR="$LOG_DIR" RUN_DIR="$RUN_DIR" SPOOL_DIR="$SPOOL_DIR"
+                  MIN_JOB_AGE="$MIN_JOB_AGE_S" KILL_WAIT="$KILL_WAIT_S" DB_USER="$DB_USER" DB_PASS="$password"
+                  DB_NAME="$DB_NAME")
     install_config slurm.conf 644 "$(render "$CONF_TEMPLATES/slurm.conf.in" "${values[@]}")"
     install_config gres.conf 644 "$(render "$CONF_TEMPLATES/gres.conf.in" "${values[@]}")"
     install_config slurmdbd.conf 600 "$(render "$CONF_TEMPLATES/slurmdbd.conf.in" "${values[@]}")"
     ensure_database "$password"
-    say "node $host: $cpus CPUs, ${memory_mb} MB, gpu:$gpus ($gpu_files), partition $PARTITION"
+    node_names "$nodes" >"$RUN_DIR/nodes.new"
+    say "nodes $hostlist ($addrs): $cpus CPUs, ${memory_mb} MB, gpu:$gpus ($gpu_files) each;" \
+        "partition $PARTITION; controller $host ($CONTROLLER_ADDR)"
 }
 
 config_changed() {
@@ -326,7 +372,77 @@ config_changed() {
 }
 
 prepare_dirs() {
-    mkdir -p "$SLURM_ETC" "$LOG_DIR" "$RUN_DIR" "$SPOOL_DIR/slurmctld" "$SPOOL_DIR/slurmd"
+    mkdir -p "$SLURM_ETC" "$LOG_DIR" "$RUN_DIR" "$SPOOL_DIR/slurmctld"
+}
+
+# ---------------------------------------------------------------------------------------------- network
+
+netns_exists() { ip netns list 2>/dev/null | grep -q "^$1\( \|$\)"; }
+
+# the bridge and its address: slurmctld and slurmdbd, as the nodes reach them
+ensure_bridge() {
+    if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
+        ip link add "$BRIDGE" type bridge || die "could not create the bridge $BRIDGE (ip link add ... type bridge)"
+    fi
+    ip addr replace "$CONTROLLER_ADDR/$NETWORK_BITS" dev "$BRIDGE"
+    ip link set "$BRIDGE" up
+}
+
+# ensure_node_network NAME: its namespace, a veth pair to the bridge, its address; no route out
+ensure_node_network() {
+    local name=$1 veth="$VETH_PREFIX$1"
+    netns_exists "$name" || ip netns add "$name" || die "could not create the network namespace $name (ip netns add)"
+    if ! ip -n "$name" link show "$NODE_IFACE" >/dev/null 2>&1; then
+        ip link del "$veth" >/dev/null 2>&1 || true   # a leftover end whose namespace is gone
+        ip link add "$veth" type veth peer name "$NODE_IFACE" netns "$name" \
+            || die "could not link namespace $name to $BRIDGE (ip link add $veth type veth ...)"
+    fi
+    ip link set "$veth" master "$BRIDGE"
+    ip link set "$veth" up
+    ip -n "$name" addr replace "$(node_addr "$name")/$NETWORK_BITS" dev "$NODE_IFACE"
+    ip -n "$name" link set lo up
+    ip -n "$name" link set "$NODE_IFACE" up
+}
+
+# write_hosts_block NODE...: name -> address lines for the nodes in /etc/hosts (rewritten in place: it
+# may be a bind mount), so that jobs resolve each other's hostnames (torchrun's rendezvous, gloo)
+write_hosts_block() {
+    local kept block="" name
+    kept=$(awk -v begin="$HOSTS_BEGIN" -v end="$HOSTS_END" '$0 == begin {skip = 1} !skip {print} $0 == end {skip = 0}' \
+        "$HOSTS_FILE")
+    if (($# > 0)); then
+        block="$HOSTS_BEGIN"$'\n'
+        for name in "$@"; do block+="$(node_addr "$name") $name"$'\n'; done
+        block+="$HOSTS_END"
+    fi
+    local wanted="$kept${block:+$'\n'$block}"
+    [[ "$(cat "$HOSTS_FILE")" == "$wanted" ]] || printf '%s\n' "$wanted" >"$HOSTS_FILE"
+}
+
+setup_network() {
+    local name
+    ensure_bridge
+    for name in "$@"; do ensure_node_network "$name"; done
+    write_hosts_block "$@"
+}
+
+# remove_node_network NAME: end what still runs in it (job leftovers), remove the namespace and link
+remove_node_network() {
+    local name=$1 pid
+    if netns_exists "$name"; then
+        for pid in $(ip netns pids "$name" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
+        ip netns del "$name" 2>/dev/null || true
+    fi
+    ip link del "$VETH_PREFIX$name" >/dev/null 2>&1 || true
+}
+
+teardown_network() {
+    local name
+    for name in $(started_nodes); do remove_node_network "$name"; done
+    ip link del "$BRIDGE" >/dev/null 2>&1 || true
+    write_hosts_block
+    rm -f "$RUN_DIR/nodes"
+    say "node namespaces, $BRIDGE and the $HOSTS_FILE entries removed"
 }
 
 # ---------------------------------------------------------------------------------------------- slurm
@@ -364,53 +480,90 @@ start_slurmctld() {
         || fail_with_logs "slurmctld does not answer 'scontrol ping'" "$LOG_DIR/slurmctld.log"
 }
 
+slurmd_pid_file() { echo "$RUN_DIR/slurmd-$1.pid"; }
+slurmd_log_file() { echo "$LOG_DIR/slurmd-$1.log"; }
+
+# start_slurmd NAME: slurmd for node NAME inside its network namespace, with its own hostname (UTS
+# namespace): jobs there see hostname NAME and the node's address, as on a separate machine
 start_slurmd() {
-    if pid_alive "$RUN_DIR/slurmd.pid"; then
-        say "slurmd already running"
-    else
-        slurmd || fail_with_logs "slurmd did not start" "$LOG_DIR/slurmd.log"
-        say "slurmd started"
+    local name=$1
+    if pid_alive "$(slurmd_pid_file "$name")"; then
+        say "slurmd $name already running"
+        return 0
     fi
+    mkdir -p "$SPOOL_DIR/slurmd-$name"
+    # nsenter, not `ip netns exec`: that one remounts /sys, hiding /sys/fs/cgroup, which slurmd needs
+    nsenter --net="$NETNS_DIR/$name" unshare --uts sh -c 'hostname "$1" && exec slurmd -N "$1"' slurmd-start "$name" \
+        || fail_with_logs "slurmd $name did not start" "$(slurmd_log_file "$name")"
+    say "slurmd $name started (namespace $name, $(node_addr "$name"))"
 }
 
-node_state() { sinfo -h -N -n "$(short_hostname)" -o %T 2>/dev/null | head -n 1; }
-
-node_healthy() {
-    local state
-    state=$(node_state)
-    [[ -n $state ]] && [[ " $HEALTHY_NODE_STATES " == *" $state "* ]]
+# node_rows: "name state reason" for every node slurmctld knows, state without sinfo's flag suffixes
+node_rows() {
+    sinfo -h -N -o '%N|%T|%E' 2>/dev/null | sort -u | while IFS='|' read -r name state reason; do
+        echo "$name ${state%%["$NODE_STATE_FLAGS"]*} $reason"
+    done
 }
 
-wait_node_ready() {
-    local host deadline resumed=0 state
-    host=$(short_hostname)
-    deadline=$((SECONDS + NODE_READY_TIMEOUT_S))
-    until node_healthy; do
-        state=$(node_state)
-        # a node left down or drained by an earlier run (not one that is merely not responding yet)
-        if ((resumed == 0)) && [[ $state == down || $state == drained || $state == draining ]]; then
-            scontrol update nodename="$host" state=resume >/dev/null 2>&1 || true
-            resumed=1
+node_state() { sinfo -h -N -n "$1" -o %T 2>/dev/null | head -n 1; }
+
+# every configured node takes jobs (and there is at least one)
+nodes_healthy() {
+    local rows name state _reason count=0
+    rows=$(node_rows)
+    [[ -n $rows ]] || return 1
+    while read -r name state _reason; do
+        [[ " $HEALTHY_NODE_STATES " == *" $state "* ]] || return 1
+        count=$((count + 1))
+    done <<<"$rows"
+    ((count > 0))
+}
+
+# resume_drained_nodes: `scontrol update state=resume` for every node Slurm drained or set down (after a
+# controller outage: "Kill task failed", "Not responding"); prints what it resumed and why; 0 if none
+resume_drained_nodes() {
+    local name state reason resumed=1
+    while read -r name state reason; do
+        [[ -n $name && " $RESUMABLE_NODE_STATES " == *" $state "* ]] || continue
+        if scontrol update nodename="$name" state=resume >/dev/null 2>&1; then
+            say "node $name was $state (reason: ${reason:-none}): resumed"
+            resumed=0
+        fi
+    done < <(node_rows)
+    return "$resumed"
+}
+
+wait_nodes_ready() {
+    local deadline=$((SECONDS + NODE_READY_TIMEOUT_S)) next_resume=$SECONDS
+    until nodes_healthy; do
+        # a node left down or drained by an earlier run: resume it (again every few seconds: a slurmd
+        # that has not registered yet keeps its node down*)
+        if ((SECONDS >= next_resume)); then
+            resume_drained_nodes >/dev/null || true
+            next_resume=$((SECONDS + 2))
         fi
         if ((SECONDS >= deadline)); then
             echo "sinfo -R:" >&2
             sinfo -R >&2 || true
-            fail_with_logs "node $host is '${state:-unknown}' after ${NODE_READY_TIMEOUT_S}s, not idle" \
-                "$LOG_DIR/slurmctld.log" "$LOG_DIR/slurmd.log"
+            local logs=("$LOG_DIR/slurmctld.log") name
+            for name in $(started_nodes); do logs+=("$(slurmd_log_file "$name")"); done
+            fail_with_logs "nodes not idle after ${NODE_READY_TIMEOUT_S}s: $(node_rows | paste -sd';')" "${logs[@]}"
         fi
         sleep "$POLL_INTERVAL_S"
     done
-    say "node $host is $(node_state)"
+    say "nodes: $(node_rows | awk '{print $1, $2}' | paste -sd, | sed 's/,/, /g')"
 }
 
 stop_slurm_daemons() {
+    local name
     if controller_up; then
         scontrol shutdown >/dev/null 2>&1 || true
         wait_until "$DAEMON_STOP_TIMEOUT_S" bash -c "! { [[ -s $RUN_DIR/slurmctld.pid ]] && kill -0 \$(cat $RUN_DIR/slurmctld.pid); }" || true
         say "slurmctld and slurmd shut down (scontrol shutdown)"
     fi
     stop_pid_file slurmctld "$RUN_DIR/slurmctld.pid"
-    stop_pid_file slurmd "$RUN_DIR/slurmd.pid"
+    stop_pid_file slurmd "$RUN_DIR/slurmd.pid"   # the single-node layout of earlier versions
+    for name in $(started_nodes); do stop_pid_file "slurmd $name" "$(slurmd_pid_file "$name")"; done
 }
 
 # ---------------------------------------------------------------------------------------------- commands
@@ -418,32 +571,41 @@ stop_slurm_daemons() {
 cmd_start() {
     while (($# > 0)); do
         case $1 in
+            --nodes) NODE_COUNT=${2:?--nodes needs a number}; shift 2 ;;
             --gpus) GPU_COUNT=${2:?--gpus needs a number}; shift 2 ;;
             --cpus) CPU_COUNT=${2:?--cpus needs a number}; shift 2 ;;
-            *) die "start: unknown option '$1' (allowed: --gpus N, --cpus N)" ;;
+            *) die "start: unknown option '$1' (allowed: --nodes N, --gpus N, --cpus N)" ;;
         esac
     done
+    [[ -z $NODE_COUNT || $NODE_COUNT =~ ^[1-9][0-9]?$ ]] || die "--nodes must be an integer from 1 to 99 (got '$NODE_COUNT')"
     [[ -z $GPU_COUNT || $GPU_COUNT =~ ^[1-9][0-9]*$ ]] || die "--gpus must be a positive integer (got '$GPU_COUNT')"
     [[ -z $CPU_COUNT || $CPU_COUNT =~ ^[1-9][0-9]*$ ]] || die "--cpus must be a positive integer (got '$CPU_COUNT')"
+    local started=$SECONDS name nodes=()
     need_root
     need_commands
     prepare_dirs
     start_munge
     start_mariadb
+    ensure_bridge   # the controller's address, where slurmdbd and slurmctld are reached
     write_configs
     start_slurmdbd
-    if config_changed slurm.conf || config_changed gres.conf; then
-        if pid_alive "$RUN_DIR/slurmctld.pid" || pid_alive "$RUN_DIR/slurmd.pid"; then
-            say "configuration changed: restarting slurmctld and slurmd"
-            stop_slurm_daemons
-        fi
+    if config_changed slurm.conf || config_changed gres.conf || ! cmp -s "$RUN_DIR/nodes.new" "$RUN_DIR/nodes"; then
+        say "configuration changed: restarting slurmctld and slurmd"
+        stop_slurm_daemons
+        local old_nodes
+        old_nodes=$(started_nodes)
+        for name in $old_nodes; do grep -qx "$name" "$RUN_DIR/nodes.new" || remove_node_network "$name"; done
     fi
+    mv "$RUN_DIR/nodes.new" "$RUN_DIR/nodes"
+    mapfile -t nodes <"$RUN_DIR/nodes"
+    setup_network "${nodes[@]}"
     start_slurmctld
-    start_slurmd
-    wait_node_ready
+    for name in "${nodes[@]}"; do start_slurmd "$name"; done
+    wait_nodes_ready
     wait_until "$DAEMON_START_TIMEOUT_S" accounting_answers \
         || fail_with_logs "sacct does not answer: accounting is not working" "$LOG_DIR/slurmdbd.log" "$LOG_DIR/slurmctld.log"
-    say "cluster $CLUSTER_NAME is up: partition $PARTITION, $(sinfo -h -o '%D node(s), %G' | head -n 1)"
+    say "cluster $CLUSTER_NAME is up in $((SECONDS - started)) s: partition $PARTITION," \
+        "$(sinfo -h -o '%D node(s) %N, %G, %c CPUs' | head -n 1)"
 }
 
 cmd_stop() {
@@ -456,6 +618,7 @@ cmd_stop() {
         say "MariaDB stopped"
     fi
     stop_pid_file munged "$MUNGE_PID_FILE"
+    teardown_network
     say "cluster stopped"
 }
 
@@ -473,12 +636,14 @@ cmd_start_controller() {
     need_root
     need_commands
     start_slurmctld
-    wait_node_ready
+    resume_drained_nodes || true
+    wait_nodes_ready
 }
 
-# status: one line per part; exit 0 only when the node takes jobs and sacct answers
+# status: one line per part; exit 0 only when every node takes jobs and sacct answers. A node that Slurm
+# drained or set down (e.g. "Kill task failed" after a controller outage) is resumed first.
 cmd_status() {
-    local healthy=0
+    local healthy=0 name state reason
     check() {
         local label=$1
         shift
@@ -488,18 +653,36 @@ cmd_status() {
     check "MariaDB (mysqladmin ping)" mysql_alive
     check "slurmdbd (sacctmgr show cluster)" dbd_answers
     check "slurmctld (scontrol ping)" controller_up
-    check "node $(short_hostname) takes jobs (state: $(node_state || true))" node_healthy
+    if controller_up && resume_drained_nodes; then
+        wait_until "$RESUME_SETTLE_TIMEOUT_S" nodes_healthy || true
+    fi
+    local rows
+    rows=$(node_rows)
+    if [[ -z $rows ]]; then
+        echo "FAIL  nodes (sinfo lists none)"
+        healthy=1
+    fi
+    while read -r name state reason; do
+        [[ -n $name ]] || continue
+        if [[ " $HEALTHY_NODE_STATES " == *" $state "* ]]; then
+            echo "ok    node $name takes jobs (state: $state)"
+        else
+            echo "FAIL  node $name takes jobs (state: $state${reason:+, reason: $reason})"
+            healthy=1
+        fi
+    done <<<"$rows"
     check "accounting (sacct)" accounting_answers
     return "$healthy"
 }
 
 cmd_logs() {
-    local lines=${1:-$LOG_EXCERPT_LINES}
-    LOG_EXCERPT_LINES=$lines log_excerpt "$LOG_DIR/slurmctld.log" "$LOG_DIR/slurmd.log" "$LOG_DIR/slurmdbd.log" 2>&1
+    local lines=${1:-$LOG_EXCERPT_LINES} logs=("$LOG_DIR/slurmctld.log") name
+    for name in $(started_nodes); do logs+=("$(slurmd_log_file "$name")"); done
+    LOG_EXCERPT_LINES=$lines log_excerpt "${logs[@]}" "$LOG_DIR/slurmdbd.log" 2>&1
 }
 
 usage() {
-    sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 main() {
