@@ -31,7 +31,8 @@ OOM_STATE = "OUT_OF_MEMORY"
 OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError", "out of memory")
 ERR_TAIL_LINES = 200
 LOCAL_POLL_S = 0.2  # a local job's state is a process poll: cheap, so ask often
-SLURM_POLL_S = 1.0  # one squeue per job per poll
+MAX_PAUSE_S = 5.0  # wait_all looks at least this often (the watcher decides when Slurm is asked)
+METRICS_POLL_S = 0.5  # wait_until_training reads the job's metrics file this often
 
 
 def engine_command(config: TrainConfig) -> str:
@@ -58,8 +59,21 @@ def is_oom(job: Any) -> bool:
     return any(marker in err_text for marker in OOM_MARKERS)
 
 
+def _pause(jobs: Sequence[Any]) -> float:
+    """How long to sleep before looking again: local jobs are a process poll (cheap); Slurm jobs are
+    asked about by the process's one state watcher, at its pace (coursekit/jobs/watcher.py)."""
+    if all(getattr(job, "scheduler", "slurm") == "local" for job in jobs):
+        return LOCAL_POLL_S
+    from coursekit.jobs.watcher import watcher
+
+    return min(MAX_PAUSE_S, max(LOCAL_POLL_S, watcher().next_update_in()))
+
+
 def wait_all(jobs: Sequence[Any], timeout_s: float | None = DEFAULT_TIMEOUT_S) -> list[str]:
-    """Wait until every job has ended (TimeoutError after ``timeout_s``); their final states, in order."""
+    """Wait until every job has ended (TimeoutError after ``timeout_s``); their final states, in order.
+
+    Slurm jobs are followed by the process's state watcher: one squeue for all of them per call, at a
+    pace that slows as they age, however many jobs there are."""
     start = time.monotonic()
     pending = list(jobs)
     while pending:
@@ -69,26 +83,32 @@ def wait_all(jobs: Sequence[Any], timeout_s: float | None = DEFAULT_TIMEOUT_S) -
         if timeout_s is not None and time.monotonic() - start > timeout_s:
             names = ", ".join(f"{j.job_id} ({j.state})" for j in pending)
             raise TimeoutError(f"jobs still running after {timeout_s:.0f} s: {names}")
-        local = all(getattr(job, "scheduler", "slurm") == "local" for job in pending)
-        time.sleep(LOCAL_POLL_S if local else SLURM_POLL_S)
+        pause = _pause(pending)
+        if timeout_s is not None:
+            pause = max(0.0, min(pause, timeout_s - (time.monotonic() - start)) + LOCAL_POLL_S / 10)
+        time.sleep(pause)
     return [job.state for job in jobs]
 
 
 def wait_until_training(job: Any, timeout_s: float = DEFAULT_TIMEOUT_S, min_steps: int = 1) -> int:
     """Wait until the job has written ``min_steps`` step records (it is really training); that count.
 
-    Raises RuntimeError when the job ends first and TimeoutError after ``timeout_s``."""
+    Raises RuntimeError when the job ends first and TimeoutError after ``timeout_s``. The metrics file is
+    read often (a file); Slurm is asked only through the state watcher, at its pace."""
     start = time.monotonic()
     while True:
         done = len(steps(job.metrics()))
         if done >= min_steps:
             return done
         if job.done():
+            done = len(steps(job.metrics()))  # the last records may have come with the end
+            if done >= min_steps:
+                return done
             raise RuntimeError(f"job {job.job_id} ended ({job.state}) after {done} step record(s); "
                                f"last lines of its stderr:\n{job.tail(10, stream='err')}")
         if time.monotonic() - start > timeout_s:
             raise TimeoutError(f"job {job.job_id} wrote no step record within {timeout_s:.0f} s (state {job.state})")
-        time.sleep(LOCAL_POLL_S if getattr(job, "scheduler", "slurm") == "local" else SLURM_POLL_S)
+        time.sleep(METRICS_POLL_S)
 
 
 def _median(values: list[float]) -> float | None:
@@ -143,6 +163,7 @@ class Sweep:
     name: str
     configs: list[TrainConfig]
     jobs: list[Any] = field(default_factory=list)
+    n_gpus: list[int] | None = None  # a sweep over GPU counts: each job's count (a column of the results)
 
     @property
     def varied(self) -> list[str]:
@@ -156,7 +177,10 @@ class Sweep:
         """Wait, then one row per job (see :func:`job_row`)."""
         self.wait(timeout_s)
         varied = self.varied
-        return ResultsTable((job_row(j, c, varied) for j, c in zip(self.jobs, self.configs, strict=True)), title=title)
+        rows = [job_row(j, c, varied) for j, c in zip(self.jobs, self.configs, strict=True)]
+        for row, count in zip(rows, self.n_gpus or [], strict=False):
+            row["n_gpu"] = count
+        return ResultsTable(rows, title=title)
 
 
 def _validate(configs: Sequence[TrainConfig], name: str) -> list[TrainConfig]:
@@ -171,20 +195,33 @@ def _validate(configs: Sequence[TrainConfig], name: str) -> list[TrainConfig]:
     return configs
 
 
-def submit_sweep(configs: Sequence[TrainConfig], *, name: str, n_gpu: int = 1, one_at_a_time: bool = False,
-                 timeout_s: float | None = DEFAULT_TIMEOUT_S, time_max: str = DEFAULT_TIME_MAX,
-                 **submit_options: Any) -> Sweep:
-    """Submit one job per configuration under ``name``; ``one_at_a_time`` waits for each before the next."""
+def _gpu_counts(n_gpu: int | Sequence[int]) -> list[int]:
+    counts = [n_gpu] if isinstance(n_gpu, int) else list(n_gpu)
+    if not counts or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in counts):
+        raise ValueError(f"n_gpu={n_gpu!r}: give a GPU count >= 1 or a list of them (e.g. [1, 2, 4])")
+    return counts
+
+
+def submit_sweep(configs: Sequence[TrainConfig], *, name: str, n_gpu: int | Sequence[int] = 1,
+                 one_at_a_time: bool = False, timeout_s: float | None = DEFAULT_TIMEOUT_S,
+                 time_max: str = DEFAULT_TIME_MAX, **submit_options: Any) -> Sweep:
+    """Submit one job per configuration under ``name``; ``one_at_a_time`` waits for each before the next.
+
+    ``n_gpu`` may be a list: every configuration runs on every GPU count (configurations outer, like
+    ``gpu_jobs_submitter``), and the results get an ``n_gpu`` column."""
     from coursekit.jobs import submit_jobs
 
     configs = _validate(configs, name)
-    commands = [engine_command(c) for c in configs]
-    sweep = Sweep(name, configs)
+    counts = _gpu_counts(n_gpu)
+    pairs = [(c, n) for c in configs for n in counts]
+    sweep = Sweep(name, [c for c, _ in pairs], n_gpus=[n for _, n in pairs] if not isinstance(n_gpu, int) else None)
     if not one_at_a_time:
-        sweep.jobs = list(submit_jobs(commands, n_gpu=n_gpu, name=name, time_max=time_max, **submit_options))
+        commands = [engine_command(c) for c in configs]
+        sweep.jobs = list(submit_jobs(commands, n_gpu=counts if len(counts) > 1 else counts[0], name=name,
+                                      time_max=time_max, **submit_options))
         return sweep
-    for command in commands:
-        (job,) = submit_jobs(command, n_gpu=n_gpu, name=name, time_max=time_max, **submit_options)
+    for config, count in pairs:
+        (job,) = submit_jobs(engine_command(config), n_gpu=count, name=name, time_max=time_max, **submit_options)
         sweep.jobs.append(job)
         wait_all([job], timeout_s)
     return sweep

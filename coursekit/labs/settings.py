@@ -153,11 +153,57 @@ def _lab05(profile: str) -> dict[str, Any]:
             "loaders": loaders, "profile_steps": 5, "job": job_options(profile, "00:30:00"), "timeout_s": 3600}
 
 
-LABS = {"00": _lab00, "01": _lab01, "02": _lab02, "03": _lab03, "04": _lab04, "05": _lab05}
+# Lab 06, gpu profile: what a room of participants costs. Each scaling job is ~1 min of start-up (NCCL,
+# cuDNN autotuning) plus 60 test steps; every per-GPU batch runs on every GPU count (one sweep).
+LAB06_ROOM = 20
+LAB06_MINUTES_PER_JOB = 1.5
+
+
+def _lab06_budget(n_gpus: list[int], batches: int, other_gpu_minutes: float) -> dict[str, Any]:
+    per_participant_h = (batches * sum(n_gpus) * LAB06_MINUTES_PER_JOB + other_gpu_minutes) / 60
+    return {"participants": LAB06_ROOM, "gpu_hours_per_participant": round(per_participant_h, 1),
+            "gpu_hours_room": round(LAB06_ROOM * per_participant_h), "largest_job_gpus": max(n_gpus)}
+
+
+def _lab06(profile: str) -> dict[str, Any]:
+    cpu = profile == "cpu"
+    n_gpus = [1, 2] if cpu else [1, 2, 4, 8]  # cpu: n_gpu counts gloo processes on the 2 cores
+    if cpu:
+        scaling = TrainConfig(model="mlp", dataset="generated", num_samples=4096, num_classes=4, image_size=16,
+                              lr=0.05, test_steps=20, **QUIET)
+        batch_per_gpu, global_batch = 64, 64
+        buckets = {"bucket_caps_mb": [1000.0, 25.0, 4.0], "width": 1024, "depth": 6, "batch": 8,
+                   "backward_ms_per_layer": 8.0, "accumulation": 3, "repeats": 3, "warmup": 1}
+    else:
+        # Synthetic images kept on the GPU: scaling measures compute and communication, not the file system
+        # (and needs no CIFAR-10 on a machine that has none).
+        scaling = TrainConfig(model="resnet50", dataset="synthetic", gpu_resident=True, image_size=224,
+                              num_classes=1000, precision="bf16", channels_last=True, test_steps=60, **QUIET)
+        batch_per_gpu, global_batch = 256, 256
+        buckets = {"bucket_caps_mb": [1000.0, 25.0, 4.0], "width": 4096, "depth": 8, "batch": 1024,
+                   "backward_ms_per_layer": 0.0, "accumulation": 4, "repeats": 10, "warmup": 3}
+    values = {
+        "n_processes": 2,
+        "scripts": {"serial": "ddp/train_serial.py", "ddp": "ddp/train_ddp.py", "ranks": "ddp/show_ranks.py"},
+        "sampler": {"dataset_size": 16, "world_size": 2, "epochs": 3},
+        "equivalence": {"steps": 5, "global_batch": 32},
+        "tolerance": 1e-5,
+        "buckets": buckets,
+        "scaling_base": scaling, "n_gpus": n_gpus, "batch_per_gpu": batch_per_gpu, "global_batch": global_batch,
+        "nccl_env": {"NCCL_DEBUG": "INFO"},
+        "job": job_options(profile, "00:10:00" if cpu else "00:20:00"), "timeout_s": 300 if cpu else 1800,
+    }
+    if not cpu:
+        batches = len({batch_per_gpu, *(global_batch // n for n in n_gpus)})
+        values["budget"] = _lab06_budget(n_gpus, batches, other_gpu_minutes=12.0)
+    return values
+
+
+LABS = {"00": _lab00, "01": _lab01, "02": _lab02, "03": _lab03, "04": _lab04, "05": _lab05, "06": _lab06}
 
 
 def lab_settings(lab: str, profile: str) -> Settings:
-    """The settings of ``lab`` ("00" ... "05") in ``profile`` ("cpu" or "gpu")."""
+    """The settings of ``lab`` ("00" ... "06") in ``profile`` ("cpu" or "gpu")."""
     if lab not in LABS:
         raise ValueError(f"lab={lab!r} is not a lab: use one of {', '.join(LABS)}")
     if profile not in PROFILE_NAMES:
