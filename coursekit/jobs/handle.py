@@ -1,15 +1,21 @@
 """``Job``: one submitted job, followed from the notebook (state, logs, metrics, result, cancel).
 
-State, for a Slurm job: live from squeue; once the job has left the queue, from sacct; where there is
-no accounting, from what the job left on disk (submitit's result pickle, Slurm's messages in the log).
-A job found nowhere is ``VANISHED`` (terminal), so ``wait()`` never polls forever. A local job
-(submitit's LocalExecutor) is followed through its controller's pid.
+State, for a Slurm job: from this process's state watcher (coursekit/jobs/watcher.py: one squeue for
+every job followed, at a bounded rate); once the job has left the queue, from sacct; where there is no
+accounting, from what the job left on disk (submitit's result pickle, Slurm's messages in the log).
+When squeue cannot answer, the state is ``UNKNOWN`` and ``state_reason`` says why. A job found nowhere
+is ``VANISHED`` (terminal), so ``wait()`` never polls forever. A local job (submitit's LocalExecutor) is
+followed through its controller's pid; its process is reaped as soon as it ends.
+
+Logs: one stdout/stderr pair per task (rank): ``tail(n, stream, rank=...)`` shows the job's own lines
+(submitit's and srun's notes left out), ``log_paths()`` lists them all.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import socket
 import time
@@ -20,16 +26,24 @@ from typing import Any
 from submitit.core.utils import JobPaths, pickle_load
 
 from coursekit.jobs import registry, slurm_cli
-from coursekit.jobs.local_process import child_pids, process_start_time
+from coursekit.jobs.local_process import child_pids, process_start_time, reap_when_done
+from coursekit.jobs.logs import job_output
 from coursekit.jobs.slurm_cli import TERMINAL_STATES, SlurmError
+from coursekit.jobs.tasks import CANCEL_MARKER
+from coursekit.jobs.watcher import NOT_ASKED, UNREACHABLE, UNSETTLED_STATES, watcher
 from coursekit.metrics import read_metrics
 
-POLL_START_S = 0.5
+POLL_START_S = 0.5  # local jobs: a process poll, cheap; Slurm jobs wait for the watcher's next call
 POLL_MAX_S = 5.0
 POLL_GROWTH = 1.5
+MIN_SLEEP_S = 0.05
 CONTROLLER_DOWN_GRACE_S = 30.0  # wait() raises when Slurm stays unreachable this long
-CANCEL_MARKER = ".coursekit_cancelled"
 TAIL_BLOCK_BYTES = 8192
+TAIL_SCAN_FACTOR = 4  # tail(n) reads this many times n lines, to have n left once submitit's are dropped
+EXIT_CODE_IN_RESULT = re.compile(r"exited with code (\d+)")
+ENDED_BY_SLURM = {"CANCELLED": "was cancelled", "TIMEOUT": "reached its time limit",
+                  "OUT_OF_MEMORY": "ran out of memory", "NODE_FAIL": "lost its node", "PREEMPTED": "was preempted",
+                  "DEADLINE": "reached its deadline", "BOOT_FAIL": "could not boot its node"}
 LOG_MARKERS = (  # Slurm's own words in a job's stderr -> state (checked after a successful result)
     ("DUE TO TIME LIMIT", "TIMEOUT"),
     ("DUE TO NODE FAILURE", "NODE_FAIL"),
@@ -39,7 +53,7 @@ LOG_MARKERS = (  # Slurm's own words in a job's stderr -> state (checked after a
     ("CANCELLED AT", "CANCELLED"),
 )
 LOCAL_TIMEOUT_HINT = "timed-out and not checkpointable"
-UNCACHED_TERMINAL = frozenset({"PREEMPTED", "VANISHED"})  # may still change (requeue, slow filesystem)
+UNCACHED_TERMINAL = UNSETTLED_STATES  # may still change (requeue, slow filesystem)
 
 
 class JobFailedError(RuntimeError):
@@ -77,7 +91,14 @@ class Job:
         self._final = final_state if final_state not in UNCACHED_TERMINAL else None
         self._submitit_job = submitit_job
         self._info: dict[str, str] = {}
+        self._accounted = False  # sacct asked once for a job that ended (exit code, elapsed, node)
         self.last_error: SlurmError | None = None
+        self.state_reason = ""  # why the state is what it is (Slurm's pending reason, or why UNKNOWN)
+        process = getattr(submitit_job, "_process", None)
+        if process is not None:
+            reap_when_done(process)  # no <defunct> process left under the kernel
+        if scheduler != "local" and self._final is None:
+            watcher().follow(self.job_id, self.submitted_at)
 
     # ------------------------------------------------------------ construction
 
@@ -125,11 +146,38 @@ class Job:
         array_id = self.job_id.split("_")[0]
         return self.folder.parent / array_id / f"{array_id}_submission.sh"
 
-    def tail(self, n: int = 10, stream: str = "out") -> str:
-        """The last ``n`` lines of task 0's stdout (``stream="out"``) or stderr (``"err"``)."""
+    def log_paths(self) -> list[dict[str, Path]]:
+        """Every task's logs, by rank: ``[{"rank": 0, "out": Path, "err": Path}, ...]`` (one per Slurm task;
+        with torchrun, one task per node whose log holds the output of all that node's processes)."""
+        return [{"rank": task, "out": paths.stdout, "err": paths.stderr}
+                for task in range(max(1, self.num_tasks))
+                for paths in [JobPaths(self.folder, job_id=self.job_id, task_id=task)]]
+
+    def _log(self, stream: str, rank: int) -> Path:
         if stream not in ("out", "err"):
             raise ValueError(f"stream={stream!r}: use 'out' or 'err'")
-        return "\n".join(tail_lines(self.stdout if stream == "out" else self.stderr, n))
+        tasks = max(1, self.num_tasks)
+        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < tasks:
+            per_task = f"; torchrun runs {self.n_gpu // tasks} processes in each task, their output shares " \
+                       "that task's log" if self.n_gpu > tasks else ""
+            raise ValueError(f"rank={rank!r}: job {self.job_id} has {tasks} task log(s), use rank=0..{tasks - 1}"
+                             f"{per_task}")
+        paths = JobPaths(self.folder, job_id=self.job_id, task_id=rank)
+        return paths.stdout if stream == "out" else paths.stderr
+
+    def tail(self, n: int = 10, stream: str = "out", rank: int = 0, raw: bool = False) -> str:
+        """The last ``n`` lines the job wrote to task ``rank``'s stdout (``stream="out"``) or stderr
+        (``"err"``): submitit's own log lines and srun's notes about its tasks left out (``raw=True``: the
+        file as it is). A job that Slurm ended (cancelled, out of time, ...) says so in a last line."""
+        path = self._log(stream, rank)
+        if raw:
+            return "\n".join(tail_lines(path, n))
+        lines = job_output(tail_lines(path, n * TAIL_SCAN_FACTOR))[-n:] if n > 0 else []
+        state = self._final or (self.state if self.scheduler == "local" or path.exists() else None)
+        ending = ENDED_BY_SLURM.get(state or "")
+        if ending is not None and n > 0 and not (lines and state.split("_")[0].lower() in lines[-1].lower()):
+            lines = [*lines, f"coursekit: job {self.job_id} {ending} ({state})"][-n:]
+        return "\n".join(lines)
 
     def metrics(self) -> list[dict[str, Any]]:
         return read_metrics(self.run_dir)
@@ -154,41 +202,51 @@ class Job:
     def done(self) -> bool:
         return self.state in TERMINAL_STATES
 
-    def _slurm_state(self) -> str:
-        rows: list[dict[str, str]] | None
-        try:
-            rows = slurm_cli.squeue([self.job_id])
-            self.last_error = None
-        except SlurmError as error:
-            rows, self.last_error = None, error
-        live = slurm_cli.row_for(rows or [], self.job_id)
-        if live is not None:
-            self._info.update(live)
-            return live["state"]
-        accounted = None
-        if slurm_cli.accounting_enabled():
-            try:
-                accounted = slurm_cli.row_for(slurm_cli.sacct([self.job_id]), self.job_id)
-            except SlurmError as error:
-                self.last_error = error
-        if accounted is not None:
-            self._info.update(accounted)
-            return accounted["state"]
+    def _slurm_state(self, refresh: bool = True) -> str:
+        seen = watcher().observe(self.job_id, self.submitted_at, refresh=refresh)
+        self.last_error, self.state_reason = seen.error, seen.reason
+        if seen.row is not None:
+            self._info.update(seen.row)
+            return seen.row["state"]
+        if seen.source == NOT_ASKED:
+            return "UNKNOWN"
+        if seen.source == UNREACHABLE and seen.error is not None and seen.error.command[:1] == ["squeue"]:
+            return "UNKNOWN"  # the controller did not answer: accounting or the disk may be stale
         from_disk = self._state_from_disk()
         if from_disk is not None:
+            self.state_reason = "read from the job's files (Slurm no longer knows the job)"
             return from_disk
-        return "UNKNOWN" if rows is None else "VANISHED"
+        return "UNKNOWN" if seen.source == UNREACHABLE else "VANISHED"
 
     def _details(self) -> dict[str, str]:
-        """squeue's or sacct's row of the job (asked again when the state came from the registry)."""
+        """squeue's or sacct's row of the job; sacct is asked once after the job ended (exit code)."""
         self.state  # noqa: B018 - refreshes _info while the job is known to Slurm
-        if not self._info and self._final is not None and slurm_cli.accounting_enabled():
-            try:
-                row = slurm_cli.row_for(slurm_cli.sacct([self.job_id]), self.job_id)
-            except SlurmError:
-                row = None
-            self._info.update(row or {})
+        if self._final is not None and not self._accounted and self.scheduler != "local":
+            self._accounted = True
+            if slurm_cli.accounting_enabled():
+                try:
+                    self._info.update(slurm_cli.row_for(slurm_cli.sacct([self.job_id]), self.job_id) or {})
+                except SlurmError:
+                    pass
         return self._info
+
+    @property
+    def exit_code(self) -> int | None:
+        """The command's exit code once the job has ended (Slurm's ExitCode, else what its task recorded);
+        None while it runs or when nothing tells."""
+        if not self.done():
+            return None
+        if self.scheduler != "local":
+            code = self._details().get("exit_code", "").split(":")[0]
+            if code.isdigit():
+                return int(code)
+        outcome = self._outcome()
+        if outcome is None:
+            return None
+        if outcome[0] == "success":
+            return 0
+        found = EXIT_CODE_IN_RESULT.search(str(outcome[1]))
+        return int(found.group(1)) if found else None
 
     def _local_alive(self) -> bool:
         process = getattr(self._submitit_job, "_process", None)
@@ -202,15 +260,23 @@ class Job:
         if (self.folder / CANCEL_MARKER).exists():
             return "CANCELLED"
         from_disk = self._state_from_disk()
-        if from_disk == "FAILED" and self._ran_out_of_time():
+        if from_disk in ("FAILED", None) and self._ran_out_of_time():
             return "TIMEOUT"
         return from_disk or "VANISHED"
+
+    def _ended_at(self) -> float:
+        """When a local job ended: the newest of its result file and logs (an empty log keeps the time it
+        was created, at the start)."""
+        stamps = []
+        for path in (self.paths.result_pickle, self.stdout, self.stderr):
+            with contextlib.suppress(OSError):
+                stamps.append(path.stat().st_mtime)
+        return max(stamps, default=time.time())
 
     def _ran_out_of_time(self) -> bool:
         if self.time_limit_min is None:
             return False
-        finished = self.stderr.stat().st_mtime if self.stderr.exists() else time.time()
-        return finished - self.submitted_at >= self.time_limit_min * 60
+        return self._ended_at() - self.submitted_at >= self.time_limit_min * 60
 
     def _outcome(self) -> tuple[str, Any] | None:
         path = self.paths.result_pickle
@@ -237,7 +303,7 @@ class Job:
     def elapsed(self) -> float | None:
         """Seconds the job has run (Slurm's count; for local jobs, since submission), None before it starts."""
         if self.scheduler == "local":
-            end = self.stderr.stat().st_mtime if self.done() and self.stderr.exists() else time.time()
+            end = self._ended_at() if self.done() else time.time()
             return max(0.0, end - self.submitted_at)
         return slurm_cli.parse_duration(self._details().get("elapsed", ""))
 
@@ -264,9 +330,13 @@ class Job:
                     raise self.last_error
             else:
                 unreachable_since = None
-            if timeout is not None and time.monotonic() - start + delay > timeout:
-                raise TimeoutError(f"job {self.job_id} ({self.name}) still {state} after {timeout:.0f} s")
-            time.sleep(delay)
+            pause = delay if self.scheduler == "local" else max(MIN_SLEEP_S, watcher().next_update_in())
+            if timeout is not None:
+                left = timeout - (time.monotonic() - start)
+                if left <= 0:
+                    raise TimeoutError(f"job {self.job_id} ({self.name}) still {state} after {timeout:.0f} s")
+                pause = min(pause, left)
+            time.sleep(pause)
             delay = min(POLL_MAX_S, delay * POLL_GROWTH)
 
     def cancel(self) -> None:
@@ -275,6 +345,7 @@ class Job:
             return
         if self.scheduler != "local":
             slurm_cli.scancel([self.job_id])
+            watcher().poke(self.job_id)  # ask again soon: the job is ending
             return
         self.folder.mkdir(parents=True, exist_ok=True)
         (self.folder / CANCEL_MARKER).write_text(f"{time.time()}\n")
@@ -313,4 +384,5 @@ class Job:
         return values
 
     def __repr__(self) -> str:
+        """The state comes from the watcher (one squeue for every job, at its pace), as ``state`` does."""
         return f"Job(job_id={self.job_id!r}, name={self.name!r}, site={self.site!r}, state={self.state!r})"

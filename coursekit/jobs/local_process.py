@@ -1,8 +1,40 @@
-"""Local jobs are processes: their start time (to tell a pid from a later reuse) and their children."""
+"""Local jobs are processes: their start time (to tell a pid from a later reuse), their children, and
+reaping them when they end (else each stays ``<defunct>`` under the kernel until someone polls it)."""
 
 from __future__ import annotations
 
+import subprocess
+import threading
 from pathlib import Path
+
+REAP_INTERVAL_S = 1.0
+
+_to_reap: list[subprocess.Popen] = []
+_reaper_lock = threading.Lock()
+_reaper: threading.Thread | None = None
+
+
+def reap_when_done(process: subprocess.Popen) -> None:
+    """Poll ``process`` from a daemon thread until it has ended (which reaps it); the thread stops when
+    no process is left to watch."""
+    global _reaper
+    with _reaper_lock:
+        if process not in _to_reap:
+            _to_reap.append(process)
+        if _reaper is None or not _reaper.is_alive():
+            _reaper = threading.Thread(target=_reap_loop, name="coursekit-reaper", daemon=True)
+            _reaper.start()
+
+
+def _reap_loop() -> None:
+    global _reaper
+    while True:
+        with _reaper_lock:
+            _to_reap[:] = [p for p in _to_reap if p.poll() is None]
+            if not _to_reap:
+                _reaper = None
+                return
+        threading.Event().wait(REAP_INTERVAL_S)
 
 
 def process_start_time(pid: int) -> str | None:

@@ -1,8 +1,11 @@
 """``search_log``: find the log files of coursekit's jobs, the way idr_pytools' participants expect.
 
 Every job keeps its logs in its own folder, ``<course>/jobs/<name>/<job_id>/<job_id>_<task>_log.out``
-(and ``.err``). ``search_log`` walks those folders with ``os.scandir`` (no file is opened) and returns
-idr_pytools' shape: a sorted list of stdout paths, or ``{"stdout": [...], "stderr": [...]}``.
+(and ``.err``), one pair per task (per rank). ``search_log`` walks those folders with ``os.scandir`` (no
+file is opened) and returns idr_pytools' shape: a sorted list of stdout paths, ONE per job (task 0's, as
+idr_pytools has one log per job, so that ``[search_log(contains=j) for j in ids]`` stays aligned with
+``ids``), or ``{"stdout": [...], "stderr": [...]}`` with ``with_err``. ``all_tasks=True`` gives every
+task's log (``Job.log_paths()`` gives one job's, by rank).
 
 Unlike idr_pytools, a ``contains`` that looks like a job id (``1234`` or ``1234_5``) matches job ids
 exactly: ``"123"`` finds job 123 and the tasks ``123_N`` of array 123, never job 1123, job 1234 or a
@@ -38,6 +41,11 @@ MAX_CACHED_FOLDERS = 200_000
 FINISHED_MARKER = "0_result.pkl"  # submitit writes <job_id>_0_result.pkl when task 0 has ended
 INDEX_FILE = ".search_log_index.json"  # finished jobs' logs: a new process need not list their folders
 INDEX_VERSION = 1
+# Lines a job's log holds that are not the job's own output: submitit's logger, srun's notes on its tasks
+SUBMITIT_CHATTER = re.compile(r"submitit (INFO|DEBUG|WARNING|ERROR) \(")
+SRUN_CHATTER = re.compile(r"srun: (error: \S+: tasks? [\d,\-]+: (Exited with exit code|Killed|Terminated)"
+                          r"|launch/slurm: _step_signal|Job step aborted|got SIGCONT|forcing job termination"
+                          r"|Terminating StepId|Complete StepId|Force Terminated)")
 
 def looks_like_job_id(text: str) -> bool:
     """``1234`` or ``1234_5`` (an array task)."""
@@ -183,14 +191,43 @@ def default_jobs_root() -> Path:
         return jobs_dir()
 
 
-def find_logs(name: str = "*", contains: str = "", *, root: str | os.PathLike | None = None
-              ) -> dict[str, list[str]]:
-    """Every matching log, as ``{"stdout": [...], "stderr": [...]}`` (paths as strings, sorted).
+def is_chatter(line: str) -> bool:
+    """A line of submitit's logger or of srun's notes about its tasks, not the job's own output."""
+    return SUBMITIT_CHATTER.match(line) is not None or SRUN_CHATTER.match(line) is not None
+
+
+def job_output(lines: list[str]) -> list[str]:
+    """The job's own lines: submitit's log lines and srun's notes on its tasks left out (a function job's
+    traceback stays: it is the function's error)."""
+    return [line for line in lines if not is_chatter(line)]
+
+
+class LogList(list):
+    """search_log's list of paths (a plain ``list`` of ``str``), shown one path per line in a notebook."""
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text("\n".join(self) if self else "no log found")
+
+
+class LogPaths(dict):
+    """search_log's ``{"stdout": [...], "stderr": [...]}`` (a plain ``dict``), shown readably in a notebook."""
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text("\n".join(f"{key}:\n" + ("\n".join(f"  {p}" for p in paths) or "  (none)")
+                                for key, paths in self.items()))
+
+
+def find_logs(name: str = "*", contains: str = "", *, root: str | os.PathLike | None = None,
+              all_tasks: bool = False) -> dict[str, list[str]]:
+    """Every matching log, as ``{"stdout": [...], "stderr": [...]}`` (paths as strings, sorted): task 0's
+    (the lowest task's) of each job, or every task's with ``all_tasks``.
 
     Finished jobs' folders are listed once ever (then kept in the cache and in the jobs folder's
     index file); no log file is opened.
     """
     name, contains = _check_arguments(name, contains)
+    if not isinstance(all_tasks, bool):
+        raise ValueError(f"all_tasks={all_tasks!r}: use True (every task's log) or False (one log per job)")
     base = os.path.abspath(root if root is not None else default_jobs_root())
     wanted_job = contains if looks_like_job_id(contains) else None
     substring = contains if wanted_job is None else ""
@@ -221,21 +258,29 @@ def find_logs(name: str = "*", contains: str = "", *, root: str | os.PathLike | 
     folders.sort()
     found: dict[str, list[str]] = {"out": [], "err": []}
     for _, job_name, job_id, folder_path, logs in folders:
-        for _, stream, file_name in logs:
+        first_task = {stream: min(task for task, s, _ in logs if s == stream) for _, stream, _ in logs}
+        for task, stream, file_name in logs:
+            if not all_tasks and task != first_task[stream]:
+                continue
             if not substring or substring in f"{job_name}/{job_id}/{file_name}":
                 found[stream].append(folder_path + file_name)
     return {STREAM_KEYS[stream]: paths for stream, paths in found.items()}
 
 
 def search_log(name: str = "*", contains: str = "", with_err: bool = False, *,
-               root: str | os.PathLike | None = None) -> list[str] | dict[str, list[str]]:
+               root: str | os.PathLike | None = None, all_tasks: bool = False) -> list[str] | dict[str, list[str]]:
     """Log files of the jobs called ``name`` (a glob pattern) whose id is ``contains`` (or whose path
-    holds it): the sorted stdout paths, or ``{"stdout": [...], "stderr": [...]}`` when ``with_err``.
+    holds it): the sorted stdout paths, one per job (task 0's), or ``{"stdout": [...], "stderr": [...]}``
+    when ``with_err``. ``all_tasks=True``: every task's (every rank's) log, task after task.
 
     ``root`` is the jobs folder (default: the site's log folder, normally the course's ``jobs/``).
     """
-    logs = find_logs(name, contains, root=root)
-    return logs if with_err else logs["stdout"]
+    if not isinstance(with_err, bool):
+        raise ValueError(f"with_err={with_err!r}: use True (stdout and stderr paths) or False (stdout only)")
+    logs = find_logs(name, contains, root=root, all_tasks=all_tasks)
+    if with_err:
+        return LogPaths((key, LogList(paths)) for key, paths in logs.items())
+    return LogList(logs["stdout"])
 
 
 def job_logs(job_folder: str | os.PathLike, stream: str = "out") -> list[Path]:

@@ -11,11 +11,11 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from coursekit.jobs.logs import is_chatter
 from coursekit.jobs.slurm_cli import TERMINAL_STATES, SlurmError
 from coursekit.metrics import epochs, of_kind, steps, summary
 
 LAST_LINE_CHARS = 70
-SUBMITIT_CHATTER = ("submitit INFO (", "submitit DEBUG (")  # submitit's own log lines, not the job's
 COLUMNS = ("job id", "name", "state", "elapsed", "node", "progress", "last log line")
 STATE_COLOURS = {"RUNNING": "#1a7f37", "PENDING": "#9a6700", "COMPLETED": "#57606a", "FAILED": "#cf222e",
                  "CANCELLED": "#8250df", "TIMEOUT": "#cf222e", "OUT_OF_MEMORY": "#cf222e", "VANISHED": "#cf222e",
@@ -80,11 +80,11 @@ def progress_text(records: Sequence[dict[str, Any]]) -> str:
 
 
 def last_log_line(lines: Iterable[str], width: int = LAST_LINE_CHARS) -> str:
-    """The last meaningful line (the part after a progress bar's last ``\\r``; submitit's own INFO and
-    DEBUG lines skipped), cut to ``width``."""
+    """The last meaningful line (the part after a progress bar's last ``\\r``; submitit's own log lines
+    and srun's notes skipped), cut to ``width``."""
     for line in reversed(list(lines)):
         text = line.rsplit("\r", 1)[-1].strip()
-        if text and not text.startswith(SUBMITIT_CHATTER):
+        if text and not is_chatter(text):
             return text if len(text) <= width else text[: width - 1] + "…"
     return ""
 

@@ -6,8 +6,10 @@ and stops by itself when every job shown has ended. It never touches signal hand
 interrupt keeps working. Elsewhere: a plain-text table, printed once (``watch_queue`` repeats it for
 ``coursekit queue --watch``).
 
-Rows come from the registry's Job handles (so local jobs work too); Slurm jobs are refreshed with one
-``squeue`` for all of them and, once they leave the queue, one ``sacct``; ended jobs are not asked again.
+Rows come from the registry's Job handles (so local jobs work too); Slurm jobs' states come from this
+process's state watcher (coursekit/jobs/watcher.py: one ``squeue`` for all of them and, once they leave
+the queue, one ``sacct``, at the watcher's bounded pace whatever ``timestep`` is; a running job's
+elapsed time is counted on between two calls); ended jobs are not asked again.
 The table itself is rendered by the pure functions of coursekit/jobs/queue_table.py.
 """
 
@@ -21,7 +23,7 @@ from dataclasses import replace
 from typing import IO
 
 from coursekit.jobs import registry, slurm_cli
-from coursekit.jobs.handle import UNCACHED_TERMINAL, Job, tail_lines
+from coursekit.jobs.handle import ENDED_BY_SLURM, UNCACHED_TERMINAL, Job, tail_lines
 from coursekit.jobs.queue_table import (
     QueueRow,
     last_log_line,
@@ -31,6 +33,7 @@ from coursekit.jobs.queue_table import (
     status_message,
 )
 from coursekit.jobs.slurm_cli import SlurmError
+from coursekit.jobs.watcher import SACCT, SQUEUE, UNREACHABLE, Observation, watcher
 from coursekit.metrics import metrics_path
 
 DEFAULT_TIMESTEP_S = 2.0
@@ -77,17 +80,20 @@ class QueueSource:
     def rows(self) -> list[QueueRow]:
         jobs = self.jobs()
         slurm_jobs = [job for job in jobs if job.scheduler != "local" and _key(job) not in self._ended]
-        live = self._squeue(slurm_jobs)
-        accounted = self._sacct([job for job in slurm_jobs if job.job_id not in live])
+        for job in slurm_jobs:
+            watcher().follow(job.job_id, job.submitted_at)
+        seen = watcher().observe_all([job.job_id for job in slurm_jobs])
+        errors = [s.error for s in seen.values() if s.source == UNREACHABLE and s.error is not None]
+        self.error = errors[0] if errors else None
         rows = []
         for job in jobs:
             ended = self._ended.get(_key(job))
             if ended is not None:
                 rows.append(ended)
                 continue
-            from_slurm = live.get(job.job_id) or accounted.get(job.job_id)
+            from_slurm = self._slurm_row(job, seen[job.job_id]) if job.job_id in seen else None
             row = from_slurm or self._row_from_handle(job)
-            row = replace(row, progress=self._progress_of(job), last_line=_last_line(job))
+            row = replace(row, progress=self._progress_of(job), last_line=_last_line(job, row.state))
             if row.done:
                 self._ended[_key(job)] = row
                 if from_slurm is not None and self._given is None:
@@ -108,41 +114,22 @@ class QueueSource:
             self._progress[_key(job)] = cached
         return cached[1]
 
-    def _squeue(self, jobs: Sequence[Job]) -> dict[str, QueueRow]:
-        if not jobs:
-            return {}
-        try:
-            found = slurm_cli.squeue([job.job_id for job in jobs])
-            self.error = None
-        except SlurmError as error:
-            self.error = error
-            return {job.job_id: QueueRow(job.job_id, job.name, "UNKNOWN") for job in jobs}
-        rows = {}
-        for job in jobs:
-            entry = slurm_cli.row_for(found, job.job_id)  # array tasks not split off yet: the array row
-            if entry is not None:
-                reason = entry.get("reason", "")
-                node = entry.get("node_list") or (f"({reason})" if reason and reason != "None" else "")
-                rows[job.job_id] = QueueRow(job.job_id, job.name, entry["state"],
-                                            slurm_cli.parse_duration(entry.get("elapsed", "")), node)
-        return rows
-
-    def _sacct(self, jobs: Sequence[Job]) -> dict[str, QueueRow]:
-        if not jobs or not slurm_cli.accounting_enabled():
-            return {}
-        try:
-            found = slurm_cli.sacct([job.job_id for job in jobs])
-        except SlurmError:
-            return {}
-        rows = {}
-        for job in jobs:
-            entry = slurm_cli.row_for(found, job.job_id)  # array tasks not split off yet: the array row
-            if entry is not None:
-                node = entry.get("node_list", "")
-                rows[job.job_id] = QueueRow(job.job_id, job.name, entry["state"],
-                                            slurm_cli.parse_duration(entry.get("elapsed", "")),
-                                            "" if node in ("None assigned", "(null)") else node)
-        return rows
+    def _slurm_row(self, job: Job, seen: Observation) -> QueueRow | None:
+        """The row from what squeue or sacct said (None: neither knows the job, the handle tells)."""
+        if seen.source == UNREACHABLE and seen.error is not None and seen.error.command[:1] == ["squeue"]:
+            return QueueRow(job.job_id, job.name, "UNKNOWN")
+        if seen.row is None or seen.source not in (SQUEUE, SACCT):
+            return None
+        entry = seen.row
+        elapsed = slurm_cli.parse_duration(entry.get("elapsed", ""))
+        if elapsed is not None and entry["state"] == "RUNNING":
+            elapsed += int(max(0.0, self.clock() - seen.at))  # counted on since the watcher asked
+        node = entry.get("node_list", "")
+        node = "" if node in ("None assigned", "(null)") else node
+        reason = entry.get("reason", "")
+        if not node and seen.source == SQUEUE and reason and reason != "None":
+            node = f"({reason})"
+        return QueueRow(job.job_id, job.name, entry["state"], elapsed, node)
 
     @staticmethod
     def _row_from_handle(job: Job) -> QueueRow:
@@ -164,8 +151,11 @@ def _record_final_state(job: Job, state: str) -> None:
         pass
 
 
-def _last_line(job: Job) -> str:
-    """The last meaningful line of stdout/stderr, from the one written last first."""
+def _last_line(job: Job, state: str = "") -> str:
+    """The last meaningful line of stdout/stderr, from the one written last first (a job Slurm or the
+    user ended says so plainly)."""
+    if state in ENDED_BY_SLURM:
+        return f"job {ENDED_BY_SLURM[state]}"
     written = []
     for path in (job.stdout, job.stderr):
         try:

@@ -1,8 +1,13 @@
 """What runs inside a job: the callables coursekit hands to submitit (pickled, run on the node).
 
 ``CommandTask`` runs ``python -u <command>`` (or torchrun, or inside a Singularity image) from an
-argument list, never through a shell; ``FunctionTask`` runs a notebook-defined function. Both set the
-job's environment first (``COURSEKIT_RUN_ROOT`` and the user's ``env``).
+argument list, never through a shell; ``FunctionTask`` runs a notebook-defined function. Both first
+install the time-limit signal's handler (unless the job is to be requeued: submitit's handler then
+checkpoints it), then set the job's environment (``COURSEKIT_RUN_ROOT`` and the user's ``env``).
+
+A command that fails ends its task with the command's own exit code (so srun and Slurm's ExitCode
+report it) and one plain last line in the task's stderr (``coursekit: ... exited with code 3``) instead
+of a Python traceback of the task around it; a cancelled command says "cancelled".
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -18,15 +24,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import submitit
+from submitit.core.utils import cloudpickle_dump, temporary_save_path
+from submitit.local.local import LOCAL_REQUEUE_RETURN_CODE
 
 TORCHRUN_PORT_OFFSET = 1  # torchrun's rendezvous port = the rank-0 port distributed.py derives + this
 SINGULARITY = "singularity"
 PR_SET_PDEATHSIG = 1  # prctl option: signal sent to the child when its parent dies
 STOP_GRACE_S = 5.0
-
-
-class CommandFailedError(RuntimeError):
-    """The job's command exited with a non-zero code."""
+CANCEL_MARKER = ".coursekit_cancelled"  # the job handle writes it in the job folder before a local cancel
+SIGNAL_EXIT_BASE = 128  # a command killed by signal N ends the task with 128 + N, as a shell reports it
+FAILED_EXIT_CODE = 1  # what a task ends with when the command's own code cannot be passed on
 
 
 def _gpu_slice_for_task(visible: str, local_rank: int, gpus_per_task: int) -> str:
@@ -79,27 +86,59 @@ class CommandTask:
         return env
 
     def __call__(self) -> int:
+        if not self.requeue:  # first: the signal may be due as soon as the job starts
+            install_time_limit_note()
         job_env = submitit.JobEnvironment()
-        if not self.requeue:  # not resumable: let the time limit end the job (state TIMEOUT), not USR2
-            signal.signal(job_env._usr_sig(), _note_time_limit_signal)
         command = self.argv(str(job_env.job_id))
         child = subprocess.Popen(command, env=self._environment(),
-                                 preexec_fn=functools.partial(_prepare_child, job_env._usr_sig()))
+                                 preexec_fn=functools.partial(_prepare_child, time_limit_signal()))
         try:
             returncode = child.wait()
         except KeyboardInterrupt:  # the local executor's cancel or time limit
             _stop(child)
-            raise CommandFailedError(f"command {command} was interrupted (cancelled or out of time)") from None
+            cancelled = (job_env.paths.folder / CANCEL_MARKER).exists()
+            _end_task(job_env, "the job was cancelled" if cancelled else "the job reached its time limit",
+                      SIGNAL_EXIT_BASE + signal.SIGINT)
         except BaseException:  # submitit's requeue exits here; the command must not outlive the task
             _stop(child)
             raise
+        if returncode < 0:
+            name = signal.Signals(-returncode).name if -returncode in signal.valid_signals() else str(-returncode)
+            _end_task(job_env, f"the command was stopped by {name}: {shlex.join(self.words)}",
+                      SIGNAL_EXIT_BASE - returncode)
         if returncode != 0:
-            raise CommandFailedError(f"command {command} exited with code {returncode}")
+            _end_task(job_env, f"the command exited with code {returncode}: {shlex.join(self.words)}", returncode)
         return returncode
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> submitit.helpers.DelayedSubmission | None:
         """Requeue the same command (it resumes from its own checkpoint), when ``requeue`` was asked."""
         return submitit.helpers.DelayedSubmission(self, *args, **kwargs) if self.requeue else None
+
+
+def time_limit_signal() -> signal.Signals:
+    """The signal submitit asks Slurm to send before the time limit (SIGUSR2 unless configured)."""
+    return getattr(signal, "SIG" + os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2"))
+
+
+def install_time_limit_note() -> None:
+    """Note the time-limit signal in stderr instead of dying of it (or of submitit's requeue handler):
+    a job that cannot resume runs on until the limit itself ends it (state TIMEOUT)."""
+    signal.signal(time_limit_signal(), _note_time_limit_signal)
+
+
+def _end_task(job_env: submitit.JobEnvironment, message: str, exit_code: int) -> None:
+    """End the task with ``exit_code`` after one plain line in stderr and the task's result file (an
+    error carrying ``message``), instead of a traceback: the job's log ends with what went wrong."""
+    print(f"coursekit: {message}", file=sys.stderr, flush=True)
+    try:
+        with temporary_save_path(job_env.paths.result_pickle) as scratch:
+            cloudpickle_dump(("error", message), scratch)
+    except OSError as error:
+        print(f"coursekit: could not write {job_env.paths.result_pickle}: {error}", file=sys.stderr, flush=True)
+    if os.environ.get("SUBMITIT_EXECUTOR") == "local" and exit_code == LOCAL_REQUEUE_RETURN_CODE:
+        exit_code = FAILED_EXIT_CODE  # submitit's local controller would take this code for "requeue me"
+    sys.stdout.flush()
+    raise SystemExit(exit_code if 0 < exit_code < 256 else FAILED_EXIT_CODE)
 
 
 def _prepare_child(preemption_signal: int) -> None:
@@ -135,6 +174,8 @@ class FunctionTask:
     env: Mapping[str, str] = field(default_factory=dict)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if getattr(self.fn, "checkpoint", None) is None:  # first: the signal may be due at once
+            install_time_limit_note()
         os.environ.update(self.env)
         return self.fn(*args, **kwargs)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from submitit.core.utils import cloudpickle_dump
 
-from coursekit.jobs import handle, registry, slurm_cli
+from coursekit.jobs import handle, registry, slurm_cli, watcher
 from coursekit.jobs.handle import Job, JobFailedError, tail_lines
 from coursekit.jobs.local_process import process_start_time
 from coursekit.jobs.slurm_cli import SlurmError
@@ -42,6 +42,7 @@ def course(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("COURSEKIT_COURSE_DIR", str(tmp_path))
     monkeypatch.setattr(handle, "POLL_START_S", 0.01)
     monkeypatch.setattr(handle, "POLL_MAX_S", 0.02)
+    monkeypatch.setattr(watcher, "_watcher", watcher.StateWatcher(min_delay_s=0.0, max_delay_s=0.01))
     return tmp_path
 
 

@@ -39,19 +39,59 @@ def names(paths: list[str]) -> list[str]:
     return [Path(p).name for p in paths]
 
 
-def test_returns_sorted_stdout_paths_by_default(jobs: Path) -> None:
+def test_returns_sorted_stdout_paths_one_per_job_by_default(jobs: Path) -> None:
     found = search_log(root=jobs)
     assert isinstance(found, list) and all(isinstance(p, str) for p in found)
-    assert names(found) == ["9_0_log.out", "9_1_log.out", "123_0_log.out", "500_0_0_log.out", "500_1_0_log.out",
+    assert names(found) == ["9_0_log.out", "123_0_log.out", "500_0_0_log.out", "500_1_0_log.out",
                             "1123_0_log.out", "1234_0_log.out", "5000_0_log.out", "20251126_0_log.out"]
     assert all(Path(p).is_file() for p in found)
 
 
+def test_every_task_with_all_tasks(jobs: Path) -> None:
+    assert names(search_log("bs256", root=jobs, all_tasks=True)) == ["9_0_log.out", "9_1_log.out",
+                                                                     "20251126_0_log.out"]
+    found = search_log(contains="9", with_err=True, root=jobs, all_tasks=True)
+    assert names(found["stderr"]) == ["9_0_log.err", "9_1_log.err"]
+    with pytest.raises(ValueError, match="all_tasks"):
+        search_log(root=jobs, all_tasks="yes")
+
+
+def test_dlo_jz_reshape_stays_aligned_with_multi_task_jobs(jobs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import numpy as np
+
+    monkeypatch.setenv("COURSEKIT_COURSE_DIR", str(jobs.parent))
+    monkeypatch.setenv("COURSEKIT_SITE", "local")
+
+    make_job(jobs, "ddp", "70", tasks=4)
+    make_job(jobs, "ddp", "71", tasks=1)
+    make_job(jobs, "ddp", "72", tasks=8)
+    ids = ["70", "71", "72"]
+    paths = np.array([search_log(contains=j) for j in ids]).reshape(-1)  # DLO-JZ's own line
+    assert [Path(p).name for p in paths] == ["70_0_log.out", "71_0_log.out", "72_0_log.out"]
+    errs = np.array([search_log(contains=j, with_err=True)["stderr"] for j in ids]).reshape(-1)
+    assert [Path(p).name for p in errs] == ["70_0_log.err", "71_0_log.err", "72_0_log.err"]
+
+
 def test_with_err_gives_idr_pytools_dict(jobs: Path) -> None:
     found = search_log("bs256", with_err=True, root=jobs)
-    assert set(found) == {"stdout", "stderr"}
-    assert names(found["stdout"]) == ["9_0_log.out", "9_1_log.out", "20251126_0_log.out"]
-    assert names(found["stderr"]) == ["9_0_log.err", "9_1_log.err", "20251126_0_log.err"]
+    assert type(found) is not list and isinstance(found, dict) and set(found) == {"stdout", "stderr"}
+    assert names(found["stdout"]) == ["9_0_log.out", "20251126_0_log.out"]
+    assert names(found["stderr"]) == ["9_0_log.err", "20251126_0_log.err"]
+    assert all(isinstance(found[k], list) and all(isinstance(p, str) for p in found[k]) for k in found)
+    with pytest.raises(ValueError, match="with_err"):
+        search_log(with_err="yes", root=jobs)
+
+
+def test_results_show_one_path_per_line_in_a_notebook(jobs: Path) -> None:
+    from IPython.lib.pretty import pretty
+
+    found = search_log("bs256", with_err=True, root=jobs)
+    shown = pretty(found)
+    assert "{" not in shown and shown.splitlines()[0] == "stdout:"
+    assert shown.splitlines()[1].strip().endswith("9_0_log.out")
+    assert pretty(search_log("bs256", root=jobs)).splitlines()[1].endswith("20251126_0_log.out")
+    assert pretty(search_log("nothing", root=jobs)) == "no log found"
+    assert found == {"stdout": found["stdout"], "stderr": found["stderr"]}  # still compares as a dict
 
 
 def test_job_id_matches_exactly_never_as_substring(jobs: Path) -> None:
@@ -64,14 +104,15 @@ def test_job_id_matches_exactly_never_as_substring(jobs: Path) -> None:
 
 
 def test_name_is_a_glob_pattern(jobs: Path) -> None:
-    assert names(search_log("bs*", contains="9", root=jobs)) == ["9_0_log.out", "9_1_log.out"]
+    assert names(search_log("bs*", contains="9", root=jobs)) == ["9_0_log.out"]
     assert search_log("bs64", contains="9", root=jobs) == []
     assert names(search_log("sw?ep", root=jobs)) == ["500_0_0_log.out", "500_1_0_log.out", "5000_0_log.out"]
 
 
 def test_other_contains_is_a_substring_of_the_relative_path(jobs: Path) -> None:
-    assert names(search_log(contains="_1_log", root=jobs)) == ["9_1_log.out"]
-    assert len(search_log(contains="bs2", root=jobs)) == 3
+    assert names(search_log(contains="_1_log", root=jobs, all_tasks=True)) == ["9_1_log.out"]
+    assert search_log(contains="_1_log", root=jobs) == []  # task 1's log is not the job's log
+    assert len(search_log(contains="bs2", root=jobs)) == 2  # one log per job
     assert search_log(contains="no-such-thing", root=jobs) == []
 
 
@@ -122,10 +163,10 @@ def test_cached_listing_sees_new_logs_of_a_running_job(tmp_path: Path) -> None:
     folder = make_job(root, "ddp", "88")
     old = 1_000_000_000
     os.utime(folder, (old, old))  # listed long after its last change: the listing is cached
-    assert names(search_log(root=root)) == ["88_0_log.out"]
+    assert names(search_log(root=root, all_tasks=True)) == ["88_0_log.out"]
     assert str(folder) in logs._folder_logs
     (folder / "88_1_log.out").write_text("")  # task 1 starts: the folder's mtime moves
-    assert names(search_log(root=root)) == ["88_0_log.out", "88_1_log.out"]
+    assert names(search_log(root=root, all_tasks=True)) == ["88_0_log.out", "88_1_log.out"]
 
 
 def test_fresh_folders_are_not_cached_and_finished_ones_are(tmp_path: Path) -> None:
@@ -141,7 +182,7 @@ def test_fresh_folders_are_not_cached_and_finished_ones_are(tmp_path: Path) -> N
     assert logs._folder_logs[str(finished)][0] is True
     (fresh / "1_1_log.out").write_text("")
     os.utime(fresh, (1_000_000_000, 1_000_000_000))
-    assert names(search_log(root=root)) == ["1_0_log.out", "1_1_log.out", "2_0_log.out"]
+    assert names(search_log(root=root, all_tasks=True)) == ["1_0_log.out", "1_1_log.out", "2_0_log.out"]
 
 
 def forget_this_process() -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from coursekit.jobs import queue_view
+from coursekit.jobs import queue_view, watcher
 from coursekit.jobs.handle import Job
 from coursekit.jobs.queue_table import (
     QueueRow,
@@ -36,6 +36,7 @@ THREAD_END_S = 10.0
 def course(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Every test in its own course folder (job handles record final states in its registry)."""
     monkeypatch.setenv("COURSEKIT_COURSE_DIR", str(tmp_path))
+    monkeypatch.setattr(watcher, "_watcher", watcher.StateWatcher(min_delay_s=0.0, max_delay_s=0.0))
     return tmp_path
 
 
