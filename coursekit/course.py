@@ -23,10 +23,29 @@ def course_dir() -> Path:
     return here
 
 
-def jobs_dir() -> Path:
-    """Root of every job folder: ``<course>/jobs/<name>/<job_id>/``."""
-    return course_dir() / JOBS_SUBDIR
+def jobs_dir(log_folder: str = JOBS_SUBDIR) -> Path:
+    """Where job folders live (``<root>/<name>/<job_id>/``); the one place that decides it.
+
+    ``log_folder`` (a site's, default ``jobs``) with ``$VARS`` and ``~`` expanded, relative to the course
+    folder unless absolute. ``Site.jobs_root()`` and the sbatch templates (``python -m coursekit.course``)
+    call this."""
+    root = Path(os.path.expandvars(log_folder)).expanduser()
+    return root if root.is_absolute() else course_dir() / root
 
 
 def course_config_path() -> Path:
     return course_dir() / COURSE_CONFIG_FILE
+
+
+def site_jobs_dir() -> Path:
+    """``jobs_dir`` of the course's site (its ``log_folder``); the course's ``jobs/`` when no site loads."""
+    from coursekit.sites import load_site  # sites import this module
+
+    try:
+        return load_site().jobs_root()
+    except (ValueError, OSError):
+        return jobs_dir()
+
+
+if __name__ == "__main__":  # `python -m coursekit.course`: the jobs folder, for shell scripts
+    print(site_jobs_dir())

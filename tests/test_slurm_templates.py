@@ -8,6 +8,7 @@ import re
 import shlex
 import stat
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -82,8 +83,10 @@ def _fake_slurm_bin(folder: Path) -> Path:
     folder.mkdir()
     scripts = {
         "srun": 'echo "srun $*"; exec "$@"',
-        "torchrun": 'echo "torchrun $*"',
-        "python": 'echo "python $*"',
+        # the jobs folder comes from coursekit itself (python -m coursekit.course); anything else is printed
+        "python": f'[[ "$1 $2" == "-m coursekit.course" ]] && exec {sys.executable} "$@"; '
+                  'echo "COURSEKIT_RUN_ROOT=$COURSEKIT_RUN_ROOT"; echo "python $*"',
+        "torchrun": 'echo "COURSEKIT_RUN_ROOT=$COURSEKIT_RUN_ROOT"; echo "torchrun $*"',
         "scontrol": f'[[ "$1 $2" == "show hostnames" ]] && printf "%s\\n" {" ".join(FAKE_NODES)}',
     }
     for name, body in scripts.items():
@@ -106,6 +109,8 @@ def _run_with_fake_slurm(tmp_path: Path, name: str, *args: str) -> str:
         "SLURM_CPUS_PER_TASK": str(FAKE_CPUS_PER_TASK),
     }
     env.pop("COURSEKIT_RUN_ROOT", None)
+    env["COURSEKIT_COURSE_DIR"] = str(tmp_path / "course")
+    env.pop("COURSEKIT_SITE", None)
     done = subprocess.run(["bash", str(TEMPLATES / name), *args], env=env, capture_output=True, text=True,
                           timeout=COMMAND_TIMEOUT_S)
     assert done.returncode == 0, done.stderr
@@ -134,6 +139,14 @@ def test_ddp_template_one_process_per_gpu_and_default_run(tmp_path: Path) -> Non
 def test_single_gpu_template_runs_python_under_srun(tmp_path: Path) -> None:
     out = _run_with_fake_slurm(tmp_path, "single_gpu.sbatch", "--model", "linear")
     assert "srun python -u -m coursekit.train --model linear" in out
+
+
+@pytest.mark.parametrize("name", TEMPLATE_NAMES)
+def test_templates_keep_job_folders_where_coursekit_does(tmp_path: Path, name: str) -> None:
+    """One owner of "where job folders live": coursekit.course.jobs_dir (here the course's jobs/)."""
+    out = _run_with_fake_slurm(tmp_path, name)
+    expected = tmp_path / "course" / "jobs" / name.split(".")[0]
+    assert f"COURSEKIT_RUN_ROOT={expected}\n" in out, out
 
 
 def test_cluster_script_is_valid_bash_and_rejects_unknown_commands() -> None:

@@ -1,25 +1,30 @@
 """Submitting: ``gpu_jobs_submitter`` (idr_pytools' parameters), ``submit_jobs`` and ``submit_function``.
 
-Built on submitit: every job gets the folder ``<course>/jobs/<name>/%j`` (script kept, never
-overwritten), ``COURSEKIT_RUN_ROOT=<course>/jobs/<name>`` in its environment, and the parameters of
-submitit's AutoExecutor. A sweep (commands x GPU counts) is validated entirely before anything is sent;
-jobs with the same resources go in one job array (``executor.batch()``), so 32 jobs take one sbatch.
+Built on submitit: every job gets the folder ``<jobs folder>/<name>/%j`` (script kept, never
+overwritten), ``COURSEKIT_RUN_ROOT=<jobs folder>/<name>`` and ``COURSEKIT_EXPECTED_WORLD_SIZE`` in its
+environment, and the parameters of submitit's AutoExecutor. A sweep (GPU counts x commands) is validated
+entirely, every shape against the cluster or the site's profile, before anything is sent; jobs with the
+same resources go in one job array (``executor.batch()``), so 32 jobs take one sbatch. Should sbatch
+still refuse part of a sweep, what this call had submitted is cancelled and the error says so.
 Submitting from inside a Slurm job (a JupyterHub kernel) hides the kernel's SLURM_* variables.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
+import sys
 import time
 import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import submitit
 from submitit.core.utils import FailedJobError, FailedSubmissionError, JobPaths
 
-from coursekit.jobs import plan, registry, validate
+from coursekit.jobs import plan, registry, slurm_cli, validate
 from coursekit.jobs.handle import Job
 from coursekit.jobs.local_process import process_start_time
 from coursekit.jobs.slurm_cli import SlurmError, submission_error
@@ -33,35 +38,84 @@ LOCAL_IGNORED = ("module", "script_addon", "slurm_addon", "qos", "partition", "a
                  "email", "exclusive")
 
 
+@dataclass
+class InterpreterCommandTask(CommandTask):
+    """A command given with its interpreter (``python3 train.py``, ``/opt/env/bin/python -m x``), run
+    with that interpreter as idr_pytools runs ``srun python3 train.py``."""
+
+    interpreter: str = "python"
+
+    def argv(self, job_id: str = "0") -> list[str]:
+        command = super().argv(job_id)
+        at = len(command) - len(self.words) - 2  # [..., python, "-u", *words]
+        if at < 0 or command[at + 1:] != ["-u", *self.words]:
+            raise RuntimeError(f"coursekit: cannot place the interpreter in {command}")
+        command[at] = self.interpreter
+        return command
+
+
 def _run_root(site: Site, name: str) -> Path:
     return site.jobs_root() / name
 
 
 def _options(site: Site, name: str, time_max: Any, qos: Any, partition: Any, constraint: Any, account: Any,
              module: Any, script_addon: Any, slurm_addon: Any, exclusive: Any, email: Any,
-             gpu_binding: Any, signal_delay_s: int) -> plan.Options:
+             gpu_binding: Any, signal_delay_s: Any) -> plan.Options:
     validate.check_name(name)
-    validate.check_positive_int(signal_delay_s, "signal_delay_s")
     if not isinstance(exclusive, bool):
         raise ValueError(f"exclusive={exclusive!r}: use True or False")
-    validate.check_choice(gpu_binding, "gpu_binding", validate.GPU_BINDINGS)
+    if gpu_binding is not None:
+        validate.check_choice(gpu_binding, "gpu_binding", validate.GPU_BINDINGS)
     validate.check_value(partition, "partition")
-    if partition is not None and site.partitions:
-        site.partition_info(partition)  # ValueError naming the allowed partitions
-    info = site.partition_info(partition) if not site.is_local else None
-    validate.check_value(qos, "qos", allowed=info.qos if info is not None and qos is not None else ())
     validate.check_value(account, "account")
     validate.check_value(constraint, "constraint", validate.CONSTRAINT_PATTERN)
+    if partition is not None and site.partitions:
+        site.partition_info(partition)  # ValueError naming the allowed partitions
+    if not site.is_local:
+        partition = site.select_partition(partition, constraint, account)
+    info = site.partition_info(partition) if not site.is_local else None
+    validate.check_value(qos, "qos", allowed=info.qos if info is not None and qos is not None else ())
     if not site.is_local and site.account_required and not (account or site.account):
         suffix = (info.account_suffix or "") if info is not None else ""
         raise ValueError(f"account: site {site.name!r} needs the project account to charge (e.g. "
                          f"account='abc{suffix}'); set it here or as account under [site_defaults] in coursekit.toml")
+    time_min = validate.parse_time(time_max)
     return plan.Options(
-        name=name, time_min=validate.parse_time(time_max), partition=partition, qos=qos, account=account,
+        name=name, time_min=time_min, partition=partition, qos=qos, account=account,
         constraint=constraint, modules=tuple(validate.check_modules(module)),
-        script_addon=tuple(validate.check_lines(script_addon, "script_addon")),
+        script_addon=tuple(validate.check_script_addon(script_addon)),
         sbatch_options=tuple(validate.parse_slurm_addon(slurm_addon).items()), exclusive=exclusive,
-        email=validate.check_email(email), gpu_binding=gpu_binding, signal_delay_s=signal_delay_s)
+        email=validate.check_email(email), gpu_binding=gpu_binding,
+        signal_delay_s=plan.signal_delay(time_min, signal_delay_s))
+
+
+def _check_launcher(site: Site, launcher: Any, image: str | None) -> str:
+    """The launcher, when the site and this Python can use it; ValueError naming ``launcher`` otherwise."""
+    validate.check_choice(launcher, "launcher", validate.LAUNCHERS)
+    if launcher not in site.launchers:
+        raise ValueError(f"launcher={launcher!r}: site {site.name!r} cannot use it; use one of {list(site.launchers)}")
+    if launcher == "torchrun" and image is None and importlib.util.find_spec("torch") is None:
+        raise ValueError(f"launcher='torchrun': torch is not installed for {sys.executable}, which starts "
+                         "torchrun in the job; install it, or use launcher='srun'")
+    return launcher
+
+
+def _cancel_submitted(error: SlurmError, site: Site, jobs: Sequence[Job]) -> SlurmError:
+    """``error``, saying that what this call had already submitted was cancelled (nothing half-submitted)."""
+    if not jobs:
+        return error
+    ids = sorted({j.job_id.split("_")[0] for j in jobs})
+    try:
+        if site.is_local:
+            for job in jobs:
+                job.cancel()
+        else:
+            slurm_cli.scancel(ids)
+        note = f"the {len(jobs)} job(s) this call had already submitted were cancelled ({', '.join(ids)})"
+    except SlurmError as cancel_error:
+        note = (f"the {len(jobs)} job(s) this call had already submitted could not be cancelled "
+                f"({cancel_error.message}): cancel them with `scancel {' '.join(ids)}`")
+    return SlurmError(f"{error.message}; {note}", error.command, error.returncode)
 
 
 def _warn_ignored_on_local(site: Site, given: dict[str, Any]) -> None:
@@ -119,18 +173,20 @@ def submit_jobs(srun_commands: str | Sequence[str], n_gpu: int | Sequence[int] =
                 constraint: str | None = None, cpus_per_task: int | None = None, exclusive: bool = False,
                 account: str | None = None, verbose: int = 0, email: str | None = None, slurm_addon: Any = None,
                 script_addon: Any = None, *, launcher: str = "srun", site: str | Site | None = None,
-                env: dict[str, str] | None = None, gpu_binding: str = "task", requeue: bool = False,
-                signal_delay_s: int = plan.SIGNAL_DELAY_S) -> list[Job]:
-    """Submit every command x GPU count (commands outer); the handles in that order. See gpu_jobs_submitter."""
+                env: dict[str, str] | None = None, gpu_binding: str | None = None, requeue: bool = False,
+                signal_delay_s: int | None = None) -> list[Job]:
+    """Submit every GPU count x command (GPU counts outer, as idr_pytools); the handles in that order.
+    See gpu_jobs_submitter."""
     the_site = site if isinstance(site, Site) else load_site(site)
     commands = validate.as_list(srun_commands, "srun_commands")
     words = [validate.check_command(c) for c in commands]
     counts = validate.as_list(n_gpu, "n_gpu")
-    validate.check_choice(launcher, "launcher", validate.LAUNCHERS)
     job_name = name if name is not None else validate.default_name(commands[0])
     options = _options(the_site, job_name, time_max, qos, partition, constraint, account, module, script_addon,
                        slurm_addon, exclusive, email, gpu_binding, signal_delay_s)
     image = validate.check_singularity(singularity)
+    split = [validate.split_interpreter(w) for w in words]
+    _check_launcher(the_site, launcher, image)
     extra_env = validate.check_env(env)
     if not isinstance(requeue, bool):
         raise ValueError(f"requeue={requeue!r}: use True or False")
@@ -142,26 +198,33 @@ def submit_jobs(srun_commands: str | Sequence[str], n_gpu: int | Sequence[int] =
                                       "qos": qos, "partition": partition, "account": account,
                                       "constraint": constraint, "email": email, "exclusive": exclusive})
     root = _run_root(the_site, job_name)
-    task_env = {**extra_env, RUN_ROOT_ENV: str(root)}
-    handles: dict[tuple[int, int], Job] = {}
-    for g, count in enumerate(counts):  # one executor (one array) per GPU count
+    shown = [plan.display_command(w, image) for w in words]
+    handles: list[Job] = []
+    for count in counts:  # one executor (one array of every command) per GPU count
         shape = shapes[count]
-        executor = _executor(the_site, root / "%j", plan.executor_parameters(shape, the_site, options))
-        bind = shape.gpus_per_task if the_site.is_local and gpu_binding == "task" and launcher == "srun" else 0
-        tasks = [CommandTask(w, task_env, launcher, shape.nodes, shape.processes_per_node, image, bind, requeue)
-                 for w in words]
+        params = plan.executor_parameters(shape, the_site, options, shown, launcher)
+        executor = _executor(the_site, root / "%j", params)
+        task_env = {**extra_env, RUN_ROOT_ENV: str(root), plan.EXPECTED_WORLD_SIZE_ENV: str(plan.world_size(shape))}
+        own_gpus = the_site.is_local and launcher == "srun" and plan.gpu_binding(shape, options) == "task"
+        bind = shape.gpus_per_task if own_gpus else 0
+        tasks = [_command_task(interpreter, rest, task_env, launcher, shape, image, bind, requeue)
+                 for interpreter, rest in split]
         try:
             submitted = _submit_group(executor, [(t, (), {}) for t in tasks])
         except SlurmError as error:
-            done = [j.job_id for j in handles.values()]
-            if done:
-                error.message += f" (jobs submitted before the failure: {done})"
-            raise
-        for c, job in enumerate(submitted):
-            handles[(c, g)] = _handle(job, the_site, options, root, commands[c], "command", shape)
+            raise _cancel_submitted(error, the_site, handles) from error
+        handles += [_handle(job, the_site, options, root, commands[c], "command", shape)
+                    for c, job in enumerate(submitted)]
         if verbose:
             print(f"submitted {len(submitted)} job(s) of {count} GPU(s): {[j.job_id for j in submitted]}")
-    return [handles[(c, g)] for c in range(len(commands)) for g in range(len(counts))]
+    return handles
+
+
+def _command_task(interpreter: str | None, words: list[str], env: dict[str, str], launcher: str,
+                  shape: plan.Shape, image: str | None, bind: int, requeue: bool) -> CommandTask:
+    common = dict(words=words, env=env, launcher=launcher, nnodes=shape.nodes,
+                  nproc_per_node=shape.processes_per_node, singularity=image, bind_local_gpus=bind, requeue=requeue)
+    return CommandTask(**common) if interpreter is None else InterpreterCommandTask(**common, interpreter=interpreter)
 
 
 def gpu_jobs_submitter(srun_commands: str | Sequence[str], n_gpu: int | Sequence[int] = 1, module: Any = None,
@@ -171,14 +234,19 @@ def gpu_jobs_submitter(srun_commands: str | Sequence[str], n_gpu: int | Sequence
                        account: str | None = None, verbose: int = 0, email: str | None = None,
                        slurm_addon: Any = None, script_addon: Any = None, *, launcher: str = "srun",
                        site: str | Site | None = None, env: dict[str, str] | None = None,
-                       gpu_binding: str = "task", requeue: bool = False) -> list[str]:
-    """idr_pytools' submitter: run ``python -u <command>`` for every command x GPU count; the job ids.
+                       gpu_binding: str | None = None, requeue: bool = False) -> list[str]:
+    """idr_pytools' submitter: run ``python -u <command>`` for every GPU count x command; the job ids.
 
-    ``srun_commands`` and ``n_gpu`` are a value or a list (Cartesian product, commands outer). A GPU count
-    fits one node or is a multiple of the site's GPUs per node; one task per ``n_gpu_per_task`` GPUs
-    (``launcher="torchrun"``: one task per node, torchrun spawns one process per GPU). ``module`` (names
-    to load), ``script_addon`` (shell lines) and ``slurm_addon`` (``#SBATCH`` lines) shape the script;
-    ``singularity`` runs the command in that image. Everything is checked before anything is sent.
+    ``srun_commands`` and ``n_gpu`` are a value or a list; the ids come GPU counts outer, as idr_pytools
+    orders them: ``n_gpu=[1, 2]`` with commands ``[a, b]`` gives ``[a@1, b@1, a@2, b@2]``. A command is
+    ``script.py args``, ``-m module args`` or ``-c code``, optionally after its interpreter
+    (``python3 script.py``, a path to a python). A GPU count fits one node or is a multiple of the site's
+    GPUs per node, and fits the cluster (``sinfo``) or the site's profile; one task per ``n_gpu_per_task``
+    GPUs (``launcher="torchrun"``: one task per node, torchrun spawns one process per GPU); a multi-GPU
+    job's tasks see the node's GPUs (``gpu_binding="node"``; ``"task"``: only their own). ``module``
+    (names to load), ``script_addon`` (shell lines, never ``#SBATCH``) and ``slurm_addon`` (``#SBATCH``
+    lines from an allow-list) shape the script; ``singularity`` runs the command in that image. Everything
+    is checked before anything is sent; a job whose task fails ends at once (``srun --kill-on-bad-exit``).
     """
     jobs = submit_jobs(srun_commands, n_gpu, module, singularity, name, n_gpu_per_task, time_max, qos, partition,
                        constraint, cpus_per_task, exclusive, account, verbose, email, slurm_addon, script_addon,
@@ -190,8 +258,8 @@ def submit_function(fn: Callable[..., Any], *args: Any, n_gpu: int = 1, name: st
                     time_max: str | int = DEFAULT_TIME, site: str | Site | None = None, n_gpu_per_task: int = 1,
                     partition: str | None = None, qos: str | None = None, account: str | None = None,
                     constraint: str | None = None, cpus_per_task: int | None = None, module: Any = None,
-                    env: dict[str, str] | None = None, gpu_binding: str = "task",
-                    signal_delay_s: int = plan.SIGNAL_DELAY_S, **kwargs: Any) -> Job:
+                    env: dict[str, str] | None = None, gpu_binding: str | None = None,
+                    signal_delay_s: int | None = None, **kwargs: Any) -> Job:
     """Run ``fn(*args, **kwargs)`` as a job on ``n_gpu`` GPUs (one task per GPU); ``job.result()`` brings
     back its value (task 0's; ``job.results()`` all) or raises ``JobFailedError`` with its traceback.
     A ``submitit.helpers.Checkpointable`` is requeued on timeout and resumes."""
@@ -208,8 +276,10 @@ def submit_function(fn: Callable[..., Any], *args: Any, n_gpu: int = 1, name: st
     _warn_ignored_on_local(the_site, {"module": module, "qos": qos, "partition": partition, "account": account,
                                       "constraint": constraint})
     root = _run_root(the_site, job_name)
-    executor = _executor(the_site, root / "%j", plan.executor_parameters(shape, the_site, options))
-    task = FunctionTask(fn, {**extra_env, RUN_ROOT_ENV: str(root)})
-    submitted = _submit_group(executor, [(task, args, kwargs)])[0]
     label = f"{getattr(fn, '__qualname__', type(fn).__name__)}(...)"
+    shown = [f"the Python function {label} (pickled by submitit)"]
+    executor = _executor(the_site, root / "%j", plan.executor_parameters(shape, the_site, options, shown))
+    task = FunctionTask(fn, {**extra_env, RUN_ROOT_ENV: str(root),
+                             plan.EXPECTED_WORLD_SIZE_ENV: str(plan.world_size(shape))})
+    submitted = _submit_group(executor, [(task, args, kwargs)])[0]
     return _handle(submitted, the_site, options, root, label, "function", shape)

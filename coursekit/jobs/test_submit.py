@@ -37,15 +37,33 @@ class FakeSlurm:
         path = self.folder / "calls"
         return path.read_text().splitlines() if path.exists() else []
 
+    @property
+    def cancelled(self) -> list[str]:
+        path = self.folder / "cancelled"
+        return path.read_text().split() if path.exists() else []
+
     def refuse(self, message: str) -> None:
         (self.folder / "refuse").write_text(message)
+
+    def refuse_from(self, job_id: int, message: str) -> None:
+        """Accept sbatch until ``job_id``, then refuse with ``message``."""
+        script = self.folder.parent / "bin" / "sbatch"
+        script.write_text(script.read_text().replace(
+            'if [ -f "$state/refuse" ]', f'if [ "$n" -ge {job_id} ] && echo {message!r} > "$state/refuse" && [ -f "$state/refuse" ]'))
+
+
+SCRIPTS = ("a.py", "b.py", "t.py", "ok.py")
 
 
 @pytest.fixture()
 def course(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A course folder, the current folder, holding the scripts the tests submit."""
     course = tmp_path / "course"
     course.mkdir()
+    for script in SCRIPTS:
+        (course / script).write_text("print('hello')\n")
     monkeypatch.setenv("COURSEKIT_COURSE_DIR", str(course))
+    monkeypatch.chdir(course)
     monkeypatch.delenv(SITE_ENV, raising=False)
     return course
 
@@ -55,7 +73,8 @@ def fake_slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, course: Path) ->
     bin_dir, state = tmp_path / "bin", tmp_path / "slurm-state"
     bin_dir.mkdir()
     state.mkdir()
-    for name, text in (("sbatch", FAKE_SBATCH), ("srun", "#!/bin/bash\nexit 1\n")):
+    scancel = '#!/bin/bash\necho "$@" >> "$FAKE_SLURM_DIR/cancelled"\n'
+    for name, text in (("sbatch", FAKE_SBATCH), ("srun", "#!/bin/bash\nexit 1\n"), ("scancel", scancel)):
         path = bin_dir / name
         path.write_text(text)
         path.chmod(path.stat().st_mode | stat.S_IXUSR)
@@ -72,14 +91,72 @@ def submitted_task(job_folder: Path) -> CommandTask:
 JZ = {"site": "jean-zay", "account": "abc"}
 
 
-def test_cartesian_product_order_and_one_array_per_gpu_count(fake_slurm: FakeSlurm, course: Path) -> None:
+def test_cartesian_product_gpu_counts_outer_like_idr_pytools(fake_slurm: FakeSlurm, course: Path) -> None:
     ids = gpu_jobs_submitter(["a.py --x 1", "b.py"], n_gpu=[1, 2, 4], name="sweep", **JZ)
-    first = FIRST_FAKE_JOB_ID
-    assert ids == [f"{first}_0", f"{first + 1}_0", f"{first + 2}_0", f"{first}_1", f"{first + 1}_1", f"{first + 2}_1"]
+    first = FIRST_FAKE_JOB_ID  # idr_pytools: for n in n_gpu: for command in srun_commands: sbatch
+    assert ids == [f"{first}_0", f"{first}_1", f"{first + 1}_0", f"{first + 1}_1", f"{first + 2}_0", f"{first + 2}_1"]
     assert len(fake_slurm.calls) == 3  # one sbatch per GPU count, each an array of both commands
     tasks = {i: submitted_task(course / "jobs" / "sweep" / i) for i in ids}
-    assert tasks[ids[0]].words == ["a.py", "--x", "1"] and tasks[ids[3]].words == ["b.py"]
+    assert [tasks[i].words for i in ids[:2]] == [["a.py", "--x", "1"], ["b.py"]]
+    assert [tasks[i].nproc_per_node for i in ids] == [1, 1, 2, 2, 4, 4]
     assert {t.env["COURSEKIT_RUN_ROOT"] for t in tasks.values()} == {str(course / "jobs" / "sweep")}
+    assert [tasks[i].env["COURSEKIT_EXPECTED_WORLD_SIZE"] for i in ids] == ["1", "1", "2", "2", "4", "4"]
+
+
+def test_a_sweep_that_does_not_fit_the_profile_submits_nothing(fake_slurm: FakeSlurm) -> None:
+    with pytest.raises(ValueError, match="cpus_per_task=50: 1 task"):
+        gpu_jobs_submitter("a.py", n_gpu=[1, 4], cpus_per_task=50, **JZ)  # gpu_p13: 40 cores per node
+    assert fake_slurm.calls == []
+
+
+def test_sbatch_refusing_mid_sweep_cancels_what_was_submitted(fake_slurm: FakeSlurm) -> None:
+    fake_slurm.refuse_from(FIRST_FAKE_JOB_ID + 2, "sbatch: error: More processors requested than permitted")
+    with pytest.raises(SlurmError) as raised:
+        gpu_jobs_submitter(["a.py", "b.py"], n_gpu=[1, 2, 4], name="half", **JZ)
+    text = str(raised.value)  # what the notebook shows
+    assert "More processors requested than permitted" in text
+    assert f"the 4 job(s) this call had already submitted were cancelled ({FIRST_FAKE_JOB_ID}, " in text
+    assert fake_slurm.cancelled == [str(FIRST_FAKE_JOB_ID), str(FIRST_FAKE_JOB_ID + 1)]  # the two arrays
+
+
+def test_an_explicit_interpreter_runs_the_command(fake_slurm: FakeSlurm, course: Path) -> None:
+    ids = gpu_jobs_submitter(["python3 a.py --x 1", "/opt/env/bin/python -u -m mod"], name="interp", **JZ)
+    first, second = (submitted_task(course / "jobs" / "interp" / i) for i in ids)
+    assert first.argv()[-5:] == ["python3", "-u", "a.py", "--x", "1"]
+    assert second.argv()[-4:] == ["/opt/env/bin/python", "-u", "-m", "mod"]
+    script = Path(fake_slurm.calls[0].split()[-1]).read_text()  # one array, one script
+    assert 'echo "coursekit: 1 node(s) x 1 task(s)' in script and "${COURSEKIT_COMMANDS[${SLURM_ARRAY_TASK_ID:-0}]}" in script
+    assert "#   [0] python3 -u a.py --x 1" in script and "#   [1] /opt/env/bin/python -u -m mod" in script
+
+
+def test_the_script_shows_what_runs_and_ends_the_job_when_a_task_fails(fake_slurm: FakeSlurm, course: Path) -> None:
+    job_id = gpu_jobs_submitter("t.py --lr 0.1", n_gpu=8, name="show", **JZ)[0]
+    script = (course / "jobs" / "show" / job_id / f"{job_id}_submission.sh").read_text()
+    assert "# coursekit: 2 node(s) x 4 task(s) (srun --kill-on-bad-exit=1); each process runs:" in script
+    assert "echo 'coursekit: 2 node(s) x 4 task(s) (srun --kill-on-bad-exit=1); each process runs: python -u " \
+           "t.py --lr 0.1'" in script
+    assert "srun --unbuffered" in script and "--kill-on-bad-exit=1" in script.split("srun --unbuffered")[1]
+    assert submitted_task(course / "jobs" / "show" / job_id).env["COURSEKIT_EXPECTED_WORLD_SIZE"] == "8"
+
+
+def test_multi_gpu_jobs_see_the_nodes_gpus_by_default(fake_slurm: FakeSlurm, course: Path) -> None:
+    one, four = gpu_jobs_submitter("t.py", n_gpu=[1, 4], name="bind", **JZ)
+    scripts = [(course / "jobs" / "bind" / i / f"{i}_submission.sh").read_text() for i in (one, four)]
+    assert "#SBATCH --gpus-per-task=1" in scripts[0] and "--gres" not in scripts[0]  # one GPU: as before
+    assert "#SBATCH --gres=gpu:4" in scripts[1] and "--gpus-per-task" not in scripts[1]
+    task_bound = gpu_jobs_submitter("t.py", n_gpu=4, gpu_binding="task", name="bind", **JZ)[0]
+    assert "#SBATCH --gpus-per-task=1" in (course / "jobs" / "bind" / task_bound /
+                                            f"{task_bound}_submission.sh").read_text()
+
+
+def test_short_jobs_get_a_signal_delay_that_fits(fake_slurm: FakeSlurm, course: Path) -> None:
+    two_minutes = gpu_jobs_submitter("t.py", time_max=2, name="short", **JZ)[0]
+    assert "#SBATCH --signal=USR2@30" in (course / "jobs" / "short" / two_minutes /
+                                          f"{two_minutes}_submission.sh").read_text()
+    with pytest.warns(UserWarning, match="may send it up to 60 s early"):
+        gpu_jobs_submitter("t.py", time_max=1, name="short", **JZ)
+    with pytest.raises(ValueError, match="signal_delay_s=300: the job's time limit is 120 s"):
+        submit_jobs("t.py", time_max=2, signal_delay_s=300, **JZ)
 
 
 def test_a_32_job_sweep_is_one_sbatch(fake_slurm: FakeSlurm) -> None:
@@ -93,7 +170,13 @@ def test_a_32_job_sweep_is_one_sbatch(fake_slurm: FakeSlurm) -> None:
 @pytest.mark.parametrize("bad_call, words", [
     ({"n_gpu": [1, 6]}, "n_gpu=6"),
     ({"n_gpu": [2, 0]}, "n_gpu=0"),
-    ({"srun_commands": ["ok.py", "python bad.py"]}, "srun_commands"),
+    ({"srun_commands": ["ok.py", "python missing.py"]}, "srun_commands=.*no script"),
+    ({"srun_commands": ["ok.py", "srun python ok.py"]}, "srun_commands"),
+    ({"n_gpu": [1, 4], "cpus_per_task": 11}, "cpus_per_task=11"),
+    ({"constraint": "a100", "partition": "gpu_p13"}, "constraint='a100' selects partition 'gpu_p5'"),
+    ({"script_addon": "#SBATCH --time=999"}, "script_addon"),
+    ({"slurm_addon": "#SBATCH --uid=0"}, "--uid is not allowed"),
+    ({"gpu_binding": "socket"}, "gpu_binding="),
     ({"n_gpu_per_task": 3, "n_gpu": 4}, "n_gpu_per_task=3"),
     ({"time_max": "2 hours"}, "time_max"),
     ({"name": "my job"}, "name="),
@@ -142,7 +225,7 @@ def test_torchrun_one_task_per_node(fake_slurm: FakeSlurm, course: Path) -> None
     folder = course / "jobs" / "ddp" / job_id
     script = (folder / f"{job_id}_submission.sh").read_text()
     assert "#SBATCH --nodes=2" in script and "#SBATCH --ntasks-per-node=1" in script
-    assert "#SBATCH --gpus-per-task=4" in script and "#SBATCH --cpus-per-task=40" in script
+    assert "#SBATCH --gres=gpu:4" in script and "#SBATCH --cpus-per-task=40" in script
     task = submitted_task(folder)
     assert (task.launcher, task.nnodes, task.nproc_per_node) == ("torchrun", 2, 4)
 

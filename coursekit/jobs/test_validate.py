@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from coursekit.jobs import validate
@@ -67,15 +70,45 @@ def test_gpus_per_task_must_divide() -> None:
         validate.check_gpus_per_task(3, 4, 4)
 
 
-@pytest.mark.parametrize("bad", ["python train.py", "python3 -m x", "srun python t.py", "", "a.py\nrm x",
-                                 "t.py 'unclosed", "-m", 12])
+@pytest.mark.parametrize("bad", ["python", "python3 -u", "srun python t.py", "torchrun t.py", "", "a.py\nrm x",
+                                 "t.py 'unclosed", "-m", "python3 -m", 12])
 def test_bad_commands(bad: object) -> None:
     with pytest.raises(ValueError, match="srun_commands"):
         validate.check_command(bad)
 
 
-def test_commands_split_like_a_shell_without_running_one() -> None:
+def test_commands_split_like_a_shell_without_running_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.py").write_text("")
     assert validate.check_command("t.py --msg 'a b; rm -rf /'") == ["t.py", "--msg", "a b; rm -rf /"]
+
+
+@pytest.mark.parametrize("command, interpreter, rest", [
+    ("python3 t.py --x 1", "python3", ["t.py", "--x", "1"]),  # idr_pytools: srun python3 t.py
+    ("python -u t.py", "python", ["t.py"]),  # coursekit adds -u itself
+    ("python3.11 -m coursekit.train", "python3.11", ["-m", "coursekit.train"]),
+    ("/opt/env/bin/python -c 'print(1)'", "/opt/env/bin/python", ["-c", "print(1)"]),
+    ("t.py --x", None, ["t.py", "--x"]),
+    ("-m coursekit.train", None, ["-m", "coursekit.train"]),
+])
+def test_an_explicit_interpreter_is_accepted(command: str, interpreter: str | None, rest: list[str],
+                                             tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.py").write_text("")
+    words = validate.check_command(command)
+    assert validate.split_interpreter(words) == (interpreter, rest)
+    assert validate.default_name(command) in ("t", "train", "python-c")
+
+
+def test_a_script_that_does_not_exist_is_refused_before_anything_runs(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    for command in ("missing.py --lr 1", "python3 sub/missing.py"):
+        with pytest.raises(ValueError, match=r"srun_commands=.*no script '.*missing\.py'"):
+            validate.check_command(command)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "missing.py").write_text("")
+    assert validate.check_command("python3 sub/missing.py")[1] == "sub/missing.py"
 
 
 def test_slurm_addon_lines_become_sbatch_options() -> None:
@@ -84,12 +117,27 @@ def test_slurm_addon_lines_become_sbatch_options() -> None:
 
 
 @pytest.mark.parametrize("bad, reason", [
-    ("#SBATCH --output=/tmp/x", "set by coursekit"), ("echo hi", "one sbatch option per line"),
-    ("#SBATCH --comment=$(id)", "not allowed"), ("#SBATCH --array=0-9", "set by coursekit"),
+    ("#SBATCH --output=/tmp/x", "not allowed"), ("echo hi", "one sbatch option per line"),
+    ("#SBATCH --comment=$(id)", "not allowed in a value"), ("#SBATCH --array=0-9", "not allowed"),
+    ("#SBATCH --uid=0", "--uid is not allowed"), ("#SBATCH --gid=0", "--gid is not allowed"),
+    ("#SBATCH --chdir=/", "--chdir is not allowed"), ("#SBATCH --dependency=afterok:1", "not allowed"),
+    ("#SBATCH --export=NONE", "not allowed"), ("#SBATCH --wrap=x", "not allowed"),
+    ("#SBATCH --time=999", "time_max=... instead"), ("#SBATCH --job-name=x", "name=... instead"),
+    ("#SBATCH --partition=big", "partition=... instead"), ("#SBATCH --account=vip", "account=... instead"),
+    ("#SBATCH --qos=vip", "qos=... instead"), ("#SBATCH --gres=gpu:8", "n_gpu=... instead"),
+    ("#SBATCH -t 999", "one sbatch option per line"),
 ])
 def test_slurm_addon_refuses_what_it_cannot_keep_safe(bad: str, reason: str) -> None:
-    with pytest.raises(ValueError, match=f"slurm_addon line.*{reason}"):
+    with pytest.raises(ValueError, match=f"slurm_addon line.*{re.escape(reason)}"):
         validate.parse_slurm_addon(bad)
+
+
+@pytest.mark.parametrize("bad", ["#SBATCH --time=999", "export A=1\n#SBATCH --job-name=x", "  #sbatch --uid=0"])
+def test_script_addon_may_not_hold_sbatch_lines(bad: str) -> None:
+    with pytest.raises(ValueError, match="script_addon line .*sbatch options do not belong"):
+        validate.check_script_addon(bad)
+    assert validate.check_script_addon(["export NCCL_DEBUG=INFO", "# a comment"]) == [
+        "export NCCL_DEBUG=INFO", "# a comment"]
 
 
 def test_values_and_choices() -> None:

@@ -21,12 +21,25 @@ ENV_NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 SBATCH_LINE_PATTERN = re.compile(r"^(?:#SBATCH\s+)?--([a-z][a-z0-9-]*)(?:[=\s]\s*(\S.*?))?\s*$")
 LAUNCHERS = ("srun", "torchrun")
 GPU_BINDINGS = ("task", "node")
-PYTHON_WORDS = ("python", "python3", "python -u", "srun", "torchrun")
-# sbatch options coursekit sets itself: a slurm_addon line may not change them
-RESERVED_SBATCH_OPTIONS = frozenset({
-    "output", "error", "array", "job-name", "open-mode", "signal", "nodes", "ntasks-per-node", "ntasks",
-    "gpus-per-node", "gpus-per-task", "gres", "time", "wrap",
+INTERPRETER_PATTERN = re.compile(r"^python(?:[23](?:\.\d+)?)?$")  # python, python3, python3.11 (a path's name)
+LAUNCHER_WORDS = ("srun", "torchrun", "mpirun", "mpiexec")  # coursekit itself launches the command
+UNBUFFERED_FLAG = "-u"
+# sbatch options a slurm_addon line may set; everything else is either set by coursekit (see
+# SBATCH_OPTION_PARAMETER) or could change who runs the job, where it writes or when it ends
+ALLOWED_SLURM_ADDON = frozenset({
+    "mem", "mem-per-cpu", "mem-per-gpu", "reservation", "requeue", "no-requeue", "comment", "exclude",
+    "nodelist", "licenses", "switches", "tmp", "gres-flags", "gpu-bind", "cpu-bind", "cpu-freq",
+    "distribution", "threads-per-core", "cores-per-socket", "sockets-per-node", "contiguous", "spread-job",
+    "mail-type", "nice", "network", "acctg-freq", "profile", "wckey", "hint", "mcs-label", "core-spec",
 })
+SBATCH_OPTION_PARAMETER = {  # an sbatch option coursekit sets -> the parameter that sets it
+    "time": "time_max", "time-min": "time_max", "job-name": "name", "partition": "partition", "qos": "qos",
+    "account": "account", "constraint": "constraint", "exclusive": "exclusive", "mail-user": "email",
+    "nodes": "n_gpu", "ntasks": "n_gpu", "ntasks-per-node": "n_gpu", "gpus": "n_gpu", "gpus-per-node": "n_gpu",
+    "gpus-per-task": "n_gpu_per_task", "gres": "n_gpu", "cpus-per-task": "cpus_per_task",
+    "cpus-per-gpu": "cpus_per_task", "signal": "signal_delay_s",
+}
+SBATCH_DIRECTIVE = "#SBATCH"
 SLURM_TIME_PATTERNS = (  # Slurm's --time syntax, as days, hours, minutes, seconds groups
     re.compile(r"^(?P<m>\d+)$"),
     re.compile(r"^(?P<m>\d+):(?P<s>\d+)$"),
@@ -62,7 +75,7 @@ def safe_name(text: str, fallback: str = "job") -> str:
 
 def default_name(command: str) -> str:
     """A job name from a command: ``./train.py --lr 1`` -> ``train``; ``-m coursekit.train`` -> ``train``."""
-    words = shlex.split(command)
+    words = split_interpreter(shlex.split(command))[1]
     if words[:1] == ["-m"] and len(words) > 1:
         stem = words[1].rsplit(".", 1)[-1]
     elif words[:1] == ["-c"]:
@@ -72,8 +85,26 @@ def default_name(command: str) -> str:
     return safe_name(stem)
 
 
+def is_interpreter(word: str) -> bool:
+    """``python``, ``python3``, ``python3.11`` or a path to one (``/opt/conda/bin/python3``)."""
+    return bool(INTERPRETER_PATTERN.match(Path(word).name))
+
+
+def split_interpreter(words: Sequence[str]) -> tuple[str | None, list[str]]:
+    """``["python3", "-u", "t.py"]`` -> ``("python3", ["t.py"])``; without an interpreter ``(None, words)``.
+    coursekit adds ``-u`` itself (unbuffered output), as idr_pytools does."""
+    if not words or not is_interpreter(words[0]):
+        return None, list(words)
+    rest = list(words[1:])
+    if rest[:1] == [UNBUFFERED_FLAG]:
+        rest = rest[1:]
+    return words[0], rest
+
+
 def check_command(command: Any, parameter: str = "srun_commands") -> list[str]:
-    """A command as coursekit runs it after ``python -u``: ``script.py args``, ``-m module args``, ``-c code``."""
+    """A command as idr_pytools takes it: ``script.py args``, ``-m module args``, ``-c code``, or any of
+    these after an explicit interpreter (``python3 script.py``, ``/path/to/python -m module``).
+    coursekit runs it as ``python -u <command>`` (through srun or torchrun); a ``.py`` script must exist."""
     if not isinstance(command, str) or not command.strip():
         raise ValueError(f"{parameter}: each command is a non-empty string like 'train.py --lr 0.1' (got {command!r})")
     if "\n" in command or "\r" in command or "\0" in command:
@@ -82,13 +113,20 @@ def check_command(command: Any, parameter: str = "srun_commands") -> list[str]:
         words = shlex.split(command)
     except ValueError as error:
         raise ValueError(f"{parameter}={command!r}: cannot split it like a shell would ({error})") from error
-    lowered = command.strip().lower()
-    if any(lowered == w or lowered.startswith(w + " ") for w in PYTHON_WORDS):
+    if not words:
+        raise ValueError(f"{parameter}={command!r}: give a script and its arguments, e.g. 'train.py --lr 0.1'")
+    if Path(words[0]).name in LAUNCHER_WORDS:
         raise ValueError(
-            f"{parameter}={command!r}: give the script and its arguments only, e.g. 'train.py --lr 0.1' or "
-            "'-m coursekit.train ...': coursekit itself runs `python -u <command>` (through srun or torchrun)")
-    if words[0] in ("-m", "-c") and len(words) < 2:
-        raise ValueError(f"{parameter}={command!r}: {words[0]} needs a module or code after it")
+            f"{parameter}={command!r}: leave out {words[0]!r}: coursekit itself starts the command through "
+            "srun or torchrun (launcher=...); give e.g. 'train.py --lr 0.1' or 'python3 train.py --lr 0.1'")
+    interpreter, rest = split_interpreter(words)
+    if not rest:
+        raise ValueError(f"{parameter}={command!r}: give a script, -m module or -c code after {interpreter!r}")
+    if rest[0] in ("-m", "-c") and len(rest) < 2:
+        raise ValueError(f"{parameter}={command!r}: {rest[0]} needs a module or code after it")
+    if rest[0].endswith(".py") and not Path(rest[0]).expanduser().is_file():
+        raise ValueError(f"{parameter}={command!r}: no script {rest[0]!r} in {Path.cwd()} (the job starts "
+                         "in the folder you submit from); give its path, relative to that folder or absolute")
     return words
 
 
@@ -182,7 +220,7 @@ def check_email(email: Any) -> str | None:
 
 
 def check_lines(lines: Any, parameter: str) -> list[str]:
-    """``script_addon``: shell lines for the job script (written by the instructor, kept verbatim)."""
+    """Lines given as one string (newlines allowed) or a list of strings -> one line per item."""
     if lines is None:
         return []
     result = []
@@ -191,6 +229,17 @@ def check_lines(lines: Any, parameter: str) -> list[str]:
             raise ValueError(f"{parameter}={item!r}: give shell lines as strings")
         result += item.splitlines()
     return result
+
+
+def check_script_addon(script_addon: Any) -> list[str]:
+    """``script_addon``: shell lines run in the job script before the command (kept verbatim, after the
+    first command of the script so that sbatch never reads them as options); ``#SBATCH`` lines are refused."""
+    lines = check_lines(script_addon, "script_addon")
+    for line in lines:
+        if line.lstrip().upper().startswith(SBATCH_DIRECTIVE):
+            raise ValueError(f"script_addon line {line!r}: sbatch options do not belong in script_addon; "
+                             "use the matching parameter (time_max, name, ...) or slurm_addon")
+    return lines
 
 
 def parse_slurm_addon(slurm_addon: Any) -> dict[str, str | bool]:
@@ -205,9 +254,13 @@ def parse_slurm_addon(slurm_addon: Any) -> dict[str, str | bool]:
             raise ValueError(f"slurm_addon line {line!r}: write one sbatch option per line, "
                              "like '#SBATCH --mem=32G' or '--reservation=course'")
         option, value = match.group(1), match.group(2)
-        if option in RESERVED_SBATCH_OPTIONS:
-            raise ValueError(f"slurm_addon line {line!r}: --{option} is set by coursekit; use the matching "
-                             "parameter (name, n_gpu, n_gpu_per_task, time_max) instead")
+        if option in SBATCH_OPTION_PARAMETER:
+            raise ValueError(f"slurm_addon line {line!r}: --{option} is set by coursekit; use the parameter "
+                             f"{SBATCH_OPTION_PARAMETER[option]}=... instead")
+        if option not in ALLOWED_SLURM_ADDON:
+            raise ValueError(f"slurm_addon line {line!r}: --{option} is not allowed here (it could change who "
+                             "runs the job, where it writes or when it ends); allowed options: "
+                             f"{sorted(ALLOWED_SLURM_ADDON)}")
         if value is not None and ("'" in value or '"' in value or "`" in value or "$" in value):
             raise ValueError(f"slurm_addon line {line!r}: quotes, '`' and '$' are not allowed in a value")
         options[option.replace("-", "_")] = True if value is None else value

@@ -23,11 +23,12 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from coursekit.course import course_config_path, course_dir
+from coursekit.course import course_config_path, jobs_dir
 
 SITE_ENV = "COURSEKIT_SITE"
 SITES_DIR = Path(__file__).resolve().parent
 SCHEDULERS = ("local", "slurm")
+LAUNCHERS = ("srun", "torchrun")  # how a job starts its processes (coursekit.jobs.plan)
 DETECT = 0  # gpus_per_node / cpus_per_gpu = 0 in a profile: learn it from the machine or from sinfo
 NVIDIA_SMI_TIMEOUT_S = 10
 OVERRIDABLE = ("partition", "constraint", "qos", "account", "modules", "container", "hint_nomultithread",
@@ -47,6 +48,7 @@ class Partition:
     gpu_type: str | None = None  # GRES type, e.g. "a100" -> --gpus-per-task=a100:1
     account_suffix: str | None = None  # Jean Zay: "abc" -> "abc@v100"
     qos: tuple[str, ...] = ()  # the QoS names this partition accepts (empty: not checked)
+    arch_module: str | None = None  # loaded before the job's modules (Jean Zay: cpuarch/amd, arch/h100)
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,7 @@ class NodeShape:
     cpus_per_gpu: int
     cpu_only: bool = False  # local machine without GPU: n_gpu counts processes
     partition: Partition | None = None
+    max_nodes: int | None = None  # nodes a job may span (from sinfo on the generic site; None: not known)
 
 
 @dataclass(frozen=True)
@@ -82,10 +85,14 @@ class Site:
     notes: tuple[str, ...] = ()
     log_folder: str = "jobs"
     max_cpu_processes: int = 8
+    launchers: tuple[str, ...] = LAUNCHERS  # the launchers this site's jobs can use
 
     def __post_init__(self) -> None:
         if self.scheduler not in SCHEDULERS:
             raise ValueError(f"site {self.name!r}: scheduler={self.scheduler!r}, allowed: {SCHEDULERS}")
+        unknown = sorted(set(self.launchers) - set(LAUNCHERS))
+        if unknown:
+            raise ValueError(f"site {self.name!r}: launchers {unknown} unknown, allowed: {list(LAUNCHERS)}")
 
     @property
     def is_local(self) -> bool:
@@ -102,6 +109,38 @@ class Site:
                 f"use one of {sorted(self.partitions)}")
         return self.partitions[chosen]
 
+    def select_partition(self, partition: str | None = None, constraint: str | None = None,
+                         account: str | None = None) -> str | None:
+        """The partition a job goes to, as idr_pytools and the centre choose it: ``partition`` when given,
+        else the one selected by ``constraint`` (Jean Zay: ``a100`` -> gpu_p5), else the one whose account
+        suffix ``account`` carries (``abc@h100`` -> gpu_p6), else the site's default. ValueError when the
+        partition, the constraint and the account's suffix disagree."""
+        chosen = account or self.account
+        suffix = "@" + chosen.split("@", 1)[1] if chosen and "@" in chosen else None
+        if not self.partitions:
+            return partition or self.partition
+        by_constraint = [p for p in self.partitions.values() if p.select_by_constraint and p.constraint == constraint]
+        by_suffix = [p for p in self.partitions.values() if suffix and p.account_suffix == suffix]
+        if partition is not None:
+            info = self.partition_info(partition)
+        elif by_constraint:
+            info = by_constraint[0]
+        elif by_suffix:
+            default = self.partitions[self.partition] if self.partition in self.partitions else None
+            info = default if default in by_suffix else by_suffix[0]
+        else:
+            info = self.partition_info()
+        assert info is not None
+        if by_constraint and info is not by_constraint[0]:
+            raise ValueError(f"constraint={constraint!r} selects partition {by_constraint[0].name!r} on site "
+                             f"{self.name!r}, not {info.name!r}: give one of them, not both")
+        known_suffixes = {p.account_suffix for p in self.partitions.values() if p.account_suffix}
+        if suffix in known_suffixes and info.account_suffix and suffix != info.account_suffix:
+            raise ValueError(f"account={chosen!r}: partition {info.name!r} of site {self.name!r} is charged to "
+                             f"'...{info.account_suffix}' hours; use the account with that suffix, or the "
+                             f"partition of your hours ({[p.name for p in by_suffix]})")
+        return info.name
+
     def node_shape(self, partition: str | None = None) -> NodeShape:
         """GPUs and CPUs per node for a job in ``partition``: from the profile, else detected."""
         info = self.partition_info(partition)
@@ -112,22 +151,21 @@ class Site:
             if gpus == 0:
                 return NodeShape(self.max_cpu_processes, 1, cpu_only=True)
             return NodeShape(gpus, self.cpus_per_gpu or 1)
-        gpus, cpus_per_gpu = self.gpus_per_node, self.cpus_per_gpu
+        gpus, cpus_per_gpu, max_nodes = self.gpus_per_node, self.cpus_per_gpu, None
         if gpus == DETECT or cpus_per_gpu == DETECT:
-            found_gpus, found_cpus = _sinfo_shape(partition or self.partition)
+            found_gpus, found_cpus, max_nodes = _sinfo_shape(partition or self.partition)
             gpus = gpus or found_gpus
             cpus_per_gpu = cpus_per_gpu or max(1, found_cpus // max(1, gpus))
         if gpus == DETECT:
             where = f"partition {partition or self.partition}" if (partition or self.partition) else "any partition"
             raise ValueError(f"site {self.name!r}: sinfo shows no GPU (GRES gpu) on {where}; "
                              "set gpus_per_node under [site_defaults] in coursekit.toml or choose a GPU partition")
-        return NodeShape(gpus, cpus_per_gpu)
+        return NodeShape(gpus, cpus_per_gpu, max_nodes=max_nodes)
 
     def jobs_root(self) -> Path:
-        """The folder holding the ``<name>/<job_id>/`` job folders: ``log_folder`` ($VARS and ~ expanded),
-        relative to the course folder unless absolute."""
-        root = Path(os.path.expandvars(self.log_folder)).expanduser()
-        return root if root.is_absolute() else course_dir() / root
+        """The folder holding this site's ``<name>/<job_id>/`` job folders (``coursekit.course.jobs_dir``
+        of the site's ``log_folder``)."""
+        return jobs_dir(self.log_folder)
 
     def full_account(self, account: str | None, partition: str | None = None) -> str | None:
         """The account to send: the argument or the site's, with the partition's suffix when missing."""
@@ -156,8 +194,9 @@ def visible_gpu_count() -> int:
     return sum(line.startswith("GPU ") for line in listing.stdout.splitlines()) if listing.returncode == 0 else 0
 
 
-def _sinfo_shape(partition: str | None) -> tuple[int, int]:
-    """(GPUs per node, CPUs per node) of a partition (default partition when None), from sinfo."""
+def _sinfo_shape(partition: str | None) -> tuple[int, int, int | None]:
+    """(GPUs per node, CPUs per node, nodes with that many GPUs or None) of a partition (default partition
+    when None), from sinfo."""
     from coursekit.jobs import slurm_cli
 
     rows = slurm_cli.sinfo_partitions()
@@ -169,9 +208,10 @@ def _sinfo_shape(partition: str | None) -> tuple[int, int]:
     else:
         rows = [r for r in rows if r["default"]] or rows
     if not rows:
-        return DETECT, DETECT
+        return DETECT, DETECT, None
     best = max(rows, key=lambda r: r["gpus_per_node"])
-    return best["gpus_per_node"], best["cpus"]
+    nodes = sum(int(r.get("nodes") or 0) for r in rows if r["gpus_per_node"] >= best["gpus_per_node"])
+    return int(best["gpus_per_node"]), int(best["cpus"]), nodes or None
 
 
 # ---------------------------------------------------------------- loading
@@ -204,8 +244,9 @@ def _site_from_mapping(data: dict[str, Any], origin: str) -> Site:
         part = dict(part)
         part["qos"] = tuple(part.get("qos", ()))
         partitions[part_name] = Partition(name=part_name, **part)
-    for key in ("modules", "notes"):
-        data[key] = tuple(data.get(key, ()))
+    for key in ("modules", "notes", "launchers"):
+        if key in data or key != "launchers":
+            data[key] = tuple(data.get(key, ()))
     for key in ("partition", "constraint", "qos", "account", "container"):
         data[key] = data.get(key) or None
     known = {f.name for f in dataclasses.fields(Site)}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,6 +12,7 @@ from coursekit.sites import SITE_ENV, Site, load_site, site_names, visible_gpu_c
 
 SHIPPED = ("local", "slurm", "jean-zay", "juwels-booster", "hipergator-ai", "grete")
 CENTRES = ("jean-zay", "juwels-booster", "hipergator-ai", "grete")
+COMMAND_TIMEOUT_S = 60
 
 
 @pytest.fixture()
@@ -112,13 +115,60 @@ def test_visible_gpu_count_reads_cuda_visible_devices(monkeypatch: pytest.Monkey
 
 
 def test_generic_slurm_learns_gpus_from_sinfo(course: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    rows = [{"name": "cpu", "default": True, "gpus_per_node": 0, "cpus": 64},
-            {"name": "gpu", "default": False, "gpus_per_node": 4, "cpus": 16}]
+    rows = [{"name": "cpu", "default": True, "gpus_per_node": 0, "cpus": 64, "nodes": 9},
+            {"name": "gpu", "default": False, "gpus_per_node": 4, "cpus": 16, "nodes": 2},
+            {"name": "gpu", "default": False, "gpus_per_node": 2, "cpus": 16, "nodes": 5}]
     monkeypatch.setattr("coursekit.jobs.slurm_cli.sinfo_partitions", lambda: rows)
     site = load_site("slurm")
     shape = site.node_shape("gpu")
-    assert (shape.gpus_per_node, shape.cpus_per_gpu) == (4, 4)
+    assert (shape.gpus_per_node, shape.cpus_per_gpu, shape.max_nodes) == (4, 4, 2)  # 2 nodes with 4 GPUs
     with pytest.raises(ValueError, match="sinfo shows no GPU"):
         site.node_shape()  # the default partition has no GPU
     with pytest.raises(ValueError, match="partition='big' is not on this cluster"):
         site.node_shape("big")
+
+
+@pytest.mark.parametrize("partition, constraint, account, chosen", [
+    (None, None, "abc", "gpu_p13"),  # the default: V100, 4 GPUs per node
+    (None, None, "abc@v100", "gpu_p13"),
+    ("gpu_p2", None, "abc@v100", "gpu_p2"),
+    (None, "a100", "abc", "gpu_p5"),  # idr_pytools: -C a100 selects the A100 nodes
+    (None, None, "abc@a100", "gpu_p5"),  # ... and so does an A100 account
+    (None, "h100", None, "gpu_p6"),
+    (None, None, "abc@h100", "gpu_p6"),
+    (None, "v100-32g", "abc", "gpu_p13"),  # a V100 constraint stays on the default partition
+])
+def test_jean_zay_partition_follows_constraint_and_account(course: Path, partition: str | None,
+                                                           constraint: str | None, account: str | None,
+                                                           chosen: str) -> None:
+    assert load_site("jean-zay").select_partition(partition, constraint, account) == chosen
+
+
+@pytest.mark.parametrize("partition, constraint, account, words", [
+    ("gpu_p13", "a100", "abc", "constraint='a100' selects partition 'gpu_p5'"),
+    ("gpu_p13", None, "abc@h100", "account='abc@h100'.*'...@v100'"),
+    (None, "a100", "abc@h100", "account='abc@h100'"),
+])
+def test_jean_zay_refuses_a_partition_its_hours_cannot_pay(course: Path, partition: str | None,
+                                                           constraint: str | None, account: str, words: str) -> None:
+    with pytest.raises(ValueError, match=words):
+        load_site("jean-zay").select_partition(partition, constraint, account)
+
+
+def test_jean_zay_architecture_modules_and_cpus(course: Path) -> None:
+    jz = load_site("jean-zay")
+    assert jz.partitions["gpu_p5"].arch_module == "cpuarch/amd" and jz.partitions["gpu_p5"].cpus_per_gpu == 8
+    assert jz.partitions["gpu_p6"].arch_module == "arch/h100" and jz.partitions["gpu_p6"].cpus_per_gpu == 24
+    assert jz.partitions["gpu_p13"].arch_module is None
+
+
+def test_one_owner_of_the_jobs_folder(course: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from coursekit.course import jobs_dir
+
+    assert load_site("slurm").jobs_root() == jobs_dir() == course / "jobs"
+    monkeypatch.setenv("SCRATCH_FOR_TEST", str(course / "scratch"))
+    (course / "coursekit.toml").write_text('site = "slurm"\n[site_defaults]\nlog_folder = "$SCRATCH_FOR_TEST/jobs"\n')
+    assert load_site().jobs_root() == jobs_dir("$SCRATCH_FOR_TEST/jobs") == course / "scratch" / "jobs"
+    done = subprocess.run([sys.executable, "-m", "coursekit.course"], capture_output=True, text=True, check=True,
+                          timeout=COMMAND_TIMEOUT_S)  # what the sbatch templates ask
+    assert done.stdout.strip() == str(course / "scratch" / "jobs")

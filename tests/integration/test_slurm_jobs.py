@@ -57,10 +57,11 @@ def test_a_single_job_runs_and_leaves_its_log_and_metrics(course: Path) -> None:
 
 def test_a_sweep_of_two_commands_by_three_gpu_counts(course: Path, slurm_cluster: dict) -> None:
     counts = [1, 2, slurm_cluster["gpus_per_node"]]
-    jobs = coursekit.submit_jobs([SHOW_ENV, SHOW_ENV], n_gpu=counts, name="sweep", env={"TAG": "sw"})
-    assert [j.n_gpu for j in jobs] == counts + counts  # commands x GPU counts, commands outer
-    arrays = {j.n_gpu: j.job_id.split("_")[0] for j in jobs[:3]}
-    assert [j.job_id.split("_")[0] for j in jobs[3:]] == [arrays[c] for c in counts]  # one array per count
+    jobs = coursekit.submit_jobs([SHOW_ENV, SHOW_ENV], n_gpu=counts, name="sweep", env={"TAG": "sw"},
+                                 gpu_binding="task")
+    assert [j.n_gpu for j in jobs] == [c for c in counts for _ in range(2)]  # GPU counts outer (idr_pytools)
+    arrays = [j.job_id.split("_")[0] for j in jobs[0::2]]
+    assert [j.job_id.split("_")[0] for j in jobs[1::2]] == arrays and len(set(arrays)) == 3  # one array per count
     for job in jobs:
         assert job.wait(END_S) == "COMPLETED", job.tail(20, "err")
         outputs = task_outputs(job)
