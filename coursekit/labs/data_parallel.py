@@ -266,6 +266,18 @@ def scaling_batches(n_gpus: Sequence[int], batch_per_gpu: int, global_batch: int
     return sorted({batch_per_gpu, *(global_batch // n for n in n_gpus)})
 
 
+def usable_gpu_counts(wanted: Sequence[int], site: Any) -> list[int]:
+    """The GPU counts of ``wanted`` this site can run: all of them on a cluster (the submitter checks the
+    nodes), those up to the GPUs (or CPU processes) of this machine on the local site."""
+    if not getattr(site, "is_local", False):
+        return list(wanted)
+    most = site.node_shape().gpus_per_node
+    usable = [n for n in wanted if n <= most]
+    if len(usable) < len(wanted):
+        print(f"this machine runs at most {most} processes per job: GPU counts {[n for n in wanted if n > most]} left out")
+    return usable
+
+
 def _img_s(row: dict[str, Any]) -> float | None:
     return row.get("images_per_s_median") or row.get("images_per_s")
 

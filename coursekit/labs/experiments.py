@@ -207,13 +207,13 @@ def submit_sweep(configs: Sequence[TrainConfig], *, name: str, n_gpu: int | Sequ
                  time_max: str = DEFAULT_TIME_MAX, **submit_options: Any) -> Sweep:
     """Submit one job per configuration under ``name``; ``one_at_a_time`` waits for each before the next.
 
-    ``n_gpu`` may be a list: every configuration runs on every GPU count (configurations outer, like
+    ``n_gpu`` may be a list: every configuration runs on every GPU count (GPU counts outer, like
     ``gpu_jobs_submitter``), and the results get an ``n_gpu`` column."""
     from coursekit.jobs import submit_jobs
 
     configs = _validate(configs, name)
     counts = _gpu_counts(n_gpu)
-    pairs = [(c, n) for c in configs for n in counts]
+    pairs = [(c, n) for n in counts for c in configs]  # the order submit_jobs returns the jobs in
     sweep = Sweep(name, [c for c, _ in pairs], n_gpus=[n for _, n in pairs] if not isinstance(n_gpu, int) else None)
     if not one_at_a_time:
         commands = [engine_command(c) for c in configs]

@@ -121,6 +121,20 @@ def test_a_sweep_over_gpu_counts_runs_every_config_on_every_count(monkeypatch):
     sweep = experiments.submit_sweep(configs, name="scale", n_gpu=[1, 2])
     assert calls[0][1] == [1, 2] and len(calls[0][0]) == 2
     table = sweep.results(timeout_s=5)
-    assert [(r["batch_size"], r["n_gpu"]) for r in table] == [(32, 1), (32, 2), (64, 1), (64, 2)]
+    assert [(r["batch_size"], r["n_gpu"]) for r in table] == [(32, 1), (64, 1), (32, 2), (64, 2)]
     with pytest.raises(ValueError, match="n_gpu=\\[1, 0\\]"):
         experiments.submit_sweep(configs, name="scale", n_gpu=[1, 0])
+
+
+def test_the_local_site_keeps_the_counts_it_can_run(capsys):
+    from coursekit.sites import NodeShape
+
+    class LocalSite:
+        is_local = True
+
+        def node_shape(self):
+            return NodeShape(2, 1, cpu_only=True)
+
+    assert dp.usable_gpu_counts([1, 2, 4, 8], LocalSite()) == [1, 2]
+    assert "[4, 8] left out" in capsys.readouterr().out
+    assert dp.usable_gpu_counts([1, 8], type("Cluster", (), {"is_local": False})()) == [1, 8]
