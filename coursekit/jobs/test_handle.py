@@ -217,3 +217,41 @@ def test_a_reattached_finished_job_still_tells_its_node_and_elapsed(course: Path
     slurm.sacct_rows = [{"job_id": "42", "state": "COMPLETED", "elapsed": "00:02:03", "node_list": "gpu7"}]
     job = make_job(course, final_state="COMPLETED")
     assert (job.state, job.elapsed, job.node) == ("COMPLETED", 123.0, "gpu7")
+
+
+CANCELLED_ERR = """srun: got SIGCONT
+srun: Job step aborted: Waiting up to 7 seconds for job step to finish.
+slurmstepd-node1: error: *** JOB 42 ON node1 CANCELLED AT 2026-11-26T05:35:06 ***
+srun: forcing job termination
+submitit WARNING (2026-11-26 05:35:06,413) - Bypassing signal SIGTERM
+coursekit: the command was stopped by SIGTERM: train.py
+srun: error: node1: task 0: Exited with exit code 143
+srun: launch/slurm: _step_signal: Terminating StepId=41.0
+"""
+
+
+def test_tail_leaves_submitit_and_srun_out_and_says_cancelled(course: Path, slurm: FakeSlurmState) -> None:
+    slurm.sacct_rows = [{"job_id": "42", "state": "CANCELLED"}]
+    job = make_job(course)
+    job.stderr.write_text(CANCELLED_ERR)
+    assert job.tail(3, "err").splitlines() == [
+        "slurmstepd-node1: error: *** JOB 42 ON node1 CANCELLED AT 2026-11-26T05:35:06 ***",
+        "coursekit: the command was stopped by SIGTERM: train.py", "coursekit: job 42 was cancelled (CANCELLED)"]
+    assert job.tail(1, "err", raw=True) == "srun: launch/slurm: _step_signal: Terminating StepId=41.0"
+    job.stdout.write_text("epoch 1\nsubmitit INFO (2026-11-26 05:35:03,749) - Job completed successfully\n")
+    assert job.tail(2) == "epoch 1\ncoursekit: job 42 was cancelled (CANCELLED)"
+
+
+def test_tail_of_any_rank_and_every_log_path(course: Path, slurm: FakeSlurmState) -> None:
+    slurm.squeue_rows = [{"job_id": "42", "state": "RUNNING"}]
+    job = make_job(course, num_tasks=2, n_gpu=2)
+    for rank in (0, 1):
+        (job.folder / f"42_{rank}_log.out").write_text(f"hello from rank {rank}\n")
+    assert job.tail(1, rank=1) == "hello from rank 1"
+    assert [(p["rank"], p["out"].name, p["err"].name) for p in job.log_paths()] == [
+        (0, "42_0_log.out", "42_0_log.err"), (1, "42_1_log.out", "42_1_log.err")]
+    with pytest.raises(ValueError, match=r"rank=2: job 42 has 2 task log\(s\), use rank=0..1"):
+        job.tail(rank=2)
+    torchrun = make_job(course, "43", num_tasks=1, n_gpu=4)  # one task, torchrun's 4 processes inside
+    with pytest.raises(ValueError, match="torchrun runs 4 processes in each task"):
+        torchrun.tail(rank=1)

@@ -116,22 +116,28 @@ class StateWatcher:
     def observe(self, job_id: str, since: float | None = None, refresh: bool = True) -> Observation:
         """The latest observation of ``job_id`` (followed from now on); asks Slurm first when the delay has
         passed and ``refresh`` is true."""
-        with self._lock:
-            self.follow(job_id, since)
-            if refresh and job_id in self._active and (job_id not in self._seen or self.next_update_in() == 0):
-                self.update()
-            return self._seen.get(job_id, Observation(None, NOT_ASKED, self.clock()))
+        return self.observe_all([job_id], refresh, since)[job_id]
 
-    def observe_all(self, job_ids: Iterable[str], refresh: bool = True) -> dict[str, Observation]:
-        """Observations of several jobs, with at most one round of calls."""
+    def observe_all(self, job_ids: Iterable[str], refresh: bool = True, since: float | None = None
+                    ) -> dict[str, Observation]:
+        """Observations of several jobs, with at most one round of calls (a job never asked about yet is
+        asked about at once, but never sooner than ``min_delay_s`` after the previous call)."""
         ids = list(job_ids)
         with self._lock:
             for job_id in ids:
-                self.follow(job_id)
-            if refresh and any(j in self._active for j in ids) and (
-                    any(j not in self._seen for j in ids) or self.next_update_in() == 0):
-                self.update()
+                self.follow(job_id, since)
+            if refresh and any(j in self._active for j in ids):
+                if any(j not in self._seen for j in ids):
+                    self._sleep(self._last_call + self.min_delay_s - self.clock())
+                    self.update()
+                elif self.next_update_in() == 0:
+                    self.update()
             return {j: self._seen.get(j, Observation(None, NOT_ASKED, self.clock())) for j in ids}
+
+    @staticmethod
+    def _sleep(seconds: float) -> None:
+        if seconds > 0:
+            time.sleep(seconds)
 
     def update(self) -> None:
         """Ask Slurm now about every followed job: one squeue, and one sacct for those that left it."""

@@ -1,0 +1,87 @@
+"""What runs inside a job, for real through submitit's local executor: the command's own exit code and
+last lines, cancel said plainly, the time-limit signal noted (not fatal), elapsed time, reaped processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from coursekit.jobs.local_process import process_start_time
+from coursekit.jobs.submit import submit_function, submit_jobs
+from coursekit.sites import SITE_ENV
+
+END_S = 60
+REAP_S = 5.0
+
+
+@pytest.fixture(autouse=True)
+def course(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("COURSEKIT_COURSE_DIR", str(tmp_path))
+    monkeypatch.setenv(SITE_ENV, "local")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    return tmp_path
+
+
+def test_a_failing_command_ends_with_its_own_code_and_lines() -> None:
+    code = "-c 'import sys; print(\"step 1\"); print(\"RuntimeError: the data is missing\", file=sys.stderr); sys.exit(3)'"
+    (job,) = submit_jobs(code, name="fails")
+    assert job.wait(END_S) == "FAILED"
+    err = job.tail(2, "err").splitlines()
+    assert err[0] == "RuntimeError: the data is missing"
+    assert err[1].startswith("coursekit: the command exited with code 3")
+    assert "Traceback" not in job.tail(50, "err") and "submitit" not in job.tail(50, "err")
+    assert job.tail(1) == "step 1"
+    assert job.exit_code == 3
+
+
+def test_tail_shows_the_jobs_last_lines_not_submitits() -> None:
+    (job,) = submit_jobs("-c 'print(\"a\"); print(\"b\"); print(\"c\")'", name="ok")
+    assert job.wait(END_S) == "COMPLETED"
+    assert job.tail(3) == "a\nb\nc"
+    assert "Exiting after successful completion" in job.tail(3, raw=True)
+    assert job.exit_code == 0
+
+
+def test_a_cancelled_local_job_says_so_plainly() -> None:
+    (job,) = submit_jobs("-c 'import time; print(\"working\", flush=True); time.sleep(60)'", name="stop")
+    deadline = time.monotonic() + END_S
+    while "working" not in job.tail(1) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    job.cancel()
+    assert job.wait(END_S) == "CANCELLED"
+    assert job.tail(1, "err") == "coursekit: the job was cancelled"
+    assert "Traceback" not in job.tail(50, "err")
+
+
+def note_the_signal_and_go_on() -> int:
+    os.kill(os.getpid(), signal.SIGUSR2)  # as Slurm does when the signal delay is longer than the job
+    time.sleep(0.2)
+    return 7
+
+
+def test_the_time_limit_signal_is_noted_not_fatal() -> None:
+    job = submit_function(note_the_signal_and_go_on, name="short", time_max="00:02:00")
+    assert job.result(END_S) == 7
+    assert "time limit is near" in job.tail(5, "err")
+
+
+def test_elapsed_of_a_finished_local_job_is_its_run_time() -> None:
+    (job,) = submit_jobs("-c 'import time; time.sleep(1.5)'", name="sleeps")
+    assert job.wait(END_S) == "COMPLETED"
+    assert job.stderr.stat().st_size == 0  # nothing written: its mtime is the start
+    assert job.elapsed is not None and job.elapsed >= 1.4
+
+
+def test_finished_local_processes_are_reaped() -> None:
+    (job,) = submit_jobs("-c 'print(1)'", name="reaped")
+    pid = job.pid
+    assert pid is not None
+    deadline = time.monotonic() + END_S
+    while process_start_time(pid) is not None and time.monotonic() < deadline:  # never polled by the test
+        time.sleep(0.2)
+    time.sleep(REAP_S)
+    assert not Path(f"/proc/{pid}").exists(), "the job's process stays <defunct> under this process"

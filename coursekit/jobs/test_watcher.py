@@ -1,0 +1,159 @@
+"""The state watcher: one squeue for every job followed, at a pace that slows as jobs age; UNKNOWN when
+squeue cannot answer; used by Job.state, Job.wait, Job.__repr__, wait_all and the queue view."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from coursekit.jobs import slurm_cli, watcher
+from coursekit.jobs.handle import Job
+from coursekit.jobs.queue_view import QueueSource
+from coursekit.jobs.slurm_cli import SlurmError
+from coursekit.jobs.watcher import StateWatcher
+from coursekit.labs.experiments import wait_all
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FakeSlurm:
+    """squeue/sacct answers, every call counted; ``down`` = the controller does not answer."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.queue: dict[str, str] = {}
+        self.accounting: dict[str, str] = {}
+        self.calls: list[tuple[str, tuple[str, ...]]] = []
+        self.down = False
+        monkeypatch.setattr(slurm_cli, "squeue", self.squeue)
+        monkeypatch.setattr(slurm_cli, "sacct", self.sacct)
+        monkeypatch.setattr(slurm_cli, "accounting_enabled", lambda: True)
+
+    def squeue(self, job_ids: list[str]) -> list[dict[str, str]]:
+        self.calls.append(("squeue", tuple(job_ids)))
+        if self.down:
+            raise SlurmError("Unable to contact slurm controller (connect failure)", ["squeue"], 1)
+        return [{"job_id": j, "state": s, "reason": "Resources" if s == "PENDING" else "None"}
+                for j, s in self.queue.items() if j in job_ids]
+
+    def sacct(self, job_ids: list[str]) -> list[dict[str, str]]:
+        self.calls.append(("sacct", tuple(job_ids)))
+        return [{"job_id": j, "state": s, "exit_code": "3:0" if s == "FAILED" else "0:0"}
+                for j, s in self.accounting.items() if j in job_ids]
+
+
+@pytest.fixture()
+def slurm(monkeypatch: pytest.MonkeyPatch) -> FakeSlurm:
+    return FakeSlurm(monkeypatch)
+
+
+@pytest.fixture()
+def clock(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Clock:
+    monkeypatch.setenv("COURSEKIT_COURSE_DIR", str(tmp_path))
+    clock = Clock()
+    monkeypatch.setattr(watcher, "_watcher", StateWatcher(clock=clock))
+    return clock
+
+
+def make_jobs(tmp_path: Path, count: int, submitted_at: float) -> list[Job]:
+    jobs = []
+    for i in range(count):
+        folder = tmp_path / "jobs" / "sweep" / str(100 + i)
+        folder.mkdir(parents=True)
+        jobs.append(Job(str(100 + i), "sweep", folder, submitted_at=submitted_at))
+    return jobs
+
+
+def test_many_jobs_many_reads_one_squeue(tmp_path: Path, slurm: FakeSlurm, clock: Clock) -> None:
+    jobs = make_jobs(tmp_path, 32, clock.now)
+    slurm.queue = {j.job_id: "PENDING" for j in jobs}
+    states = [job.state for job in jobs for _ in range(3)] + [repr(job) for job in jobs]
+    assert states[:96] == ["PENDING"] * 96 and "state='PENDING'" in states[-1]
+    assert slurm.calls == [("squeue", tuple(j.job_id for j in jobs))]  # 32 jobs x 4 reads: one call
+    assert jobs[0].state_reason == "Resources"
+
+
+def test_calls_back_off_as_jobs_age(tmp_path: Path, slurm: FakeSlurm, clock: Clock) -> None:
+    jobs = make_jobs(tmp_path, 8, clock.now)
+    slurm.queue = {j.job_id: "RUNNING" for j in jobs}
+    start, calls_at = clock.now, []
+    while clock.now - start < 600:
+        before = len(slurm.calls)
+        [job.state for job in jobs]  # noqa: B018 - a reader asking as often as it likes (every 0.1 s)
+        if len(slurm.calls) > before:
+            calls_at.append(round(clock.now - start, 1))
+        clock.now += 0.1
+    gaps = [b - a for a, b in zip(calls_at, calls_at[1:], strict=False)]
+    assert calls_at[:5] == pytest.approx([0.0, 1.0, 2.0, 4.0, 8.0], abs=0.15)  # 1 s, then half the jobs' age
+    assert all(b >= a - 0.15 for a, b in zip(gaps, gaps[1:], strict=False)), gaps  # never faster again
+    assert max(gaps) == pytest.approx(watcher.MAX_DELAY_S, abs=0.15)
+    assert len(calls_at) / 600 <= 1 / 5 / 2  # far below one call per 5 s over ten minutes
+    assert {c[0] for c in slurm.calls} == {"squeue"}
+
+
+def test_ended_jobs_are_not_asked_again_and_sacct_once_for_those_that_left(
+        tmp_path: Path, slurm: FakeSlurm, clock: Clock) -> None:
+    done, gone, running = make_jobs(tmp_path, 3, clock.now)
+    slurm.queue = {done.job_id: "COMPLETED", running.job_id: "RUNNING"}
+    slurm.accounting = {gone.job_id: "FAILED"}
+    assert [done.state, gone.state, running.state] == ["COMPLETED", "FAILED", "RUNNING"]
+    assert slurm.calls == [("squeue", ("100", "101", "102")), ("sacct", ("101",))]
+    clock.now += 60
+    assert running.state == "RUNNING"
+    assert slurm.calls[-1] == ("squeue", ("102",))  # only the job that has not ended
+    assert gone.exit_code == 3
+
+
+def test_controller_down_is_unknown_with_why_never_a_stale_accounting_state(
+        tmp_path: Path, slurm: FakeSlurm, clock: Clock) -> None:
+    (job,) = make_jobs(tmp_path, 1, clock.now)
+    slurm.queue = {job.job_id: "RUNNING"}
+    assert job.state == "RUNNING"
+    slurm.down, slurm.accounting = True, {job.job_id: "PENDING"}  # accounting lags behind the controller
+    clock.now += 60
+    assert job.state == "UNKNOWN"
+    assert "Unable to contact slurm controller" in job.state_reason
+    assert ("sacct", ("100",)) not in slurm.calls
+    slurm.down = False
+    clock.now += 60
+    assert job.state == "RUNNING" and job.state_reason == ""
+
+
+def test_a_cancel_makes_the_watcher_ask_again_soon(tmp_path: Path, slurm: FakeSlurm, clock: Clock,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    (job,) = make_jobs(tmp_path, 1, clock.now - 3600)  # an old job: asked about every MAX_DELAY_S
+    slurm.queue = {job.job_id: "RUNNING"}
+    assert job.state == "RUNNING"
+    monkeypatch.setattr(slurm_cli, "scancel", lambda ids: slurm.queue.update({job.job_id: "CANCELLED"}))
+    job.cancel()
+    clock.now += watcher.MIN_DELAY_S + 0.1
+    assert job.state == "CANCELLED"
+
+
+def test_wait_all_and_the_queue_view_share_the_calls(tmp_path: Path, slurm: FakeSlurm, clock: Clock,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    jobs = make_jobs(tmp_path, 16, clock.now)
+    slurm.queue = {j.job_id: "RUNNING" for j in jobs}
+    source = QueueSource(jobs=jobs)
+    source.rows()
+    source.rows()
+    assert len(slurm.calls) == 1
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:  # time passes only when wait_all sleeps; the jobs end at +20 s
+        slept.append(seconds)
+        clock.now += seconds
+        if clock.now - 1000.0 > 20:
+            slurm.queue = {j.job_id: "COMPLETED" for j in jobs}
+
+    monkeypatch.setattr("coursekit.labs.experiments.time.sleep", sleep)
+    monkeypatch.setattr("coursekit.labs.experiments.time.monotonic", clock)
+    assert wait_all(jobs, timeout_s=600) == ["COMPLETED"] * 16
+    assert len(slurm.calls) <= 7, slurm.calls  # 16 jobs, 20+ s: 0, 1, 2, 4, 8, 16, 32 s at most
+    assert all(len(ids) == 16 for _, ids in slurm.calls)
