@@ -11,6 +11,12 @@ Launchers understood, in this order of precedence:
 - otherwise one process.
 
 NCCL on GPUs, gloo on CPUs. Every helper below is a no-op when there is one process.
+
+A run fails fast instead of hanging until the job's time limit: the world size is checked against the
+one the job was submitted for (``COURSEKIT_EXPECTED_WORLD_SIZE``), collectives time out after
+``COURSEKIT_DIST_TIMEOUT_S`` seconds (default ``DEFAULT_TIMEOUT_S``), and under submitit's local
+executor, which waits for every task, a task that fails stops its sibling tasks
+(:func:`stop_local_peer_tasks`, :func:`stop_peers_on_failure`).
 """
 
 from __future__ import annotations
@@ -20,6 +26,9 @@ import datetime
 import itertools
 import os
 import re
+import signal
+import sys
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -30,7 +39,13 @@ LOCALHOST = "127.0.0.1"
 MASTER_PORT_BASE = 20000  # ports derived from a job id fall in [BASE, BASE + SPAN)
 MASTER_PORT_SPAN = 20000
 STEPS_PER_JOB_IN_PORT = 16  # concurrent srun steps of one job get different ports
-INIT_TIMEOUT_MIN = 10
+DEFAULT_TIMEOUT_S = 300  # rendezvous and every collective: a dead or stuck rank ends the run after this
+EXPECTED_WORLD_SIZE_ENV = "COURSEKIT_EXPECTED_WORLD_SIZE"  # set by the job submitter: processes asked for
+TIMEOUT_ENV = "COURSEKIT_DIST_TIMEOUT_S"
+LOCAL_CONTROLLER_MODULE = "submitit.local._local"  # the parent process of submitit's local tasks
+PEER_STOP_GRACE_S = 3.0  # a stopped peer task gets this long to end (a command it runs gets SIGTERM), then SIGKILL
+PEER_STOP_POLL_S = 0.1
+LOCAL_REQUEUE_EXIT_CODE = 144  # submitit's local executor: a task exits with it to be requeued (not a failure)
 DEVICE_PREFERENCES = ("auto", "cpu", "cuda")
 
 
@@ -189,9 +204,52 @@ def pick_device(device_pref: str, local_rank: int) -> torch.device:
     return torch.device("cuda", local_rank % torch.cuda.device_count())
 
 
-def init_distributed(device_pref: str = "auto", env: Mapping[str, str] | None = None) -> DistContext:
-    """Join the process group when the launcher started several processes; pin this rank's GPU."""
+class WorldSizeError(ValueError):
+    """The launcher started a different number of processes than the job was submitted for."""
+
+
+def check_world_size(info: LaunchInfo, env: Mapping[str, str] | None = None) -> None:
+    """Refuse at once when ``COURSEKIT_EXPECTED_WORLD_SIZE`` (set by the job submitter) disagrees."""
+    env = os.environ if env is None else env
+    expected = env.get(EXPECTED_WORLD_SIZE_ENV, "").strip()
+    if not expected:
+        return
+    if not expected.isdigit() or int(expected) < 1:
+        raise WorldSizeError(f"{EXPECTED_WORLD_SIZE_ENV}={expected!r} is not a positive integer")
+    if int(expected) != info.world_size:
+        raise WorldSizeError(
+            f"this job was submitted for {expected} processes (n_gpu={expected}) but the launcher "
+            f"({info.launcher}) started {info.world_size}: rank {info.rank} stops before joining the process "
+            f"group. Submit with n_gpu={info.world_size}, or make the launcher start {expected} processes "
+            "(srun: --ntasks-per-node x --nodes; torchrun: --nproc_per_node x --nnodes)")
+
+
+def collective_timeout_s(env: Mapping[str, str] | None = None) -> float:
+    """Seconds a rendezvous or a collective may wait for the other ranks (``COURSEKIT_DIST_TIMEOUT_S``)."""
+    env = os.environ if env is None else env
+    text = env.get(TIMEOUT_ENV, "").strip()
+    if not text:
+        return float(DEFAULT_TIMEOUT_S)
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = 0.0
+    if not seconds > 0:
+        raise ValueError(f"{TIMEOUT_ENV}={text!r} must be a positive number of seconds")
+    return seconds
+
+
+def init_distributed(device_pref: str = "auto", env: Mapping[str, str] | None = None,
+                     timeout_s: float | None = None) -> DistContext:
+    """Join the process group when the launcher started several processes; pin this rank's GPU.
+
+    Raises :class:`WorldSizeError` before any rendezvous when the job asked for another world size.
+    ``timeout_s`` (default: ``COURSEKIT_DIST_TIMEOUT_S`` or ``DEFAULT_TIMEOUT_S``) bounds the rendezvous
+    and every collective, so that a rank that died makes the others fail instead of waiting forever.
+    """
     info = launch_info(env)
+    check_world_size(info, env)
+    timeout = timeout_s if timeout_s is not None else collective_timeout_s(env)
     device = pick_device(device_pref, info.local_rank)
     if device.type == "cuda":
         torch.cuda.set_device(device)
@@ -202,7 +260,7 @@ def init_distributed(device_pref: str = "auto", env: Mapping[str, str] | None = 
             owns_group = True
             dist.init_process_group(
                 backend, init_method=f"tcp://{info.master_addr}:{info.master_port}", rank=info.rank,
-                world_size=info.world_size, timeout=datetime.timedelta(minutes=INIT_TIMEOUT_MIN),
+                world_size=info.world_size, timeout=datetime.timedelta(seconds=timeout),
                 device_id=device if device.type == "cuda" else None)
     return DistContext(info.rank, info.local_rank, info.world_size, info.local_world_size, backend, device,
                        info.launcher, owns_group)
@@ -253,13 +311,11 @@ def broadcast_object(obj: object, ctx: DistContext, src: int = 0) -> object:
 
 
 def wrap_model(model: torch.nn.Module, ctx: DistContext, sync_batchnorm: bool = False) -> torch.nn.Module:
-    """DDP around the model when there are several processes (with SyncBatchNorm when asked)."""
-    if not ctx.is_distributed:
-        return model
-    if sync_batchnorm:
-        model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
-    device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
-    return torch.nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
+    """DDP around the model when there are several processes (kept for labs; the engine uses
+    ``coursekit.train.parallel.ddp.apply``, which this calls)."""
+    from coursekit.train.parallel import ddp
+
+    return ddp.wrap(model, ctx, sync_batchnorm=sync_batchnorm)
 
 
 def unwrap_model(model: torch.nn.Module) -> torch.nn.Module:
@@ -289,3 +345,82 @@ def process_group(device_pref: str = "auto") -> Iterator[DistContext]:
         yield ctx
     finally:
         cleanup()
+
+
+# ---------------------------------------------------------------- failing fast under submitit's local executor
+
+
+def _command_line(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return [part.decode(errors="replace") for part in handle.read().split(b"\0") if part]
+    except OSError:
+        return []
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as handle:
+            return [int(p) for p in handle.read().split()]
+    except OSError:
+        return []
+
+
+def _running(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie (an ended task its controller has not reaped yet)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def stop_local_peer_tasks(env: Mapping[str, str] | None = None, grace_s: float = PEER_STOP_GRACE_S) -> list[int]:
+    """Stop this task's sibling tasks when it runs under submitit's local executor; return their pids.
+
+    submitit's local controller waits until *every* task has exited (srun can kill a step whose task fails,
+    the local controller cannot), so a task whose rank failed must stop the others, or they wait in a
+    collective until the time limit. Each sibling gets SIGINT (what the local executor's cancel sends: a
+    ``KeyboardInterrupt``, which stops a command the task runs), and SIGKILL after ``grace_s`` if it is
+    still there (a rank blocked inside a C++ rendezvous or collective does not see the interrupt).
+    Elsewhere (Slurm, torchrun, plain processes) this does nothing.
+    """
+    env = os.environ if env is None else env
+    if env.get("SUBMITIT_EXECUTOR") != "local":
+        return []
+    controller = os.getppid()
+    if LOCAL_CONTROLLER_MODULE not in _command_line(controller):
+        return []  # not started by submitit's local controller: touch nothing
+    peers = [pid for pid in _children(controller) if pid != os.getpid()]
+    for pid in peers:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGINT)
+    if peers:
+        print(f"coursekit: this task failed; stopping its {len(peers)} sibling task(s) {peers}",
+              file=sys.stderr, flush=True)
+    deadline = time.monotonic() + grace_s
+    while any(_running(pid) for pid in peers) and time.monotonic() < deadline:
+        time.sleep(PEER_STOP_POLL_S)
+    for pid in peers:
+        if _running(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    return peers
+
+
+@contextlib.contextmanager
+def stop_peers_on_failure() -> Iterator[None]:
+    """``with stop_peers_on_failure(): ...`` — on an exception, stop the sibling tasks of submitit's local
+    executor, then let the exception go on. Not on an interrupt (that is how peers are stopped) nor on a
+    successful or requeue exit."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise
+    except SystemExit as error:
+        if error.code not in (None, 0, LOCAL_REQUEUE_EXIT_CODE):
+            stop_local_peer_tasks()
+        raise
+    except BaseException:
+        stop_local_peer_tasks()
+        raise

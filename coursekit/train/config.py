@@ -19,6 +19,7 @@ SCHEDULES = ("constant", "step", "cosine", "onecycle")
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 DEVICES = ("auto", "cpu", "cuda")
 PROGRESS_MODES = ("auto", "on", "off")
+PARALLEL_STRATEGIES = ("ddp",)  # one module each in coursekit/train/parallel/
 
 CHOICES: dict[str, tuple[str, ...]] = {
     "model": MODELS,
@@ -29,6 +30,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "precision": PRECISIONS,
     "device": DEVICES,
     "progress": PROGRESS_MODES,
+    "parallel": PARALLEL_STRATEGIES,
 }
 
 
@@ -79,6 +81,13 @@ class TrainConfig:
     activation_checkpointing: bool = field(default=False, metadata={"help": "recompute activations in backward"})
     ghost_batch_size: int | None = field(default=None, metadata={"help": "ghost batch norm: virtual batch size"})
     sync_batchnorm: bool = field(default=False, metadata={"help": "SyncBatchNorm across processes"})
+    # parallelism (several processes)
+    parallel: str = field(default="ddp", metadata={
+        "help": "how the model is spread over the processes: ddp (data parallel; one process: the model as is)"})
+    bucket_cap_mb: float = field(default=25.0, metadata={
+        "help": "ddp: gradient bucket size in MiB (small: all-reduce starts early, more messages)"})
+    sync_every_micro_batch: bool = field(default=False, metadata={
+        "help": "ddp: all-reduce after every micro-batch of an accumulation (default: the last only, no_sync)"})
     # reproducibility, output, instrumentation
     seed: int = field(default=0, metadata={"help": "random seed"})
     device: str = field(default="auto", metadata={"help": "auto, cpu or cuda"})
@@ -167,6 +176,8 @@ def _static_problems(cfg: TrainConfig) -> list[str]:
                  if getattr(cfg, name) < 0]
     if not cfg.lr > 0:
         problems.append(f"lr={cfg.lr} must be positive")
+    if not cfg.bucket_cap_mb > 0:
+        problems.append(f"bucket_cap_mb={cfg.bucket_cap_mb} must be a positive number of MiB (DDP's default: 25)")
     if not 0 <= cfg.momentum < 1:
         problems.append(f"momentum={cfg.momentum} must be in [0, 1)")
     if not 0 <= cfg.val_fraction < 1:

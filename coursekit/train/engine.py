@@ -9,6 +9,7 @@ Exit codes of ``main``: 0 completed, 1 failed, 2 bad configuration, 3 NaN loss.
 from __future__ import annotations
 
 import datetime
+import importlib
 import math
 import random
 import sys
@@ -27,7 +28,6 @@ from coursekit.distributed import (
     init_distributed,
     reduce_values,
     unwrap_model,
-    wrap_model,
 )
 from coursekit.metrics import MetricsWriter, default_run_dir
 from coursekit.train.checkpoint import load_checkpoint
@@ -37,6 +37,7 @@ from coursekit.train.loop import Trainer
 from coursekit.train.memory import estimate_memory
 from coursekit.train.models import build_model
 from coursekit.train.optim import build_optimizer
+from coursekit.train.parallel import ParallelContext, build_context
 from coursekit.train.precision import setup_precision
 from coursekit.train.probes import check_loggable
 from coursekit.train.profiling import GpuMonitor
@@ -49,7 +50,8 @@ MIB = 2**20
 # Settings that may change between a run and its resume (they do not change the trajectory).
 RESUME_MAY_CHANGE = ("out", "resume", "progress", "profile", "profile_steps", "log_every", "epochs", "steps",
                      "test_steps", "checkpoint_every", "workers", "pin_memory", "prefetch_factor",
-                     "persistent_workers", "non_blocking", "device", "log_params", "grad_noise_batches")
+                     "persistent_workers", "non_blocking", "device", "log_params", "grad_noise_batches",
+                     "bucket_cap_mb", "sync_every_micro_batch")
 
 
 class ConfigError(ValueError):
@@ -152,11 +154,18 @@ def _run(cfg: TrainConfig, ctx: DistContext) -> dict[str, Any]:
     return summary
 
 
+def _parallelize(model: torch.nn.Module, pctx: ParallelContext, cfg: TrainConfig) -> torch.nn.Module:
+    """The ``--parallel`` strategy's ``apply`` (coursekit/train/parallel/<name>.py)."""
+    strategy = importlib.import_module(f"coursekit.train.parallel.{cfg.parallel}")
+    return strategy.apply(model, pctx, cfg)
+
+
 def _build(cfg: TrainConfig, ctx: DistContext) -> dict[str, Any]:
-    """Data, model, precision, DDP, optimizer and schedule; bad input found here is a ConfigError."""
+    """Mesh, data, model, precision, parallel strategy, optimizer and schedule; bad input is a ConfigError."""
     seed_everything(cfg.seed)
     try:
-        data = build_data(cfg, ctx)
+        pctx = build_context(ctx)
+        data = build_data(cfg, pctx.data_shard())  # each data-parallel rank reads its own shard
         model = build_model(cfg, data.num_classes, data.input_shape)
         if cfg.log_params:
             check_loggable(model)
@@ -174,8 +183,11 @@ def _build(cfg: TrainConfig, ctx: DistContext) -> dict[str, Any]:
         torch.backends.cudnn.benchmark = True  # fixed input sizes: let cuDNN pick its fastest kernels
     if cfg.channels_last:
         model = model.to(memory_format=torch.channels_last)
-    wrapped = wrap_model(model, ctx, sync_batchnorm=cfg.sync_batchnorm)
-    global_batch = cfg.batch_size * ctx.world_size
+    try:
+        wrapped = _parallelize(model, pctx, cfg)
+    except ValueError as error:
+        raise ConfigError(str(error)) from error
+    global_batch = cfg.batch_size * pctx.dp_size
     optimizer = build_optimizer(unwrap_model(wrapped), cfg, global_batch)
     steps_per_epoch = len(data.train_loader)
     total_steps = cfg.test_steps or cfg.steps or cfg.epochs * steps_per_epoch

@@ -174,7 +174,8 @@ class Trainer:
         return inputs, targets.to(self.device, non_blocking=non_blocking)
 
     def _train_step(self, inputs: torch.Tensor, targets: torch.Tensor) -> None:
-        """One optimiser step over ``accumulation_steps`` micro-batches (DDP syncs only on the last)."""
+        """One optimiser step over ``accumulation_steps`` micro-batches (DDP syncs only on the last, unless
+        ``sync_every_micro_batch``: then every micro-batch's backward all-reduces, as without ``no_sync``)."""
         parts = self.cfg.accumulation_steps
         if parts == 1:
             pieces = [(inputs, targets)]
@@ -183,7 +184,8 @@ class Trainer:
                       if len(x)]
         total = len(inputs)
         for index, (x, y) in enumerate(pieces):
-            with no_sync(self.run_model, skip_sync=index < len(pieces) - 1):
+            skip_sync = index < len(pieces) - 1 and not self.cfg.sync_every_micro_batch
+            with no_sync(self.run_model, skip_sync=skip_sync):
                 with self.precision.autocast():
                     output = self.run_model(x)
                 loss = self.loss_fn(output, y)

@@ -1,0 +1,103 @@
+"""The ``ParallelContext``: which part of the work this process does, on a ``DeviceMesh`` with named dims.
+
+Today the mesh has one dimension, ``"dp"`` (data parallel): every process holds the whole model and a
+different shard of the data. Lab 08 adds ``"tp"`` and ``"pp"``: the data is then sharded by the
+*data-parallel* rank, not the global rank, and the value a run reports (loss, metrics, checkpoint) is
+held by one particular rank (:attr:`ParallelContext.holds_value`), not simply by global rank 0.
+With one process there is no process group and no mesh: every query answers as for rank 0 of 1.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+
+from coursekit.distributed import DistContext
+
+DIMENSIONS = ("dp",)  # mesh dimension names known today, outermost first
+
+
+@dataclass(frozen=True)
+class ParallelContext:
+    """This process's coordinates on the mesh, and the launcher's view (``dist``) underneath."""
+
+    dist: DistContext
+    sizes: Mapping[str, int]  # dimension name -> size; their product is the world size
+    mesh: DeviceMesh | None = None  # None with one process
+
+    @property
+    def device(self) -> torch.device:
+        return self.dist.device
+
+    @property
+    def world_size(self) -> int:
+        return self.dist.world_size
+
+    def size(self, dim: str) -> int:
+        """Processes along ``dim`` (1 for a dimension the mesh does not have)."""
+        return self.sizes.get(dim, 1)
+
+    def rank_in(self, dim: str) -> int:
+        """This process's coordinate along ``dim``."""
+        if self.mesh is None or dim not in self.sizes:
+            return 0
+        return self.mesh.get_local_rank(dim)
+
+    def group(self, dim: str) -> dist.ProcessGroup | None:
+        """The process group of the processes that share every coordinate but ``dim`` (None: one process)."""
+        if self.mesh is None:
+            return None
+        if dim not in self.sizes:
+            raise ValueError(f"mesh dimension {dim!r} is not in this run's mesh {dict(self.sizes)}")
+        return self.mesh.get_group(dim)
+
+    @property
+    def dp_rank(self) -> int:
+        return self.rank_in("dp")
+
+    @property
+    def dp_size(self) -> int:
+        return self.size("dp")
+
+    @property
+    def is_main(self) -> bool:
+        """Global rank 0: the process that prints."""
+        return self.dist.is_main
+
+    @property
+    def holds_value(self) -> bool:
+        """The rank that holds the run's value (loss, metrics, checkpoint) and writes it.
+
+        With data parallelism alone every rank holds the same model: data-parallel rank 0 writes."""
+        return all(self.rank_in(dim) == 0 for dim in self.sizes)
+
+    def data_shard(self) -> DistContext:
+        """What the data loaders need (``rank``, ``world_size``, ``device``): the data-parallel coordinates."""
+        return dataclasses.replace(self.dist, rank=self.dp_rank, world_size=self.dp_size)
+
+
+def build_context(ctx: DistContext, sizes: Mapping[str, int] | None = None) -> ParallelContext:
+    """The mesh for ``ctx``'s processes; ``sizes`` defaults to ``{"dp": world_size}``.
+
+    Raises ValueError when a dimension is unknown or the sizes do not multiply to the world size."""
+    sizes = dict(sizes or {"dp": ctx.world_size})
+    unknown = [name for name in sizes if name not in DIMENSIONS]
+    if unknown:
+        raise ValueError(f"mesh dimensions {unknown} are not known; use {', '.join(DIMENSIONS)}")
+    bad = [f"{name}={size}" for name, size in sizes.items() if size < 1]
+    if bad:
+        raise ValueError(f"mesh sizes {', '.join(bad)} must be at least 1")
+    if math.prod(sizes.values()) != ctx.world_size:
+        raise ValueError(f"mesh {sizes} has {math.prod(sizes.values())} processes but the run has "
+                         f"{ctx.world_size}: the sizes must multiply to the world size")
+    if not ctx.is_distributed:
+        return ParallelContext(ctx, sizes)
+    names = tuple(name for name in DIMENSIONS if name in sizes)
+    mesh = init_device_mesh(ctx.device.type, tuple(sizes[n] for n in names), mesh_dim_names=names)
+    return ParallelContext(ctx, {n: sizes[n] for n in names}, mesh)

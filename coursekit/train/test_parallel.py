@@ -1,0 +1,188 @@
+"""coursekit.train.parallel: the mesh context, DDP's options, bucket overlap, and runs that fail fast."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import submitit
+import torch
+import torch._dynamo  # noqa: F401 - DDP imports it; imported once here, the forked workers start at once
+import torch.multiprocessing as mp
+
+from coursekit import distributed as d
+from coursekit.metrics import read_metrics, summary
+from coursekit.test_distributed import free_port
+from coursekit.train.config import TrainConfig, validate
+from coursekit.train.engine import main
+from coursekit.train.parallel import build_context, ddp
+from coursekit.train.parallel.overlap import measure_bucket_overlap
+
+ROOT = Path(__file__).resolve().parents[2]
+WORLD = 2
+PROMPT_FAILURE_S = 40  # a dead rank must end the run well before this (the collective timeout is longer)
+LONG_TIMEOUT_S = "600"
+LAYERS, BUCKET_MB = 3, 0.5
+RANK_ONE_DELAY_S = 4
+
+
+def test_one_process_context_has_no_mesh() -> None:
+    pctx = build_context(d.DistContext())
+    assert (pctx.mesh, pctx.dp_rank, pctx.dp_size, pctx.holds_value, pctx.is_main) == (None, 0, 1, True, True)
+    assert pctx.group("dp") is None and pctx.data_shard() == d.DistContext()
+    model = torch.nn.Linear(2, 1)
+    assert ddp.apply(model, pctx, TrainConfig()) is model  # one process: the model as is
+    with pytest.raises(ValueError, match="multiply to the world size"):
+        build_context(d.DistContext(), {"dp": 2})
+    with pytest.raises(ValueError, match="not known"):
+        build_context(d.DistContext(), {"tp": 1})
+
+
+def test_parallel_options_are_validated() -> None:
+    with pytest.raises(ValueError, match="parallel='fsdp' is not allowed; use one of ddp"):
+        validate(TrainConfig(parallel="fsdp"))
+    with pytest.raises(ValueError, match="bucket_cap_mb=0"):
+        validate(TrainConfig(bucket_cap_mb=0))
+    args = TrainConfig(bucket_cap_mb=1.0, sync_every_micro_batch=True).to_args()
+    assert args == ["--bucket-cap-mb", "1.0", "--sync-every-micro-batch"]
+
+
+def test_world_size_mismatch_is_refused_before_any_rendezvous() -> None:
+    env = {"SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NTASKS": "1", "SLURM_STEP_ID": "0",
+           "SLURM_STEP_NUM_TASKS": "1", "SLURM_JOB_NODELIST": "vm", d.EXPECTED_WORLD_SIZE_ENV: "2"}
+    with pytest.raises(d.WorldSizeError, match=r"submitted for 2 processes \(n_gpu=2\).*launcher \(srun\) started 1"):
+        d.init_distributed("cpu", env=env)
+    assert d.init_distributed("cpu", env={**env, d.EXPECTED_WORLD_SIZE_ENV: "1"}).world_size == 1
+    with pytest.raises(ValueError, match="COURSEKIT_DIST_TIMEOUT_S"):
+        d.collective_timeout_s({d.TIMEOUT_ENV: "0"})
+    assert d.collective_timeout_s({}) == d.DEFAULT_TIMEOUT_S
+
+
+def test_engine_exits_2_on_a_world_size_mismatch(monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv(d.EXPECTED_WORLD_SIZE_ENV, "4")
+    assert main(["--device", "cpu", "--test-steps", "1", "--progress", "off"]) == 2
+    assert "submitted for 4 processes" in capsys.readouterr().err
+
+
+def _ddp_worker(rank: int, port: int, results: Any) -> None:
+    torch.set_num_threads(1)
+    env = {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(WORLD), "MASTER_ADDR": d.LOCALHOST,
+           "MASTER_PORT": str(port)}
+    ctx = d.init_distributed("cpu", env=env)
+    try:
+        pctx = build_context(ctx)
+        layers = [torch.nn.Linear(512, 512) for _ in range(LAYERS)]  # 1 MiB of weight gradients each
+        model = ddp.apply(torch.nn.Sequential(*layers), pctx, TrainConfig(bucket_cap_mb=BUCKET_MB))
+        seen = ddp.watch_buckets(model)
+        buckets_per_step = []
+        for _ in range(2):  # DDP rebuilds its buckets at the second step, in the order gradients came
+            model(torch.randn(8, 512)).sum().backward()
+            buckets_per_step.append(len(seen))
+            seen.clear()
+        try:
+            ddp.apply(torch.nn.BatchNorm1d(4), pctx, TrainConfig(sync_batchnorm=True))
+            sync_bn_error = ""
+        except ValueError as error:
+            sync_bn_error = str(error)
+        overlap = measure_bucket_overlap(ctx, grad_mb=4, compute_ms=20, layers=4, bucket_mbs=(4, 1), repeats=1)
+        results[rank] = (pctx.dp_rank, pctx.dp_size, pctx.holds_value, pctx.data_shard().rank,
+                         type(model).__name__, model.bucket_bytes_cap, buckets_per_step,
+                         round(ddp.gradient_megabytes(model), 3), sync_bn_error, overlap)
+    finally:
+        d.cleanup()
+
+
+def test_ddp_on_a_two_process_mesh() -> None:
+    with mp.Manager() as manager:
+        results = manager.dict()
+        mp.start_processes(_ddp_worker, args=(free_port(), results), nprocs=WORLD, join=True, start_method="fork")
+        results = dict(results)
+    for rank in range(WORLD):
+        dp_rank, dp_size, holds, shard_rank, wrapper, cap, buckets, grad_mb, sync_bn_error, overlap = results[rank]
+        assert (dp_rank, dp_size, holds, shard_rank) == (rank, WORLD, rank == 0, rank)
+        assert wrapper == "DistributedDataParallel" and cap == int(BUCKET_MB * 2**20)
+        assert grad_mb == pytest.approx(LAYERS * (512 * 512 + 512) * 4 / 2**20, abs=1e-3)
+        assert buckets[-1] == LAYERS  # every 1 MiB weight gradient fills a 0.5 MiB bucket on its own
+        assert "SyncBatchNorm runs on GPUs only" in sync_bn_error and "--sync-batchnorm" in sync_bn_error
+        assert [row["buckets"] for row in overlap["rows"]] == [1, 4]
+        assert overlap["allreduce_ms"] > 0 and overlap["backward_ms"] >= 20 * 0.9
+    assert results[0][-1]["rows"] == results[1][-1]["rows"]  # every rank reports the slowest rank's times
+
+
+# ---------------------------------------------------------------- a rank that dies ends the run promptly
+
+
+def _rank_one_raises() -> str:
+    """Rank 1 fails before joining; rank 0 waits in the rendezvous (inside C++, deaf to SIGINT)."""
+    with d.stop_peers_on_failure():
+        if int(os.environ["SUBMITIT_LOCAL_GLOBALID"]) == 1:
+            time.sleep(RANK_ONE_DELAY_S)  # rank 0 is waiting for it by then
+            raise RuntimeError("planted failure on rank 1")
+        with d.process_group("cpu") as ctx:
+            d.barrier(ctx)
+        return "rank 0 finished"
+
+
+def test_local_executor_task_failure_stops_its_peers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(d.TIMEOUT_ENV, LONG_TIMEOUT_S)  # not the timeout: the failing task stops its peer
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    executor = submitit.AutoExecutor(folder=tmp_path, cluster="local")
+    executor.update_parameters(tasks_per_node=WORLD, timeout_min=10)
+    started = time.monotonic()
+    job = executor.submit(_rank_one_raises)
+    while not job.done() and time.monotonic() - started < PROMPT_FAILURE_S:
+        time.sleep(0.5)
+    elapsed = time.monotonic() - started
+    if not job.done():
+        job.cancel()
+    assert elapsed < PROMPT_FAILURE_S, "rank 0 kept waiting for the rank that failed"
+    assert "planted failure on rank 1" in job.task(1).stderr()
+    assert "stopping its 1 sibling task" in job.task(1).stderr()
+    with pytest.raises(submitit.core.utils.UncompletedJobError):  # stopped: no result
+        job.task(0).result()
+
+
+FAIL_AT_STEP = """
+import sys, os
+from coursekit.train import loop, engine
+original = loop.Trainer._train_step
+def failing(self, inputs, targets):
+    if self.ctx.rank == 1 and self.pos.step == 3:
+        raise RuntimeError("planted failure on rank 1 at step 3")
+    return original(self, inputs, targets)
+loop.Trainer._train_step = failing
+sys.exit(engine.main(sys.argv[1:]))
+"""
+
+
+def test_engine_rank_failing_mid_run_fails_the_other_rank_promptly(tmp_path: Path) -> None:
+    """Two processes with no launcher to stop them: gloo tells rank 0 that its peer has gone."""
+    port = free_port()
+    args = ["--device", "cpu", "--model", "mlp", "--dataset", "generated", "--num-samples", "400", "--image-size",
+            "8", "--batch-size", "8", "--epochs", "50", "--progress", "off", "--out", str(tmp_path / "run")]
+    processes = []
+    started = time.monotonic()
+    for rank in range(WORLD):
+        env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(WORLD),
+               "MASTER_ADDR": d.LOCALHOST, "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1",
+               "PYTHONPATH": str(ROOT), d.TIMEOUT_ENV: LONG_TIMEOUT_S}
+        processes.append(subprocess.Popen([sys.executable, "-c", FAIL_AT_STEP, *args], env=env,
+                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    try:
+        codes = [p.wait(timeout=PROMPT_FAILURE_S + 30) for p in processes]
+    finally:
+        for p in processes:
+            if p.poll() is None:
+                p.kill()
+    elapsed = time.monotonic() - started
+    outputs = [p.stdout.read() for p in processes]
+    assert codes[1] != 0 and "planted failure on rank 1" in outputs[1]
+    assert codes[0] != 0, outputs[0]
+    assert elapsed < PROMPT_FAILURE_S + 30
+    assert summary(read_metrics(tmp_path / "run"))["status"] == "failed"  # rank 0 wrote why it stopped
