@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -313,3 +314,22 @@ def test_requeue_is_opt_in_for_commands() -> None:
     assert CommandTask(["t.py"]).checkpoint() is None  # a plain command ends at its time limit
     again = CommandTask(["t.py"], requeue=True).checkpoint()
     assert isinstance(again, DelayedSubmission) and again.function.words == ["t.py"]
+
+
+def test_a_launcher_the_site_cannot_use_is_refused(fake_slurm: FakeSlurm, course: Path) -> None:
+    profile = course / "srun-only.toml"
+    profile.write_text('name = "srun-only"\nlaunchers = ["srun"]\n[partitions.gpu]\ngpus_per_node = 4\n'
+                       'cpus_per_gpu = 4\n')
+    with pytest.raises(ValueError, match=r"launcher='torchrun': site 'srun-only' cannot use it; use one of \['srun'\]"):
+        gpu_jobs_submitter("t.py", n_gpu=2, launcher="torchrun", site=str(profile))
+    assert fake_slurm.calls == []
+
+
+def test_the_array_script_names_the_command_each_array_task_runs(fake_slurm: FakeSlurm, course: Path) -> None:
+    gpu_jobs_submitter(["a.py --msg 'a b $HOME `id`'", "b.py"], name="arr", **JZ)
+    script = Path(fake_slurm.calls[0].split()[-1]).read_text()
+    setup = script.split("# setup\n")[1].split("\n# command")[0]
+    said = [subprocess.run(["bash", "-c", setup.split("\nmodule purge")[0]], env={"SLURM_ARRAY_TASK_ID": str(i)},
+                           capture_output=True, text=True, check=True, timeout=30).stdout for i in (0, 1)]
+    assert said[0].endswith("each process runs: python -u a.py --msg 'a b $HOME `id`'\n")  # shown, not run
+    assert said[1].endswith("each process runs: python -u b.py\n")
