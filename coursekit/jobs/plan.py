@@ -74,10 +74,10 @@ def job_shape(n_gpu: Any, node: NodeShape, site: Site, n_gpu_per_task: Any = 1, 
     return Shape(count, nodes, on_node, tasks, gpus_per_task, cpus, processes)
 
 
-def signal_delay(time_min: int, requested: Any = None) -> int:
+def signal_delay(time_min: int, requested: Any = None, warn: bool = True) -> int:
     """Seconds before the time limit at which Slurm signals the job (submitit's USR2): ``requested``, or
     ``SIGNAL_DELAY_S`` scaled down to a share of a short limit. ValueError when ``requested`` does not fit;
-    a warning when Slurm may send it right at the start (a limit of a minute or so)."""
+    with ``warn``, a warning when Slurm may send it right at the start (a limit of a minute or so)."""
     limit_s = time_min * 60
     scaled = min(SIGNAL_DELAY_S, max(1, int(limit_s * SIGNAL_DELAY_FRACTION)))
     if requested is None:
@@ -87,7 +87,7 @@ def signal_delay(time_min: int, requested: Any = None) -> int:
         if delay >= limit_s:
             raise ValueError(f"signal_delay_s={delay}: the job's time limit is {limit_s} s (time_max), so the "
                              f"signal would come before the job starts; use less, e.g. {scaled}")
-    if limit_s - delay < SLURM_SIGNAL_RESOLUTION_S:
+    if warn and limit_s - delay < SLURM_SIGNAL_RESOLUTION_S:
         warnings.warn(
             f"time_max={time_min} min: Slurm sends the pre-timeout signal {delay} s before the end, but may "
             f"send it up to {SLURM_SIGNAL_RESOLUTION_S} s early, i.e. as soon as the job starts; give at least "

@@ -86,7 +86,7 @@ def _options(site: Site, name: str, time_max: Any, qos: Any, partition: Any, con
         script_addon=tuple(validate.check_script_addon(script_addon)),
         sbatch_options=tuple(validate.parse_slurm_addon(slurm_addon).items()), exclusive=exclusive,
         email=validate.check_email(email), gpu_binding=gpu_binding,
-        signal_delay_s=plan.signal_delay(time_min, signal_delay_s))
+        signal_delay_s=plan.signal_delay(time_min, signal_delay_s, warn=not site.is_local))
 
 
 def _check_launcher(site: Site, launcher: Any, image: str | None) -> str:
