@@ -17,7 +17,7 @@ NBVAL_TIMEOUT_S = 600
 @pytest.mark.parametrize("notebook", NOTEBOOKS_ON_SLURM)
 def test_notebook_passes_nbval_against_slurm(notebook: str, tmp_path: Path) -> None:
     env = {**os.environ, "COURSEKIT_SITE": "slurm", "COURSEKIT_COURSE_DIR": str(tmp_path), "MPLBACKEND": "Agg"}
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(ROOT),
+    command = [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", "--rootdir", str(ROOT),
                "-c", str(ROOT / "pyproject.toml"), str(ROOT / "notebooks" / notebook)]
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=NBVAL_TIMEOUT_S)
     assert done.returncode == 0, f"nbval on Slurm failed for {notebook}:\n{done.stdout[-6000:]}\n{done.stderr[-2000:]}"

@@ -1,0 +1,31 @@
+"""Test scheduling across pytest-xdist workers (``-n 2 --dist loadgroup``, set in pyproject.toml).
+
+Two rules keep parallel runs correct:
+
+- every test that talks to the real Slurm (marker ``slurm``) runs in ONE group, on one worker, one at a
+  time: some of them stop the controller or fill the cluster, which would break the others;
+- every other test runs with the rest of its file (``loadfile``-like): the cells of a notebook share one
+  kernel and must run in order on one worker.
+
+Without xdist (``-p no:xdist`` or ``-n 0``) the markers are ignored and everything runs in order.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+SLURM_GROUP = "slurm"
+INTEGRATION = Path(__file__).resolve().parent / "tests" / "integration"  # its conftest marks all ``slurm``
+
+
+def _talks_to_slurm(item: pytest.Item) -> bool:
+    return item.get_closest_marker("slurm") is not None or INTEGRATION in Path(str(item.fspath)).resolve().parents
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook turns the groups into node-id suffixes
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        group = SLURM_GROUP if _talks_to_slurm(item) else item.nodeid.split("::", 1)[0]
+        item.add_marker(pytest.mark.xdist_group(group))
