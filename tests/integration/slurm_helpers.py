@@ -30,7 +30,55 @@ class CountRuns(submitit.helpers.Checkpointable):
 
 
 def cluster(action: str) -> None:
-    """``bash slurm/cluster.sh <action>`` (stop-controller, start-controller), which must succeed."""
+    """``bash slurm/cluster.sh <action>`` (stop-controller, start-controller, status), which must succeed."""
     done = subprocess.run(["bash", str(CLUSTER_SCRIPT), action], capture_output=True, text=True,
                           timeout=CLUSTER_ACTION_TIMEOUT_S)
     assert done.returncode == 0, f"cluster.sh {action} failed:\n{done.stdout}\n{done.stderr}"
+
+
+NODE_STATE_FLAGS = "*~#!%$@^-"  # sinfo's suffixes on a state (down* = not responding)
+HEALTHY_NODE_STATES = ("idle", "mixed", "allocated", "completing")
+ACTIVE_JOB_STATES = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "RESIZING", "SUSPENDED")
+POLL_S = 0.5
+SLURM_COMMAND_TIMEOUT_S = 30
+
+
+def node_states() -> dict[str, str]:
+    """Every node's state from ``sinfo -N`` (flags such as ``*`` stripped), e.g. {"node1": "idle"}."""
+    done = subprocess.run(["sinfo", "-h", "-N", "-o", "%N|%T"], capture_output=True, text=True, check=True,
+                          timeout=SLURM_COMMAND_TIMEOUT_S)
+    rows = (line.split("|") for line in done.stdout.split())
+    return {name: state.rstrip(NODE_STATE_FLAGS) for name, state in rows}
+
+
+def wait_nodes_healthy(timeout_s: float = CLUSTER_ACTION_TIMEOUT_S) -> dict[str, str]:
+    """Wait until every node takes jobs; their states (AssertionError naming the others when time is up)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        states = node_states()
+        if states and all(s in HEALTHY_NODE_STATES for s in states.values()):
+            return states
+        assert time.monotonic() < deadline, f"nodes not back to idle/mixed in {timeout_s} s: {states}"
+        time.sleep(POLL_S)
+
+
+def job_state(job_id: str) -> str:
+    """The job's state from accounting (sacct), '' before slurmdbd knows it."""
+    done = subprocess.run(["sacct", "-n", "-X", "-P", "-o", "State", "-j", job_id], capture_output=True, text=True,
+                          timeout=SLURM_COMMAND_TIMEOUT_S)
+    words = done.stdout.split()
+    return words[0] if words else ""
+
+
+def sbatch_and_wait(script: Path | None, cwd: Path, timeout_s: float, job_id: str | None = None) -> tuple[str, str]:
+    """``sbatch script`` from ``cwd`` (or follow ``job_id``), wait for its end: (job id, final state)."""
+    if job_id is None:
+        done = subprocess.run(["sbatch", "--parsable", str(script)], cwd=cwd, capture_output=True, text=True,
+                              timeout=SLURM_COMMAND_TIMEOUT_S)
+        assert done.returncode == 0, f"sbatch {script} refused: {done.stderr}"
+        job_id = done.stdout.strip().split(";")[0]
+    deadline = time.monotonic() + timeout_s
+    while (state := job_state(job_id)) in ("", *ACTIVE_JOB_STATES):
+        assert time.monotonic() < deadline, f"job {job_id} still {state or 'unknown'} after {timeout_s} s"
+        time.sleep(POLL_S)
+    return job_id, state
