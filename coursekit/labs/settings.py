@@ -171,8 +171,11 @@ def _lab06(profile: str) -> dict[str, Any]:
     if cpu:
         scaling = TrainConfig(model="mlp", dataset="generated", num_samples=4096, num_classes=4, image_size=16,
                               lr=0.05, test_steps=20, **QUIET)
-        batch_per_gpu, global_batch = 64, 64
-        buckets = {"bucket_caps_mb": [1000.0, 25.0, 4.0], "width": 1024, "depth": 6, "batch": 8,
+        # Small batches of a small MLP: each step's all-reduce (1 MB) costs more than its compute, as it
+        # does for any model whose batch is too small for its hardware.
+        batch_per_gpu, global_batch = 16, 32
+        # 16 MB of gradients: 25 MB would be one bucket, so the sweep goes below it.
+        buckets = {"bucket_caps_mb": [1000.0, 4.0, 1.0], "width": 1024, "depth": 4, "batch": 8,
                    "backward_ms_per_layer": 8.0, "accumulation": 3, "repeats": 3, "warmup": 1}
     else:
         # Synthetic images kept on the GPU: scaling measures compute and communication, not the file system
