@@ -175,7 +175,8 @@ class Job:
         lines = job_output(tail_lines(path, n * TAIL_SCAN_FACTOR))[-n:] if n > 0 else []
         state = self._final or (self.state if self.scheduler == "local" or path.exists() else None)
         ending = ENDED_BY_SLURM.get(state or "")
-        if ending is not None and n > 0 and not (lines and state.split("_")[0].lower() in lines[-1].lower()):
+        last = lines[-1].lower() if lines else ""
+        if ending is not None and n > 0 and ending not in last and (state or "").lower() not in last:
             lines = [*lines, f"coursekit: job {self.job_id} {ending} ({state})"][-n:]
         return "\n".join(lines)
 
@@ -222,12 +223,17 @@ class Job:
         """squeue's or sacct's row of the job; sacct is asked once after the job ended (exit code)."""
         self.state  # noqa: B018 - refreshes _info while the job is known to Slurm
         if self._final is not None and not self._accounted and self.scheduler != "local":
-            self._accounted = True
+            row = None
             if slurm_cli.accounting_enabled():
                 try:
-                    self._info.update(slurm_cli.row_for(slurm_cli.sacct([self.job_id]), self.job_id) or {})
+                    row = slurm_cli.row_for(slurm_cli.sacct([self.job_id]), self.job_id)
                 except SlurmError:
                     pass
+            if row is not None and row["state"] in TERMINAL_STATES:
+                self._info.update(row)
+            # accounting lags behind the controller by about a second: ask again next time until it has
+            # the job's end (or cannot tell at all)
+            self._accounted = row is None or row["state"] in TERMINAL_STATES
         return self._info
 
     @property
