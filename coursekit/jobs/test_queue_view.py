@@ -364,3 +364,14 @@ def test_module_never_imports_ipython_at_import_time() -> None:
     code = "import sys, coursekit.jobs.queue_view, coursekit.jobs.logs; print('IPython' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "False", done.stderr
+
+
+def test_a_cancelled_job_says_so_in_the_view_and_srun_notes_are_skipped(tmp_path: Path, fake_slurm: FakeSlurm) -> None:
+    stopped, failed = make_job(tmp_path, "21"), make_job(tmp_path, "22")
+    stopped.stderr.write_text("submitit WARNING (2026-11-26 05:35:06,413) - Bypassing signal SIGTERM\n")
+    failed.stderr.write_text("RuntimeError: no data\ncoursekit: the command exited with code 3: t.py\n"
+                             "srun: error: node1: task 0: Exited with exit code 3\n")
+    fake_slurm.queue = {"21": queue_entry("21", "CANCELLED"), "22": queue_entry("22", "FAILED")}
+    rows = {row.job_id: row for row in QueueSource(jobs=[stopped, failed]).rows()}
+    assert rows["21"].last_line == "job was cancelled"
+    assert rows["22"].last_line == "coursekit: the command exited with code 3: t.py"
