@@ -34,13 +34,16 @@ def _check(command: list[str]) -> str:
 
 @pytest.fixture(scope="session", autouse=True)
 def slurm_cluster() -> dict[str, int]:
-    """The cluster answers (sinfo), has a GPU partition with a usable node, and keeps accounts (sacct)."""
+    """The cluster answers (sinfo), has a GPU partition with a usable node, and keeps accounts (sacct): its
+    GPUs per node, CPUs per node and number of nodes."""
     rows = [line.split("|") for line in _check(["sinfo", "-h", "-o", "%P|%G|%T|%c"]).split()]
     usable = [r for r in rows if r[1].startswith("gpu:") and r[2].rstrip("*~#") in ("idle", "mixed", "allocated")]
     if not usable:
         pytest.fail(f"the local Slurm has no usable GPU node (sinfo: {rows}); {START_HINT}")
     _check(["sacct", "-n", "-X", "-P", "-o", "JobID", "-S", "now"])
-    return {"gpus_per_node": int(usable[0][1].split(":")[-1].split("(")[0]), "cpus": int(usable[0][3])}
+    nodes = set(_check(["sinfo", "-h", "-N", "-o", "%N"]).split())  # node1, node2 (slurm/README.md)
+    return {"gpus_per_node": int(usable[0][1].split(":")[-1].split("(")[0]), "cpus": int(usable[0][3]),
+            "nodes": len(nodes)}
 
 
 @pytest.fixture()
