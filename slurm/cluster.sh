@@ -590,7 +590,9 @@ cmd_start() {
     write_configs
     start_slurmdbd
     if config_changed slurm.conf || config_changed gres.conf || ! cmp -s "$RUN_DIR/nodes.new" "$RUN_DIR/nodes"; then
-        say "configuration changed: restarting slurmctld and slurmd"
+        if controller_up || pid_alive "$RUN_DIR/slurmctld.pid"; then
+            say "configuration changed: restarting slurmctld and slurmd"
+        fi
         stop_slurm_daemons
         local old_nodes
         old_nodes=$(started_nodes)
