@@ -416,7 +416,8 @@ write_hosts_block() {
         block+="$HOSTS_END"
     fi
     local wanted="$kept${block:+$'\n'$block}"
-    [[ "$(cat "$HOSTS_FILE")" == "$wanted" ]] || printf '%s\n' "$wanted" >"$HOSTS_FILE"
+    [[ "$(cat "$HOSTS_FILE")" == "$wanted" ]] && return 0
+    printf '%s\n' "$wanted" >"$HOSTS_FILE" || die "could not write the node names into $HOSTS_FILE (jobs resolve them there)"
 }
 
 setup_network() {
