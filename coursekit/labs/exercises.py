@@ -7,7 +7,14 @@ answer; ``strip`` replaces them with a placeholder at the same indentation::
     raise NotImplementedError("Exercise: fill in this cell")
 
 A markdown cell tagged ``solution`` (an answer in words) becomes "*Your answer here.*". The outputs of
-a stripped cell are cleared. CI runs the solved notebooks; instructors hand out the stripped ones::
+a stripped cell are cleared. The Python scripts in the notebook folder's sub-folders (``ddp/train_ddp.py``:
+participants complete a script, not a cell) are copied too, their solution blocks replaced by::
+
+    # YOUR CODE HERE
+    raise NotImplementedError("Exercise: write this part (see the TODO above)")
+
+The folder's own tooling (top-level ``*.py``) and the notebooks' sources (``src/``) are not handed out.
+CI runs the solved notebooks; instructors hand out the stripped ones::
 
     python -m coursekit.labs.exercises strip notebooks/ handout/
     python -m coursekit.labs.exercises check notebooks/
@@ -26,10 +33,13 @@ BEGIN = "### BEGIN SOLUTION"
 END = "### END SOLUTION"
 PLACEHOLDER_COMMENT = "# YOUR CODE HERE"
 PLACEHOLDER_RAISE = 'raise NotImplementedError("Exercise: fill in this cell")'
+SCRIPT_PLACEHOLDER_RAISE = 'raise NotImplementedError("Exercise: write this part (see the TODO above)")'
 SOLUTION_TAG = "solution"
 ANSWER_TAG = "answer"
 ANSWER_PLACEHOLDER = "*Your answer here.*"
 NOTEBOOK_GLOB = "*.ipynb"
+SCRIPT_GLOB = "*/**/*.py"  # scripts in sub-folders of the notebook folder
+NOT_HANDED_OUT = frozenset({"src", "__pycache__"})  # the notebooks' sources and Python's caches
 
 
 class ExerciseMarkupError(ValueError):
@@ -43,7 +53,7 @@ class StripReport:
     answers: int
 
 
-def strip_source(source: str, where: str = "cell") -> tuple[str, int]:
+def strip_source(source: str, where: str = "cell", raise_line: str = PLACEHOLDER_RAISE) -> tuple[str, int]:
     """The source with each solution block replaced by the placeholder, and how many blocks there were."""
     out: list[str] = []
     blocks = 0
@@ -56,7 +66,7 @@ def strip_source(source: str, where: str = "cell") -> tuple[str, int]:
             inside = True
             blocks += 1
             indent = line[: len(line) - len(line.lstrip())]
-            out += [indent + PLACEHOLDER_COMMENT, indent + PLACEHOLDER_RAISE]
+            out += [indent + PLACEHOLDER_COMMENT, indent + raise_line]
         elif marker == END:
             if not inside:
                 raise ExerciseMarkupError(f"{where}, line {number}: {END} without {BEGIN}")
@@ -95,8 +105,25 @@ def notebooks_in(folder: Path) -> list[Path]:
     return sorted(p for p in folder.glob(NOTEBOOK_GLOB) if not p.name.startswith("."))
 
 
+def scripts_in(folder: Path) -> list[Path]:
+    """The scripts handed out with the notebooks: ``*.py`` in sub-folders, except the notebooks' sources."""
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.glob(SCRIPT_GLOB) if p.is_file() and not any(
+        part in NOT_HANDED_OUT or part.startswith(".") for part in p.relative_to(folder).parts[:-1]))
+
+
+def strip_script(path: Path, folder: Path) -> tuple[str, StripReport]:
+    """The participant's copy of a script (solution blocks replaced) and its report."""
+    name = path.relative_to(folder).as_posix()
+    text = path.read_text()
+    source, blocks = strip_source(text, where=name, raise_line=SCRIPT_PLACEHOLDER_RAISE)
+    return source + ("\n" if text.endswith("\n") else ""), StripReport(name, blocks, 0)
+
+
 def strip_folder(source: Path, target: Path) -> list[StripReport]:
-    """Write a stripped copy of every notebook of `source` into `target` (never over the sources)."""
+    """Write a stripped copy of every notebook of `source`, and of the scripts in its sub-folders, into
+    `target` (never over the sources)."""
     source, target = Path(source), Path(target)
     if target.resolve() == (source if source.is_dir() else source.parent).resolve():
         raise ValueError("target must differ from the source folder: stripping would erase the solutions")
@@ -106,15 +133,25 @@ def strip_folder(source: Path, target: Path) -> list[StripReport]:
         nb = nbformat.read(path, as_version=4)
         reports.append(strip_notebook(nb, name=path.name))
         nbformat.write(nb, target / path.name)
+    for path in scripts_in(source):
+        if target.resolve() in path.resolve().parents:  # a handout folder inside the source folder
+            continue
+        text, report = strip_script(path, source)
+        reports.append(report)
+        copy = target / report.notebook
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_text(text)
     return reports
 
 
 def check_folder(source: Path) -> list[StripReport]:
-    """Check the solution markup of every notebook without writing anything."""
+    """Check the solution markup of every notebook and handed-out script without writing anything."""
     reports = []
     for path in notebooks_in(Path(source)):
         nb = nbformat.read(path, as_version=4)
         reports.append(strip_notebook(nb, name=path.name))
+    for path in scripts_in(Path(source)):
+        reports.append(strip_script(path, Path(source))[1])
     return reports
 
 

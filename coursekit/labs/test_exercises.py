@@ -74,3 +74,42 @@ def test_check_reports_broken_markup(tmp_path, capsys):
     nbformat.write(new_notebook(cells=[new_code_cell("### BEGIN SOLUTION\nx = 1")]), tmp_path / "bad.ipynb")
     assert exercises.main(["check", str(tmp_path)]) == 1
     assert "bad.ipynb, cell 0" in capsys.readouterr().err
+
+
+SCRIPT = """\
+import os
+def setup():
+    # TODO 1: the rank
+    ### BEGIN SOLUTION
+    rank = int(os.environ.get("RANK", 0))
+    ### END SOLUTION
+    return rank
+"""
+
+
+def test_strip_folder_hands_out_scripts_of_sub_folders_stripped(tmp_path):
+    source, target = tmp_path / "notebooks", tmp_path / "handout"
+    (source / "ddp").mkdir(parents=True)
+    (source / "src").mkdir()
+    nbformat.write(solved_notebook(), source / "01_lab.ipynb")
+    (source / "ddp" / "train_ddp.py").write_text(SCRIPT)
+    (source / "ddp" / "train_serial.py").write_text("print('serial')\n")
+    (source / "src" / "nb01.py").write_text("### BEGIN SOLUTION\nx = 1\n### END SOLUTION\n")
+    (source / "build_notebooks.py").write_text("print('tooling')\n")
+    reports = exercises.strip_folder(source, target)
+    assert [(r.notebook, r.code_blocks) for r in reports] == [
+        ("01_lab.ipynb", 1), ("ddp/train_ddp.py", 1), ("ddp/train_serial.py", 0)]
+    handed = (target / "ddp" / "train_ddp.py").read_text()
+    assert "RANK" not in handed and "# TODO 1: the rank" in handed
+    assert exercises.SCRIPT_PLACEHOLDER_RAISE in handed and handed.endswith("return rank\n")
+    compile(handed, "train_ddp.py", "exec")
+    assert (target / "ddp" / "train_serial.py").read_text() == "print('serial')\n"
+    assert not (target / "src").exists() and not (target / "build_notebooks.py").exists()
+    assert "RANK" in (source / "ddp" / "train_ddp.py").read_text()  # the solution stays
+
+
+def test_check_reports_broken_markup_in_a_script(tmp_path, capsys):
+    (tmp_path / "ddp").mkdir()
+    (tmp_path / "ddp" / "train_ddp.py").write_text("x = 1\n### END SOLUTION\n")
+    assert exercises.main(["check", str(tmp_path)]) == 1
+    assert "ddp/train_ddp.py, line 2" in capsys.readouterr().err
