@@ -8,6 +8,9 @@ carry the outputs of one run in the cpu profile (the profile CI runs)::
     python notebooks/build_notebooks.py --check         # exit 1 when a notebook differs from its source
 
 Runs use the local site and a temporary course folder, like notebooks/conftest.py does under nbval.
+What participants open in JupyterLab is cleaned on the way: nbval's comment markers become cell tags
+(src/cells.py), the temporary course folder reads ``~/course``, and a live widget (the queue view, a
+progress bar), whose state JupyterLab does not restore, is stored as its last rendering.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import re
 import sys
 import tempfile
 import time
@@ -25,18 +29,26 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 HERE = Path(__file__).resolve().parent
 SOURCES = HERE / "src"
+sys.path.insert(0, str(SOURCES))
+from cells import split_markers  # noqa: E402 - notebooks/src is not a package
+
 KERNELSPEC = {"display_name": "Python 3", "language": "python", "name": "python3"}
 CELL_TIMEOUT_S = 600
+BUILD_PATH = re.compile(r"/[^\s'\"]*coursekit-(?:build|nbval)-[^/\s'\"]+")  # a run's temporary course folder
+STORED_COURSE_DIR = "~/course"  # what stored outputs show instead (notebooks/sanitize.cfg knows it)
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+WIDGET_REPRS = ("HTML(", "VBox(", "HBox(", "Output(")  # a widget's text/plain: useless without its state
+STORED_VIEW_TEXT = "(a live view: run the cell to see it)"
+STORED_VIEW_NOTE = ("<div style='font-size:90%;color:#57606a'><i>stored copy of the live view as it was when "
+                    "this notebook was built: run the cell to follow your own jobs</i></div>")
 
 
 def load_source(path: Path) -> list[dict]:
+    """The cells of a source file (``CELLS``; notebooks/src is on the import path for ``cells``)."""
     spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(SOURCES))
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(SOURCES))
+    spec.loader.exec_module(module)
     return module.CELLS
 
 
@@ -47,9 +59,9 @@ def notebook_name(source: Path) -> str:
 def build(source: Path, previous: nbformat.NotebookNode | None) -> nbformat.NotebookNode:
     """The notebook of `source`; a cell whose source and kind are unchanged keeps its stored outputs."""
     old = {}
-    if previous is not None:
+    if previous is not None:  # a cell built before its markers became tags keeps its outputs too
         for cell in previous.cells:
-            old.setdefault((cell.cell_type, cell.source), cell)
+            old.setdefault((cell.cell_type, split_markers(cell.source)[0]), cell)
     nb = new_notebook(metadata={"kernelspec": KERNELSPEC, "language_info": {"name": "python"}})
     for spec in load_source(source):
         if spec["kind"] == "markdown":
@@ -65,6 +77,39 @@ def build(source: Path, previous: nbformat.NotebookNode | None) -> nbformat.Note
     for index, cell in enumerate(nb.cells):  # stable ids keep diffs small
         cell["id"] = f"c{index:02d}"
     return nb
+
+
+def _static_output(output: nbformat.NotebookNode, widgets: dict) -> None:
+    """A widget's output in place: its last HTML (a queue view) or its text (a progress bar)."""
+    model = widgets.get(output.data[WIDGET_VIEW].get("model_id"), {})
+    value = model.get("state", {}).get("value") if model.get("model_name") == "HTMLModel" else None
+    del output.data[WIDGET_VIEW]
+    if isinstance(value, str) and value:
+        output.data["text/html"] = value + STORED_VIEW_NOTE
+    if "text/html" in output.data or output.data.get("text/plain", "").startswith(WIDGET_REPRS):
+        output.data["text/plain"] = STORED_VIEW_TEXT
+
+
+def _without_build_paths(value: object) -> object:
+    if isinstance(value, str):
+        return BUILD_PATH.sub(STORED_COURSE_DIR, value)
+    if isinstance(value, list):
+        return [_without_build_paths(v) for v in value]
+    if isinstance(value, dict):
+        return type(value)((k, _without_build_paths(v)) for k, v in value.items())
+    return value
+
+
+def clean_outputs(nb: nbformat.NotebookNode) -> None:
+    """What a participant opens: no live widgets (JupyterLab does not restore their state), no build paths."""
+    widgets = nb.metadata.pop("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        for output in cell.outputs:
+            if WIDGET_VIEW in output.get("data", {}):
+                _static_output(output, widgets)
+        cell.outputs = nbformat.from_dict(_without_build_paths(cell.outputs))
 
 
 def execute(nb: nbformat.NotebookNode, name: str) -> float:
@@ -88,6 +133,11 @@ def execute(nb: nbformat.NotebookNode, name: str) -> float:
                     os.environ[key] = value
 
 
+def _shape(nb: nbformat.NotebookNode) -> list[tuple[str, str, list[str]]]:
+    """What --check compares: each cell's kind, source and tags (nbval reads the tags)."""
+    return [(c.cell_type, c.source, list(c.metadata.get("tags", []))) for c in nb.cells]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("only", nargs="*", help="notebook numbers to build (default: all)")
@@ -101,15 +151,17 @@ def main(argv: list[str] | None = None) -> int:
     for source in sources:
         target = HERE / notebook_name(source)
         previous = nbformat.read(target, as_version=4) if target.exists() else None
+        if previous is not None:
+            clean_outputs(previous)  # while its widget state is at hand
         nb = build(source, previous)
         if args.check:
-            if previous is None or [(c.cell_type, c.source) for c in previous.cells] != \
-                    [(c.cell_type, c.source) for c in nb.cells]:
+            if previous is None or _shape(previous) != _shape(nb):
                 stale.append(target.name)
             continue
         if args.execute:
             seconds = execute(nb, target.name)
             print(f"{target.name}: executed in {seconds:.1f} s")
+        clean_outputs(nb)
         nbformat.validate(nb)
         nbformat.write(nb, target)
         print(f"wrote {target.relative_to(HERE.parent)}")
