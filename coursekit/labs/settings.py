@@ -176,7 +176,7 @@ def _lab06(profile: str) -> dict[str, Any]:
         batch_per_gpu, global_batch = 16, 32
         # 16 MB of gradients: 25 MB would be one bucket, so the sweep goes below it.
         buckets = {"bucket_caps_mb": [1000.0, 4.0, 1.0], "width": 1024, "depth": 4, "batch": 8,
-                   "backward_ms_per_layer": 8.0, "accumulation": 3, "repeats": 3, "warmup": 1}
+                   "backward_ms_per_layer": 8.0, "accumulation": 4, "repeats": 4, "warmup": 1}
     else:
         # Synthetic images kept on the GPU: scaling measures compute and communication, not the file system
         # (and needs no CIFAR-10 on a machine that has none).

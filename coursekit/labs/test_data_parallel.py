@@ -138,3 +138,10 @@ def test_the_local_site_keeps_the_counts_it_can_run(capsys):
     assert dp.usable_gpu_counts([1, 2, 4, 8], LocalSite()) == [1, 2]
     assert "[4, 8] left out" in capsys.readouterr().out
     assert dp.usable_gpu_counts([1, 8], type("Cluster", (), {"is_local": False})()) == [1, 8]
+
+
+def test_bucket_timing_needs_several_processes_and_reads_every_rank():
+    with pytest.raises(RuntimeError, match="n_gpu=2"):
+        dp.bucket_overlap(repeats=1, warmup=0)
+    per_rank = [[{"rank": r, "world_size": 2, "setting": "one bucket", "step_ms": 10.0 + r}] for r in (0, 1)]
+    assert dp.bucket_table(per_rank, rank=1).column("step_ms") == [11.0]
