@@ -15,10 +15,11 @@ from __future__ import annotations
 import shlex
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from coursekit.labs.progress import JobsBar
 from coursekit.labs.results import ResultsTable
 from coursekit.metrics import epochs, steps, summary
 from coursekit.train.config import TrainConfig
@@ -69,8 +70,10 @@ def _pause(jobs: Sequence[Any]) -> float:
     return min(MAX_PAUSE_S, max(LOCAL_POLL_S, watcher().next_update_in()))
 
 
-def wait_all(jobs: Sequence[Any], timeout_s: float | None = DEFAULT_TIMEOUT_S) -> list[str]:
+def wait_all(jobs: Sequence[Any], timeout_s: float | None = DEFAULT_TIMEOUT_S,
+             on_progress: Callable[[int], None] | None = None) -> list[str]:
     """Wait until every job has ended (TimeoutError after ``timeout_s``); their final states, in order.
+    ``on_progress(n)`` is told on every poll how many have ended (a progress bar).
 
     Slurm jobs are followed by the process's state watcher: one squeue for all of them per call, at a
     pace that slows as they age, however many jobs there are."""
@@ -78,6 +81,8 @@ def wait_all(jobs: Sequence[Any], timeout_s: float | None = DEFAULT_TIMEOUT_S) -
     pending = list(jobs)
     while pending:
         pending = [job for job in pending if not job.done()]
+        if on_progress is not None:
+            on_progress(len(jobs) - len(pending))
         if not pending:
             break
         if timeout_s is not None and time.monotonic() - start > timeout_s:
@@ -170,8 +175,9 @@ class Sweep:
         return varying_fields(self.configs)
 
     def wait(self, timeout_s: float | None = DEFAULT_TIMEOUT_S) -> list[str]:
-        """Wait until every job has ended; their final states."""
-        return wait_all(self.jobs, timeout_s)
+        """Wait until every job has ended (a progress bar when it takes a while); their final states."""
+        with JobsBar(len(self.jobs), self.name) as bar:
+            return wait_all(self.jobs, timeout_s, on_progress=bar.done)
 
     def results(self, timeout_s: float | None = DEFAULT_TIMEOUT_S, title: str = "") -> ResultsTable:
         """Wait, then one row per job (see :func:`job_row`)."""
@@ -220,10 +226,11 @@ def submit_sweep(configs: Sequence[TrainConfig], *, name: str, n_gpu: int | Sequ
         sweep.jobs = list(submit_jobs(commands, n_gpu=counts if len(counts) > 1 else counts[0], name=name,
                                       time_max=time_max, **submit_options))
         return sweep
-    for config, count in pairs:
-        (job,) = submit_jobs(engine_command(config), n_gpu=count, name=name, time_max=time_max, **submit_options)
-        sweep.jobs.append(job)
-        wait_all([job], timeout_s)
+    with JobsBar(len(pairs), name) as bar:  # one bar over the whole sweep
+        for ended, (config, count) in enumerate(pairs):
+            (job,) = submit_jobs(engine_command(config), n_gpu=count, name=name, time_max=time_max, **submit_options)
+            sweep.jobs.append(job)
+            wait_all([job], timeout_s, on_progress=lambda n, ended=ended: bar.done(ended + n))
     return sweep
 
 
