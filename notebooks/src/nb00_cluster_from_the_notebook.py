@@ -39,8 +39,11 @@ CELLS = [
     s = profile.settings("00")
     """),
     code("""
-    labs.choose_pseudonym("Ada Lovelace")  # what a pseudonym that does not fit looks like
-    """, tags=("raises-exception",)),
+    try:  # what a pseudonym that does not fit looks like
+        labs.choose_pseudonym("Ada Lovelace")
+    except ValueError as error:
+        print("not a pseudonym:", error)
+    """),
     md("""
     ## 2. The doctor
 
@@ -75,12 +78,14 @@ CELLS = [
                                    **s.job)
     print(job)
     print("its folder:", job.folder)
-    print("its script:", job.submission_script.name)
+    print("its sbatch script:", job.submission_script.name if job.submission_script.exists() else "none (not on Slurm)")
     """),
     md("""
     `submit_jobs` returned at once with a handle on the job. Its folder (`jobs/<name>/<job id>/` in the
-    course folder) keeps the submission script, the logs (`<id>_0_log.out` and `.err`) and the engine's
-    `metrics.jsonl`. Nothing is ever overwritten: a new job gets a new folder.
+    course folder) keeps the logs (`<id>_0_log.out` and `.err`) and the engine's `metrics.jsonl`; on a
+    Slurm site also the sbatch script Slurm ran (`<id>_submission.sh`). On the local site there is no
+    sbatch script: submitit keeps the command it runs in `<id>_submitted.pkl` and its result in
+    `<id>_0_result.pkl`. Nothing is ever overwritten: a new job gets a new folder.
 
     ## 4. Watching the queue
 
@@ -176,8 +181,11 @@ CELLS = [
     into one results table: one row per job, the options that differ between the runs first.
     """),
     code("""
+    # NBVAL_IGNORE_OUTPUT
     jobs = [coursekit.get_job(job_id) for job_id in job_ids]
-    table = labs.collect(jobs, configs, timeout_s=s.timeout_s, title="learning-rate sweep")
+    table = labs.collect(jobs, configs, timeout_s=s.timeout_s, title="learning-rate sweep")  # a bar while it waits
+    """),
+    code("""
     print("states:", table.column("state"))
     """),
     code("""
