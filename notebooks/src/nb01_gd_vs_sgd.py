@@ -95,7 +95,10 @@ CELLS = [
     coursekit.display_slurm_queue(name=labs.job_name(pseudo, "gd"))
     """),
     code("""
-    table = gd.add_paths(sweep.results(timeout_s=s.timeout_s, title="GD vs SGD"), x, y)
+    # NBVAL_IGNORE_OUTPUT
+    table = gd.add_paths(sweep.results(timeout_s=s.timeout_s, title="GD vs SGD"), x, y)  # a bar while it waits
+    """),
+    code("""
     print("states:", sorted(set(table.column("state"))))
     """),
     code("""

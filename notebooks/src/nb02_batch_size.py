@@ -112,15 +112,18 @@ CELLS = [
     ### Exercise — give the large batch the same number of steps
 
     The largest batch made far fewer optimiser steps than *B = 64*. Run it again with as many **steps**
-    as the *B = 64* run made (use `steps=`, and `epochs=` large enough to allow them), then compare its
-    validation accuracy and its training time with the *B = 64* run. Store the new row in `longer`.
+    as the *B = 64* run made (`reference["summary"]["steps"]`; give `s.base.replace(...)` the options
+    `batch_size=largest`, `steps=` and `epochs=` large enough to allow them, and submit it with
+    `labs.run_sweep` as in section 1), then compare its validation accuracy and its training time with
+    the *B = 64* run. Store the new row (with its time to the target accuracy, `bs.add_time_to_accuracy`)
+    in `longer`.
     """, tags=("exercise",)),
     code("""
     # NBVAL_IGNORE_OUTPUT
-    ### BEGIN SOLUTION
-    reference = table.one(batch_size=64)
-    steps_done = reference["summary"]["steps"]
+    reference = table.one(batch_size=64)  # the B = 64 row of the sweep
     largest = max(s.batch_sizes)
+    ### BEGIN SOLUTION
+    steps_done = reference["summary"]["steps"]
     longer_config = s.base.replace(batch_size=largest, steps=steps_done, epochs=10 * steps_done)
     longer = bs.add_time_to_accuracy(labs.run_sweep([longer_config], name=labs.job_name(pseudo, "long"),
                                                     **s.job, timeout_s=s.timeout_s), s.target_acc)[0]
