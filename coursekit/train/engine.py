@@ -9,6 +9,7 @@ Exit codes of ``main``: 0 completed, 1 failed, 2 bad configuration, 3 NaN loss.
 from __future__ import annotations
 
 import datetime
+import gc
 import importlib
 import math
 import random
@@ -97,6 +98,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         return _run(cfg, ctx)
     finally:
         if ctx.owns_group:
+            gc.collect()  # free DDP's reducer (in reference cycles) and its gloo work before the group goes
             cleanup()
 
 

@@ -29,6 +29,8 @@ PROMPT_FAILURE_S = 40  # a dead rank must end the run well before this (the coll
 LONG_TIMEOUT_S = "600"
 LAYERS, BUCKET_MB = 3, 0.5
 RANK_ONE_DELAY_S = 4
+STARTUP_ALLOWANCE_S = 120  # two engines importing torch on a busy 2-core machine
+PEER_NOTICE_S = 10  # rank 0 must fail this soon after rank 1 died
 
 
 def test_one_process_context_has_no_mesh() -> None:
@@ -167,7 +169,6 @@ def test_engine_rank_failing_mid_run_fails_the_other_rank_promptly(tmp_path: Pat
     args = ["--device", "cpu", "--model", "mlp", "--dataset", "generated", "--num-samples", "400", "--image-size",
             "8", "--batch-size", "8", "--epochs", "50", "--progress", "off", "--out", str(tmp_path / "run")]
     processes = []
-    started = time.monotonic()
     for rank in range(WORLD):
         env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(WORLD),
                "MASTER_ADDR": d.LOCALHOST, "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1",
@@ -175,14 +176,15 @@ def test_engine_rank_failing_mid_run_fails_the_other_rank_promptly(tmp_path: Pat
         processes.append(subprocess.Popen([sys.executable, "-c", FAIL_AT_STEP, *args], env=env,
                                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     try:
-        codes = [p.wait(timeout=PROMPT_FAILURE_S + 30) for p in processes]
+        code_1 = processes[1].wait(timeout=STARTUP_ALLOWANCE_S)
+        rank_1_ended = time.monotonic()
+        code_0 = processes[0].wait(timeout=PROMPT_FAILURE_S)
+        gap = time.monotonic() - rank_1_ended
     finally:
         for p in processes:
             if p.poll() is None:
                 p.kill()
-    elapsed = time.monotonic() - started
     outputs = [p.stdout.read() for p in processes]
-    assert codes[1] != 0 and "planted failure on rank 1" in outputs[1]
-    assert codes[0] != 0, outputs[0]
-    assert elapsed < PROMPT_FAILURE_S + 30
+    assert code_1 != 0 and "planted failure on rank 1" in outputs[1]
+    assert code_0 != 0 and gap < PEER_NOTICE_S, (gap, outputs[0])
     assert summary(read_metrics(tmp_path / "run"))["status"] == "failed"  # rank 0 wrote why it stopped

@@ -1,0 +1,364 @@
+"""DDP on one multi-GPU machine, through the engine: scaling, NCCL bus bandwidth, GPU binding, buckets.
+
+One command on a machine with 2 or 4 GPUs (no Slurm needed; about 5 minutes on 2-4 H100/H200):
+
+    NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 python bench/ddp_gpu.py
+
+(a) ResNet-50 bf16 + channels_last, synthetic GPU-resident data, ``torchrun -m coursekit.train`` on 1, 2
+    (and 4) GPUs: fixed batch per GPU (weak scaling) and fixed global batch (strong) -> images/s,
+    speed-up, efficiency; (b) NCCL all-reduce bus bandwidth from 1 MiB to 1 GiB (busbw = algbw x
+    2(n-1)/n, as nccl-tests); (c) "node" binding (every process sees every GPU, picks by local rank) vs
+    "task" binding (CUDA_VISIBLE_DEVICES = its own GPU), bus bandwidth, NCCL's transports and ResNet-50
+    images/s for both; (d) bucket_cap_mb sweep and gradient accumulation with and without no_sync, step
+    time; (e) an NCCL_DEBUG=INFO log per binding (rings, trees, transports) for the notebook.
+Throughputs are medians over step windows after the warm-up steps. Writes bench/results/ddp_gpu.json, the
+run logs next to it, and bench/REPORT-ddp.md (bench/report_ddp.py). ``--cpu-smoke``: the same on CPU
+processes with gloo and tiny sizes, to check this script anywhere (not a measurement).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+RESULTS = ROOT / "bench" / "results"
+NCCL_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+NCCL_DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,GRAPH,ENV"}
+RUN_TIMEOUT_S = 420
+MIB = 2**20
+FLOAT_BYTES = 4
+TRANSPORTS = ("P2P", "SHM", "NET", "CollNet", "NVLS")
+TARGET_EFFICIENCY = {2: 0.93, 4: 0.90}
+PARTS = ("scaling", "busbw", "binding", "buckets")
+
+
+@dataclass(frozen=True)
+class Profile:
+    """What one kind of machine runs."""
+
+    name: str
+    device: str
+    model: str
+    image_size: int
+    precision: str
+    batch_per_gpu: int  # weak scaling; strong scaling keeps batch_per_gpu x 1 as the global batch
+    steps: int
+    warmup_steps: int
+    log_every: int
+    bucket_mbs: tuple[float, ...]
+    accumulation: int
+    busbw_sizes: tuple[int, ...]  # bytes
+    busbw_iters: int
+
+
+GPU = Profile("gpu", "cuda", "resnet50", 224, "bf16", 256, 50, 10, 5, (1.0, 25.0, 1000.0), 4,
+              tuple(MIB * 2**k for k in range(11)), 20)
+CPU_SMOKE = Profile("cpu-smoke", "cpu", "resnet18", 32, "fp32", 8, 6, 2, 2, (0.1, 25.0), 2,
+                    tuple(64 * 1024 * 4**k for k in range(3)), 2)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def base_env(profile: Profile) -> dict[str, str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    for name, value in NCCL_ENV.items():
+        env.setdefault(name, value)
+    if profile.device == "cpu":
+        env.update(OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
+    return env
+
+
+# ---------------------------------------------------------------- launching
+
+
+def torchrun(world: int, words: list[str]) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1", "--nproc_per_node",
+            str(world), *words]
+
+
+def launch(name: str, world: int, words: list[str], env: dict[str, str], logs: Path, binding: str | None = None,
+           ) -> dict[str, Any]:
+    """Run ``words`` (after ``python``) on ``world`` processes: torchrun, or one process per GPU like srun
+    with ``binding`` "node" (all GPUs visible) or "task" (CUDA_VISIBLE_DEVICES = its own GPU)."""
+    log = logs / f"{name}.log"
+    started = time.perf_counter()
+    with log.open("w") as out:
+        if binding is None:
+            command = torchrun(world, words)
+            out.write(f"$ {' '.join(command)}\n")
+            out.flush()
+            processes = [subprocess.Popen(command, env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)]
+        else:
+            port, processes = free_port(), []
+            visible = [d for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d] or [str(i) for i in range(world)]
+            for rank in range(world):
+                rank_env = {**env, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world),
+                            "LOCAL_WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+                if binding == "task" and env.get("CUDA_VISIBLE_DEVICES") != "":
+                    rank_env["CUDA_VISIBLE_DEVICES"] = visible[rank]
+                command = [sys.executable, "-u", *words]
+                out.write(f"$ RANK={rank} CUDA_VISIBLE_DEVICES={rank_env.get('CUDA_VISIBLE_DEVICES', '')} "
+                          f"{' '.join(command)}\n")
+                out.flush()
+                processes.append(subprocess.Popen(command, env=rank_env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT))
+        codes = _wait_all(processes)
+    seconds = time.perf_counter() - started
+    ok = all(code == 0 for code in codes)
+    print(f"  {name}: {'ok' if ok else f'FAILED {codes}'} in {seconds:.0f} s (log {log.name})", flush=True)
+    return {"ok": ok, "exit_codes": codes, "wall_s": seconds, "log": log.name}
+
+
+def _wait_all(processes: list[subprocess.Popen]) -> list[int | None]:
+    """Wait for every process; when one fails (or time runs out) stop the others."""
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while time.monotonic() < deadline:
+        codes = [p.poll() for p in processes]
+        if all(c is not None for c in codes) or any(c not in (None, 0) for c in codes):
+            break
+        time.sleep(0.2)
+    for p in processes:
+        if p.poll() is None:
+            p.terminate()
+    return [p.wait() for p in processes]
+
+
+# ---------------------------------------------------------------- (a), (c), (d): the engine
+
+
+def engine_words(profile: Profile, batch: int, out: Path, *extra: str) -> list[str]:
+    return ["-m", "coursekit.train", "--model", profile.model, "--dataset", "synthetic", "--gpu-resident",
+            "--image-size", str(profile.image_size), "--precision", profile.precision, "--channels-last",
+            "--batch-size", str(batch), "--test-steps", str(profile.steps), "--log-every", str(profile.log_every),
+            "--lr", "0.01", "--progress", "off", "--device", profile.device, "--out", str(out), *extra]
+
+
+def engine_run(name: str, profile: Profile, world: int, batch: int, env: dict[str, str], logs: Path, scratch: Path,
+               *extra: str, binding: str | None = None) -> dict[str, Any]:
+    """One engine run; images/s (global and per process) and step time as medians after the warm-up."""
+    from coursekit.metrics import read_metrics, steps
+
+    out = scratch / name
+    words = engine_words(profile, batch, out, *extra)
+    row: dict[str, Any] = {"name": name, "world_size": world, "batch_per_gpu": batch, "global_batch": batch * world,
+                           "options": list(extra), "binding": binding or "node (torchrun)",
+                           **launch(name, world, words, env, logs, binding)}
+    records = [r for r in steps(read_metrics(out)) if r["step"] > profile.warmup_steps] if out.exists() else []
+    if row["ok"] and records:
+        local = statistics.median(r["images_per_s"] for r in records)
+        row.update(img_s=statistics.median(r["images_per_s_global"] for r in records), img_s_per_gpu=local,
+                   step_ms=1000 * batch / local, windows=len(records))
+    else:
+        row["ok"] = False
+    return row
+
+
+def scaling(profile: Profile, worlds: list[int], env: dict[str, str], logs: Path, scratch: Path) -> list[dict[str, Any]]:
+    rows = []
+    for world in worlds:
+        for mode in ("weak", "strong"):
+            if world == 1 and mode == "strong":
+                continue  # the same run as weak at 1 GPU
+            batch = profile.batch_per_gpu if mode == "weak" else profile.batch_per_gpu // world
+            row = engine_run(f"scaling_{mode}_{world}", profile, world, batch, env, logs, scratch)
+            rows.append({**row, "mode": mode})
+    base = next((r for r in rows if r["world_size"] == 1 and r["ok"]), None)
+    for row in rows:
+        if base and row["ok"]:
+            row["speedup"] = row["img_s"] / base["img_s"]
+            row["efficiency"] = row["speedup"] / row["world_size"]
+    return rows
+
+
+def buckets(profile: Profile, world: int, env: dict[str, str], logs: Path, scratch: Path) -> dict[str, Any]:
+    """bucket_cap_mb sweep; accumulation with no_sync (default) and with an all-reduce per micro-batch."""
+    batch = profile.batch_per_gpu
+    sweep = [engine_run(f"bucket_{mb:g}mb_{world}", profile, world, batch, env, logs, scratch,
+                        "--bucket-cap-mb", str(mb)) for mb in profile.bucket_mbs]
+    accumulation = [engine_run(f"accumulation_{name}_{world}", profile, world, batch, env, logs, scratch,
+                               "--accumulation-steps", str(profile.accumulation), *flags)
+                    for name, flags in (("no_sync", []), ("sync_every_micro_batch", ["--sync-every-micro-batch"]))]
+    return {"world_size": world, "bucket_sweep": sweep, "accumulation_steps": profile.accumulation,
+            "accumulation": accumulation}
+
+
+# ---------------------------------------------------------------- (b), (c), (e): NCCL
+
+
+def allreduce_worker(sizes: list[int], iters: int, device: str, out: Path) -> None:
+    """In each process: all-reduce each size ``iters`` times after a warm-up; rank 0 writes the times."""
+    import torch
+    import torch.distributed as dist
+
+    from coursekit.distributed import cleanup, init_distributed
+
+    ctx = init_distributed(device)
+    rows = []
+    for size in sizes:
+        tensor = torch.ones(size // FLOAT_BYTES, device=ctx.device)
+        for _ in range(max(2, iters // 4)):
+            dist.all_reduce(tensor)
+        sync = torch.cuda.synchronize if ctx.device.type == "cuda" else (lambda: None)
+        sync()
+        dist.barrier()
+        started = time.perf_counter()
+        for _ in range(iters):
+            dist.all_reduce(tensor)
+        sync()
+        seconds = (time.perf_counter() - started) / iters
+        algbw = size / seconds / 1e9
+        rows.append({"bytes": size, "time_us": seconds * 1e6, "algbw_gbs": algbw,
+                     "busbw_gbs": algbw * 2 * (ctx.world_size - 1) / ctx.world_size})
+        del tensor
+    if ctx.is_main:
+        out.write_text(json.dumps({"world_size": ctx.world_size, "backend": ctx.backend, "rows": rows}))
+    cleanup()
+
+
+def transports(log: Path) -> dict[str, Any]:
+    """What NCCL_DEBUG=INFO says: connections per transport, ring and tree lines, NCCL's version."""
+    lines = (log.read_text(errors="replace") if log.exists() else "").splitlines()
+    connections = [line for line in lines if re.search(r"Channel \d+/\d+ : .* via ", line)]
+    version = re.search(r"NCCL version ([\d.]+\S*)", "\n".join(lines))
+    return {"connections": len(connections),
+            "via": {name: n for name in TRANSPORTS if (n := sum(f"via {name}" in line for line in connections))},
+            "examples": [line.split("NCCL INFO ")[-1] for line in connections[:4]],
+            "ring_lines": [line.split("NCCL INFO ")[-1] for line in lines
+                           if re.search(r"Channel \d+/\d+ :(\s+\d+)+\s*$", line)][:4],
+            "tree_lines": [line.split("NCCL INFO ")[-1] for line in lines if "Trees" in line][:2],
+            "nccl_version": version.group(1) if version else None}
+
+
+def busbw(name: str, profile: Profile, world: int, env: dict[str, str], logs: Path, scratch: Path,
+          binding: str | None = None, debug: bool = False) -> dict[str, Any]:
+    out = scratch / f"{name}.json"
+    words = [str(Path(__file__).resolve()), "--allreduce-worker", str(out), "--device", profile.device,
+             "--sizes", ",".join(map(str, profile.busbw_sizes)), "--iters", str(profile.busbw_iters)]
+    run_env = {**env, **(NCCL_DEBUG_ENV if debug else {})}
+    row = {"name": name, "world_size": world, "binding": binding or "node (torchrun)",
+           **launch(name, world, words, run_env, logs, binding)}
+    if row["ok"] and out.exists():
+        row.update(json.loads(out.read_text()))
+    if debug:
+        row["nccl_debug"] = transports(logs / row["log"])
+    return row
+
+
+def binding_comparison(profile: Profile, world: int, env: dict[str, str], logs: Path, scratch: Path
+                       ) -> dict[str, Any]:
+    result: dict[str, Any] = {"world_size": world}
+    for binding in ("node", "task"):
+        result[binding] = {
+            "busbw": busbw(f"busbw_{binding}_{world}", profile, world, env, logs, scratch, binding, debug=True),
+            "engine": engine_run(f"engine_{binding}_{world}", profile, world, profile.batch_per_gpu, env, logs,
+                                 scratch, binding=binding)}
+    return result
+
+
+# ---------------------------------------------------------------- the whole benchmark
+
+
+def machine(profile: Profile) -> dict[str, Any]:
+    import torch
+
+    info: dict[str, Any] = {"profile": profile.name, "hostname": platform.node(), "cpus": os.cpu_count(),
+                            "torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version()}
+    if profile.device == "cuda":
+        info.update(gpus=torch.cuda.device_count(), device_name=torch.cuda.get_device_name(0),
+                    nccl=".".join(map(str, torch.cuda.nccl.version())))
+    else:
+        info.update(gpus=0, device_name=f"CPU {platform.machine()}", nccl=None)
+    return info
+
+
+def gpu_count(profile: Profile, requested: int | None) -> int:
+    if profile.device == "cpu":
+        return requested or 2
+    import torch
+
+    available = torch.cuda.device_count()
+    if available < 2:
+        raise SystemExit(f"bench/ddp_gpu.py needs at least 2 GPUs; this machine shows {available} "
+                         "(use --cpu-smoke to check the script on CPUs)")
+    return min(requested or available, available, 4)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cpu-smoke", action="store_true", help="gloo on CPU processes, tiny sizes (a check)")
+    parser.add_argument("--gpus", type=int, default=None, help="most GPUs to use (default: all, at most 4)")
+    parser.add_argument("--out", type=Path, default=None, help="result JSON (default bench/results/ddp_gpu.json)")
+    parser.add_argument("--report", type=Path, default=None, help="Markdown report (default bench/REPORT-ddp.md)")
+    parser.add_argument("--parts", default=",".join(PARTS), help=f"which parts to run (default all: {','.join(PARTS)})")
+    parser.add_argument("--allreduce-worker", type=Path, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--device", default="cuda", help=argparse.SUPPRESS)
+    parser.add_argument("--sizes", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--iters", type=int, default=1, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.allreduce_worker:
+        allreduce_worker([int(s) for s in args.sizes.split(",")], args.iters, args.device, args.allreduce_worker)
+        return 0
+    profile = CPU_SMOKE if args.cpu_smoke else GPU
+    parts = [part.strip() for part in args.parts.split(",") if part.strip()]
+    if not parts or any(part not in PARTS for part in parts):
+        parser.error(f"--parts {args.parts!r}: use a comma-separated subset of {','.join(PARTS)}")
+    smoke_dir = Path(tempfile.gettempdir()) / "coursekit-ddp-smoke"
+    out = args.out or (smoke_dir / "ddp_gpu.json" if args.cpu_smoke else RESULTS / "ddp_gpu.json")
+    report = args.report or (smoke_dir / "REPORT-ddp.md" if args.cpu_smoke else ROOT / "bench" / "REPORT-ddp.md")
+    logs = out.parent / f"{out.stem}_logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    most = gpu_count(profile, args.gpus)
+    worlds = [w for w in (1, 2, 4) if w <= most]
+    env = base_env(profile)
+    started = time.perf_counter()
+    result: dict[str, Any] = {
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "command": " ".join([f"{k}={os.environ[k]}" for k in NCCL_ENV if k in os.environ]
+                            + ["python", "bench/ddp_gpu.py", *(argv if argv is not None else sys.argv[1:])]),
+        "machine": machine(profile), "nccl_env": {k: env.get(k) for k in NCCL_ENV}, "profile": asdict(profile),
+        "targets": {str(k): v for k, v in TARGET_EFFICIENCY.items()}}
+    pair = min(2, most)  # binding and buckets: the lab's 2-GPU machine
+    steps = {"scaling": ("(a) scaling on {worlds} processes", lambda: scaling(profile, worlds, env, logs, scratch)),
+             "busbw": ("(b) all-reduce bus bandwidth", lambda: [busbw(f"busbw_{w}", profile, w, env, logs, scratch)
+                                                            for w in worlds if w > 1]),
+             "binding": ("(c, e) node vs task binding, NCCL_DEBUG=INFO",
+                         lambda: binding_comparison(profile, pair, env, logs, scratch)),
+             "buckets": ("(d) buckets and no_sync", lambda: buckets(profile, pair, env, logs, scratch))}
+    with tempfile.TemporaryDirectory(prefix="ddp-bench-") as scratch_name:
+        scratch = Path(scratch_name)
+        for part in parts:
+            title, work = steps[part]
+            print(title.format(worlds=worlds), flush=True)
+            result[part] = work()
+    result["total_s"] = time.perf_counter() - started
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    sys.path.insert(0, str(ROOT / "bench"))
+    from report_ddp import all_runs, write_report
+
+    write_report(result, report, logs_dir=logs.relative_to(ROOT) if logs.is_relative_to(ROOT) else logs)
+    print(f"wrote {out} and {report} in {result['total_s']:.0f} s", flush=True)
+    return 0 if all(run["ok"] for run in all_runs(result)) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
