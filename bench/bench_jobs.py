@@ -1,13 +1,17 @@
 """Jobs benchmark against the local Slurm (slurm/cluster.sh start): how fast coursekit talks to Slurm.
 
-    python bench/bench_jobs.py                 # all four measurements, writes bench/REPORT-jobs.md
+    python bench/bench_jobs.py                 # all five measurements, writes bench/REPORT-jobs.md
     python bench/bench_jobs.py --repeats 3 --no-slurm   # search_log only (no cluster needed)
+    python bench/bench_jobs.py --watcher-only  # the state watcher alone: rewrites its section of the report
 
 1. submit a 32-job sweep (16 commands x n_gpu [1, 2]) with gpu_jobs_submitter   target < 3 s
    (idr_pytools sleeps 2 s per sbatch: >= 64 s for the same sweep)
 2. submit -> RUNNING latency of one 1-GPU job on an idle cluster (squeue polled every 20 ms)
 3. queue refresh (QueueSource.rows) for a handful of jobs, running and pending  target < 150 ms
 4. search_log over 10,000 generated log files (5,000 job folders, .out + .err)     target < 50 ms
+5. the state watcher: N processes each following M jobs (held, PENDING: they take no GPU) with wait_all
+   and a live-view refresh every 2 s; Slurm calls counted by squeue/sacct shims put first on PATH
+   (they log, then exec the real command)          target <= 1 call per 5 s per process, whatever M
 
 Every figure is mean ± std over the repetitions (and the median). Jobs are submitted in a temporary
 course folder and cancelled at the end.
@@ -24,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -49,6 +53,37 @@ IDLE_TIMEOUT_S = 60.0
 JOB_SLEEP_S = 120  # benchmark jobs sleep, and are cancelled when measured
 DEFAULT_REPEATS = 5
 REPORT = REPO / "bench" / "REPORT-jobs.md"
+WATCH_PROCESSES = (1, 8)
+WATCH_JOBS = (1, 8, 32)
+WATCH_WINDOW_S = 60.0
+WATCH_STEADY_AFTER_S = 20.0  # calls after this point of the window count as "steady state"
+WATCH_TARGET_PER_S = 1 / 5
+WATCH_VIEW_TIMESTEP_S = 2.0
+WATCH_SECTION = "## State watcher: Slurm calls per waiting process"
+WATCH_WORKER = """import sys, threading, time
+from coursekit.jobs.handle import Job
+from coursekit.jobs.queue_view import QueueSource
+from coursekit.labs.experiments import wait_all
+ids, window, timestep = sys.argv[1].split(","), float(sys.argv[2]), float(sys.argv[3])
+jobs = [Job(i, "bench-held", "/tmp/coursekit-bench-held/" + i) for i in ids]
+stop = threading.Event()
+def view():  # what display_slurm_queue's thread does
+    source = QueueSource(jobs=jobs)
+    while not stop.wait(timestep):
+        source.rows()
+threading.Thread(target=view, daemon=True).start()
+print(time.time(), flush=True)
+try:
+    wait_all(jobs, timeout_s=window)
+except TimeoutError:
+    pass
+stop.set()
+print(time.time(), flush=True)
+"""
+SHIM = """#!/bin/bash
+echo "$PPID $(date +%s.%N) {command}" >> "{log}"
+exec "{real}" "$@"
+"""
 METRICS_WRITER = """import sys, time
 from coursekit.metrics import MetricsWriter, default_run_dir
 with MetricsWriter(default_run_dir()) as writer:
@@ -227,6 +262,97 @@ def bench_search(root: Path, repeats: int) -> list[Stat]:
             Stat(f"search_log(contains=<job id>), {LOG_FILES} files", "ms", by_id, SEARCH_TARGET_MS)]
 
 
+# ------------------------------------------------------------------------------------------ state watcher
+
+
+def make_shims(folder: Path, log: Path) -> Path:
+    """squeue and sacct shims that log ``<parent pid> <time> <command>`` then run the real command."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for command in ("squeue", "sacct"):
+        real = shutil.which(command)
+        if real is None:
+            raise RuntimeError(f"{command} is not on PATH: start the local Slurm (bash slurm/cluster.sh start)")
+        (folder / command).write_text(SHIM.format(command=command, log=log, real=real))
+        (folder / command).chmod(0o755)
+    return folder
+
+
+def held_array(size: int) -> list[str]:
+    """``size`` held (PENDING, taking nothing) array tasks: their ids."""
+    done = subprocess.run(["sbatch", "--hold", "--parsable", "-J", "bench-held", "-o", "/dev/null",
+                           f"--array=0-{size - 1}", "--wrap", "sleep 1"], capture_output=True, text=True, check=True)
+    array_id = done.stdout.strip().split(";")[0]
+    return [f"{array_id}_{task}" for task in range(size)]
+
+
+def bench_watcher(processes: Sequence[int], jobs: Sequence[int], window_s: float, work: Path,
+                  coursekit_path: Path | None = None) -> list[dict[str, float]]:
+    """For each N x M: N worker processes, each following its own M held jobs for ``window_s`` seconds;
+    the Slurm calls each one made (mean and worst over the N), per second."""
+    results = []
+    for n in processes:
+        for m in jobs:
+            log = work / f"calls-{n}x{m}.log"
+            bin_dir = make_shims(work / f"shims-{n}x{m}", log)
+            arrays = [held_array(m) for _ in range(n)]
+            env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}",
+                      PYTHONPATH=str(coursekit_path or REPO))
+            try:
+                workers = [subprocess.Popen([sys.executable, "-c", WATCH_WORKER, ",".join(ids), str(window_s),
+                                             str(WATCH_VIEW_TIMESTEP_S)], env=env, stdout=subprocess.PIPE, text=True,
+                                            cwd=work)  # not the repository: PYTHONPATH decides
+                           for ids in arrays]
+                spans = {}
+                for worker in workers:
+                    out, _ = worker.communicate(timeout=window_s + 120)
+                    begin, end = (float(x) for x in out.split())
+                    spans[worker.pid] = (begin, end)
+            finally:
+                subprocess.run(["scancel", *{ids[0].split("_")[0] for ids in arrays}], capture_output=True, check=False)
+            calls: dict[int, list[float]] = {pid: [] for pid in spans}
+            for line in log.read_text().splitlines() if log.exists() else []:
+                pid, stamp, _ = line.split()
+                if int(pid) in calls:
+                    calls[int(pid)].append(float(stamp))
+            rates = [len(calls[pid]) / (end - begin) for pid, (begin, end) in spans.items()]
+            steady = [sum(t >= begin + WATCH_STEADY_AFTER_S for t in calls[pid]) / (end - begin - WATCH_STEADY_AFTER_S)
+                      for pid, (begin, end) in spans.items()]
+            results.append({"processes": n, "jobs": m, "window_s": window_s,
+                            "calls": statistics.fmean(len(c) for c in calls.values()),
+                            "rate": statistics.fmean(rates), "worst": max(rates), "steady": max(steady)})
+            print(f"watcher: {n} process(es) x {m} job(s): {results[-1]}", flush=True)
+    return results
+
+
+def watcher_section(results: list[dict[str, float]], command: str) -> str:
+    lines = [WATCH_SECTION, "",
+             f"Command: `{command}`. Each process follows its own M held jobs (PENDING, taking no GPU) with "
+             f"`wait_all` and, in a thread, a live-view refresh (`QueueSource.rows()`) every "
+             f"{WATCH_VIEW_TIMESTEP_S:g} s, for {results[0]['window_s']:.0f} s; every `squeue`/`sacct` it runs goes "
+             "through a shim first on PATH that logs the call and execs the real command.", "",
+             f"Machine: {machine()[0]}; {machine()[2]}. Date: {time.strftime('%Y-%m-%d %H:%M %Z')}.", "",
+             "| processes N | jobs per process M | calls per process | calls/s per process (mean, worst) | "
+             f"worst after the first {WATCH_STEADY_AFTER_S:.0f} s | target ≤ {WATCH_TARGET_PER_S:g}/s |",
+             "|---|---|---|---|---|---|"]
+    for r in results:
+        verdict = "meets target" if r["worst"] <= WATCH_TARGET_PER_S else "MISSES target"
+        lines.append(f"| {r['processes']} | {r['jobs']} | {r['calls']:.1f} | {r['rate']:.3f}, {r['worst']:.3f} | "
+                     f"{r['steady']:.3f} | {verdict} |")
+    lines += ["", "The watcher (coursekit/jobs/watcher.py) asks at 0, 1, 2, 4, 8, 16 s... after the youngest job's "
+              "submission (half its age, at most every 30 s), one `squeue` for all the jobs the process follows "
+              "(and one `sacct` for those that left the queue); `Job.state`, `repr(job)`, `Job.wait`, `wait_all` "
+              "and the live view all read it, so the figure does not grow with M nor with the view's timestep.", ""]
+    return "\n".join(lines)
+
+
+def replace_section(report: Path, section: str) -> None:
+    """Put ``section`` (which starts with WATCH_SECTION) in the report, in place of the old one."""
+    text = report.read_text() if report.exists() else "# Jobs benchmark (local Slurm)\n"
+    before, _, after = text.partition(WATCH_SECTION)
+    rest = after[after.find("\n## "):] if "\n## " in after else ""
+    report.write_text(before.rstrip("\n") + "\n\n" + section.rstrip("\n") + "\n" + rest)
+
+
 # ------------------------------------------------------------------------------------------ report
 
 
@@ -277,7 +403,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=DEFAULT_REPEATS, help="repetitions of each measurement")
     parser.add_argument("--no-slurm", action="store_true", help="only search_log (no cluster needed)")
     parser.add_argument("--report", type=Path, default=REPORT, help="where to write the markdown report")
+    parser.add_argument("--watcher-only", action="store_true", help="only the state watcher's calls (section 5)")
+    parser.add_argument("--watch-processes", type=int, nargs="+", default=list(WATCH_PROCESSES))
+    parser.add_argument("--watch-jobs", type=int, nargs="+", default=list(WATCH_JOBS))
+    parser.add_argument("--watch-window", type=float, default=WATCH_WINDOW_S, help="seconds each process waits")
+    parser.add_argument("--coursekit-path", type=Path, default=None,
+                        help="run the watcher's workers with the coursekit found there (e.g. an older checkout)")
     args = parser.parse_args(argv)
+    command = "python bench/bench_jobs.py" + (f" {' '.join(argv or sys.argv[1:])}" if (argv or sys.argv[1:]) else "")
+    if args.watcher_only:
+        work = Path(tempfile.mkdtemp(prefix="coursekit-bench-watch-"))
+        try:
+            results = bench_watcher(args.watch_processes, args.watch_jobs, args.watch_window, work, args.coursekit_path)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        section = watcher_section(results, command)
+        replace_section(args.report, section)
+        print(section)
+        return 0
     if args.repeats < 2:
         parser.error("--repeats must be at least 2 (mean ± std)")
     work = Path(tempfile.mkdtemp(prefix="coursekit-bench-"))
@@ -297,8 +440,16 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         os.chdir(REPO)
         shutil.rmtree(work, ignore_errors=True)
-    command = "python bench/bench_jobs.py" + (f" {' '.join(argv or sys.argv[1:])}" if (argv or sys.argv[1:]) else "")
-    print(write_report(stats, command, args.report))
+    text = write_report(stats, command, args.report)
+    if not args.no_slurm:
+        work = Path(tempfile.mkdtemp(prefix="coursekit-bench-watch-"))
+        try:
+            results = bench_watcher(args.watch_processes, args.watch_jobs, args.watch_window, work, args.coursekit_path)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        replace_section(args.report, watcher_section(results, command))
+        text = args.report.read_text()
+    print(text)
     return 0
 
 
