@@ -381,23 +381,66 @@ def load_ddp_recording(path: str | os.PathLike | None = None, verbose: bool = Tr
 
 
 def describe_recording(recording: dict[str, Any]) -> str:
-    """One line naming the machine and the command behind the recorded figures."""
-    from coursekit.labs.recorded import describe
-
-    return describe(recording)
+    """One line naming the machine, the software, the date and the command behind the recorded figures."""
+    machine = recording.get("machine") or {}
+    gpus = machine.get("gpus")
+    parts = [f"recorded on {f'{gpus} x ' if gpus else ''}{machine.get('device_name') or 'an unnamed machine'}"]
+    parts += [f"{name} {machine[key]}" for name, key in (("torch", "torch"), ("CUDA", "cuda"), ("NCCL", "nccl"))
+              if machine.get(key)]
+    if recording.get("date"):
+        parts.append(str(recording["date"])[:10])
+    line = ", ".join(parts)
+    return line + (f" by `{recording['command']}`" if recording.get("command") else "")
 
 
 def recorded_scaling_table(recording: dict[str, Any]) -> ResultsTable | None:
-    """The recorded GPU scaling rows (n_gpu, batch per GPU, img/s, speed-up, efficiency), when present."""
-    rows = recording.get("scaling") or []
+    """The recorded scaling runs (mode, GPUs, batch per GPU, img/s, speed-up, efficiency), when present."""
+    rows = [r for r in recording.get("scaling") or [] if r.get("ok", True)]
     if not rows:
         return None
-    table = ResultsTable(title="recorded: " + describe_recording(recording),
+    table = ResultsTable(title="GPU scaling, " + describe_recording(recording),
                          columns=["mode", "n_gpu", "batch_per_gpu", "global_batch", "img_s", "speedup", "efficiency"])
     for row in rows:
         img_s = row.get("img_s")
-        table.append({**row, "img_s": img_s.get("mean") if isinstance(img_s, dict) else img_s})
+        table.append({**row, "n_gpu": row.get("n_gpu", row.get("world_size")),
+                      "img_s": img_s.get("mean") if isinstance(img_s, dict) else img_s})
     return table
+
+
+def recorded_scaling_tables(recording: dict[str, Any]) -> tuple[ResultsTable, ResultsTable] | None:
+    """(strong, weak) of the recorded scaling runs, in the shape of :func:`scaling_tables`."""
+    table = recorded_scaling_table(recording)
+    if table is None:
+        return None
+    rows = [{"n_gpu": r["n_gpu"], "batch_per_gpu": r.get("batch_per_gpu"), "global_batch": r.get("global_batch"),
+             "img_s": r["img_s"], "step_time_s": None, "mode": r.get("mode")} for r in table]
+    weak = [r for r in rows if r["mode"] == "weak"]
+    strong = [r for r in weak if r["n_gpu"] == 1] + [r for r in rows if r["mode"] == "strong"]
+    note = describe_recording(recording)
+    return _with_speedup(strong, f"strong scaling, {note}"), _with_speedup(weak, f"weak scaling, {note}")
+
+
+def recorded_busbw_table(recording: dict[str, Any], sizes_mib: Sequence[float] = (1, 16, 256, 1024)) -> ResultsTable | None:
+    """Recorded NCCL all-reduce bus bandwidth (GB/s) at a few message sizes, per number of GPUs."""
+    table = ResultsTable(title="all-reduce bus bandwidth, " + describe_recording(recording))
+    for run in recording.get("busbw") or []:
+        by_size = {r["bytes"] / MB: r.get("busbw_gbs") for r in run.get("rows", [])}
+        row = {"n_gpu": run.get("world_size"), "binding": run.get("binding")}
+        row.update({f"{size:g} MiB": by_size.get(size) for size in sizes_mib})
+        table.append(row)
+    return table if len(table) else None
+
+
+def recorded_nccl_logs(recording: dict[str, Any]) -> dict[str, str]:
+    """The recorded ``NCCL_DEBUG=INFO`` logs of the binding comparison: {"node": text, "task": text}."""
+    path = Path(recording.get("_path", ""))
+    logs = path.with_name(f"{path.stem}_logs")
+    found = {}
+    for binding, result in (recording.get("binding") or {}).items():
+        name = ((result or {}).get("busbw") or {}).get("log") if isinstance(result, dict) else None
+        if name and (logs / name).is_file():
+            found[binding] = (logs / name).read_text(encoding="utf-8", errors="replace")
+    return found
 
 
 # --- section 7: reading NCCL's mind ------------------------------------------------------------

@@ -1,6 +1,8 @@
 """Lab 06 helpers: sampler orders, DDP = serial in a real 2-process job, scaling tables, NCCL's log, sweeps
 over GPU counts."""
 
+import json
+
 import pytest
 
 from coursekit.labs import data_parallel as dp
@@ -104,9 +106,20 @@ def test_missing_gpu_recording_is_said_plainly(tmp_path, capsys):
     assert dp.load_ddp_recording(tmp_path / "none.json") is None
     assert dp.NO_GPU_FIGURES in capsys.readouterr().out
     path = tmp_path / "ddp_gpu.json"
-    path.write_text('{"device": "2x H200", "scaling": [{"mode": "weak", "n_gpu": 2, "img_s": {"mean": 8769}}]}')
-    table = dp.recorded_scaling_table(dp.load_ddp_recording(path))
-    assert table.column("img_s") == [8769] and "2x H200" in table.title
+    recording = {"machine": {"gpus": 2, "device_name": "NVIDIA H200", "nccl": "2.21.5"}, "date": "2026-11-26T06:00",
+                 "scaling": [{"mode": "weak", "world_size": 2, "img_s": 8769.0, "ok": True},
+                             {"mode": "strong", "world_size": 2, "ok": False}],
+                 "busbw": [{"world_size": 2, "binding": "node", "rows": [{"bytes": 2**20, "busbw_gbs": 14.0}]}],
+                 "binding": {"node": {"busbw": {"log": "busbw_node_2.log"}}, "task": {"busbw": {"log": "gone.log"}}}}
+    path.write_text(json.dumps(recording))
+    (tmp_path / "ddp_gpu_logs").mkdir()
+    (tmp_path / "ddp_gpu_logs" / "busbw_node_2.log").write_text(dp.EXAMPLE_NCCL_LOG)
+    loaded = dp.load_ddp_recording(path)
+    table = dp.recorded_scaling_table(loaded)
+    assert table.column("img_s") == [8769.0] and table.column("n_gpu") == [2]
+    assert "2 x NVIDIA H200" in table.title and "NCCL 2.21.5" in table.title
+    assert dp.recorded_busbw_table(loaded).column("1 MiB") == [14.0]
+    assert list(dp.recorded_nccl_logs(loaded)) == ["node"]
 
 
 def test_a_sweep_over_gpu_counts_runs_every_config_on_every_count(monkeypatch):
