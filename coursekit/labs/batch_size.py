@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from coursekit.labs.claims import time_to_target
-from coursekit.labs.plots import OOM_COLOR, RECORDED_COLOR, new_figure
+from coursekit.labs.plots import OOM_COLOR, RECORDED_COLOR, new_figure, outside_legend
 from coursekit.labs.results import ResultsTable
 
 MB_PER_GB = 1024.0
@@ -64,7 +64,7 @@ def accuracy_figure(table: ResultsTable, target: float) -> Any:
     left.axhline(target, color="black", linestyle=":", linewidth=0.8, label=f"target {target:.0%}")
     left.set_xlabel("epoch")
     left.set_ylabel("validation accuracy")
-    left.legend(fontsize="small")
+    outside_legend(left)  # beside the axes: the curves fill them
     labels = [str(r["batch_size"]) for r in table]
     values = [r["time_to_target_s"] or 0.0 for r in table]
     bars = right.bar(range(len(labels)), values, color=["tab:blue" if r["time_to_target_s"] else "lightgray"

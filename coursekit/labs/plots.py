@@ -1,7 +1,8 @@
 """Plots of the labs, drawn from results tables (matplotlib's object API: safe under Agg and in a kernel).
 
 Every function returns the ``Figure``; in a notebook the last expression of a cell displays it. Figures
-of recorded (not measured here) numbers carry the word "recorded" and the machine in their title.
+of recorded (not measured here) numbers carry the word "recorded" and the machine in their title. Axes
+are labelled in words with units (``results.column_label``); legends sit beside the axes, never on a curve.
 """
 
 from __future__ import annotations
@@ -11,13 +12,14 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-from coursekit.labs.results import ResultsTable
+from coursekit.labs.results import ResultsTable, column_label
 
 FIGSIZE = (6.4, 4.0)
 WIDE_FIGSIZE = (11.0, 4.0)
 DPI = 80
 RECORDED_COLOR = "tab:gray"
 OOM_COLOR = "tab:red"
+LEGEND_ANCHOR = (1.02, 1.0)  # just right of the axes, top-aligned (constrained layout makes room)
 
 
 def new_figure(ncols: int = 1, figsize: tuple[float, float] | None = None) -> tuple[Figure, Any]:
@@ -31,6 +33,19 @@ def label_of(row: dict[str, Any], keys: Sequence[str]) -> str:
     return ", ".join(f"{k}={row.get(k)}" for k in keys)
 
 
+def outside_legend(ax: Any) -> None:
+    """The axes' legend beside them (right, top-aligned), where it covers no curve."""
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=LEGEND_ANCHOR, borderaxespad=0.0)
+
+
+def _plain_log2_ticks(ax: Any, xs: Sequence[float]) -> None:
+    """Ticks at the values measured, written 64 rather than 2^6."""
+    values = sorted({x for x in xs if x})
+    if values:
+        ax.set_xticks(values, [f"{x:g}" for x in values])
+        ax.minorticks_off()
+
+
 def curves(table: ResultsTable, records: str, x: str, y: str, label_keys: Sequence[str], ax: Any = None,
            title: str = "", logy: bool = False, x_fn: Callable[[dict[str, Any], dict[str, Any]], float] | None = None
            ) -> Figure:
@@ -42,13 +57,13 @@ def curves(table: ResultsTable, records: str, x: str, y: str, label_keys: Sequen
         points = [r for r in row.get(records) or [] if r.get(y) is not None]
         xs = [x_fn(row, r) if x_fn else r[x] for r in points]
         ax.plot(xs, [r[y] for r in points], label=label_of(row, label_keys), marker="." if len(points) < 30 else None)
-    ax.set_xlabel(x)
-    ax.set_ylabel(y)
+    ax.set_xlabel(column_label(x))
+    ax.set_ylabel(column_label(y))
     if logy:
         ax.set_yscale("log")
     if title:
         ax.set_title(title)
-    ax.legend(fontsize="small")
+    outside_legend(ax)
     return figure or ax.figure
 
 
@@ -67,14 +82,15 @@ def scatter_line(table: ResultsTable, x: str, y: str, ax: Any = None, title: str
         ax.plot(xs, ys, marker="o", label=label, color=color)
     if logx:
         ax.set_xscale("log", base=2)
+        _plain_log2_ticks(ax, xs)
     if logy:
         ax.set_yscale("log")
-    ax.set_xlabel(x)
-    ax.set_ylabel(y)
+    ax.set_xlabel(column_label(x))
+    ax.set_ylabel(column_label(y))
     if title:
         ax.set_title(title)
     if label:
-        ax.legend(fontsize="small")
+        outside_legend(ax)
     return figure or ax.figure
 
 
@@ -112,7 +128,7 @@ def stacked_bars(labels: Sequence[str], parts: dict[str, Sequence[float]], ax: A
         ax.axhline(limit, color=OOM_COLOR, linestyle="--", label=limit_label or f"limit {limit:g}")
     ax.set_xticks(positions, labels, rotation=15, ha="right", fontsize="small")
     ax.set_ylabel(ylabel)
-    ax.legend(fontsize="small")
+    outside_legend(ax)
     if title:
         ax.set_title(title)
     return figure or ax.figure

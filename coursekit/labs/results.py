@@ -2,17 +2,43 @@
 
 pandas-free on purpose: a participant can print it, filter it, take a column, and nothing else is
 needed. Values that are lists or dicts (the step and epoch records of a run) stay in the rows for the
-plots but are never printed.
+plots but are never printed. In a notebook a table shows as HTML with readable headers
+(``column_label``: ``images_per_s_median`` -> "images/s (median)"), the words the plots' axes use too.
 """
 
 from __future__ import annotations
 
+import html
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 MISSING = "-"
 DEFAULT_FLOAT_DIGITS = 3
+# Column names -> words with units (plots' axes, HTML headers); other names: see column_label
+COLUMN_LABELS = {
+    "batch_size": "batch size", "lr": "learning rate", "job_id": "job id", "n_gpu": "GPUs", "oom": "out of memory",
+    "images_per_s": "images/s", "images_per_s_median": "images/s (median)", "img_s": "images/s",
+    "img_s_std": "images/s (std)", "val_acc": "validation accuracy", "val_loss": "validation loss",
+    "train_loss": "training loss", "train_acc": "training accuracy", "loss": "training loss",
+    "data_fraction": "share of step time waiting for data", "grad_noise_var": "gradient noise variance",
+    "tflops": "TFLOP/s", "speedup": "speed-up", "num_workers": "loader workers",
+    "activations_mb_per_image": "activations per image (MB)", "time_to_target_s": "time to target (s)",
+    "peak_mem_mb": "peak memory (MB)", "peak_mem_gb": "peak memory (GB)", "estimate_mb": "calculator (MB)",
+}
+UNIT_SUFFIXES = {"_s": "s", "_ms": "ms", "_mb": "MB", "_gb": "GB", "_bytes": "bytes"}
+HEADER_STYLE = "text-align:right;white-space:nowrap;padding:2px 8px"
+CELL_STYLE = "text-align:right;white-space:nowrap;padding:2px 8px;font-variant-numeric:tabular-nums"
+
+
+def column_label(name: str) -> str:
+    """Words with units for a column name: ``COLUMN_LABELS``, else ``peak_mem_mb`` -> "peak mem (MB)"."""
+    if name in COLUMN_LABELS:
+        return COLUMN_LABELS[name]
+    for suffix, unit in UNIT_SUFFIXES.items():
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return f"{name.removesuffix(suffix).replace('_', ' ')} ({unit})"
+    return name.replace("_", " ")
 
 
 def _is_scalar(value: Any) -> bool:
@@ -121,6 +147,20 @@ class ResultsTable:
         lines.append("  ".join("-" * w for w in widths))
         lines += ["  ".join(v.rjust(w) for v, w in zip(line, widths, strict=True)) for line in cells]
         return "\n".join(lines)
+
+    def to_html(self, digits: int = DEFAULT_FLOAT_DIGITS) -> str:
+        """An HTML table (headers in words, ``column_label``; every cell escaped), the title as its caption."""
+        columns = self.columns
+        head = "".join(f"<th style='{HEADER_STYLE}' title='{html.escape(c)}'>{html.escape(column_label(c))}</th>"
+                       for c in columns)
+        body = "".join("<tr>" + "".join(f"<td style='{CELL_STYLE}'>{html.escape(format_value(row.get(c), digits))}</td>"
+                                        for c in columns) + "</tr>" for row in self.rows)
+        caption = f"<caption style='text-align:left'><b>{html.escape(self.title)}</b></caption>" if self.title else ""
+        return (f"<table style='border-collapse:collapse'>{caption}<thead><tr>{head}</tr></thead>"
+                f"<tbody>{body}</tbody></table>")
+
+    def _repr_html_(self) -> str:
+        return self.to_html()
 
     def __str__(self) -> str:
         return self.to_text()

@@ -38,3 +38,16 @@ def test_lab_figures():
     model = build_model(TrainConfig(model="mlp", image_size=4), 2, (3, 4, 4))
     estimates = [estimate_memory(model, "sgd", "fp32", b, (3, 4, 4)) for b in (1, 2)]
     assert len(anatomy.fill_figure(estimates, ["1", "2"], 80).axes[0].patches) == 10
+
+
+def test_axes_speak_words_with_units_and_legends_sit_beside_the_curves():
+    table = sweep_table()
+    axes = plots.scatter_line(table, "batch_size", "images_per_s", logx=True, label="measured").axes[0]
+    assert (axes.get_xlabel(), axes.get_ylabel()) == ("batch size", "images/s")
+    assert [t.get_text() for t in axes.get_xticklabels()] == ["4", "16", "64"]
+    legend = axes.get_legend()
+    assert legend._loc == 2 and tuple(legend.get_bbox_to_anchor()._bbox.bounds[:2]) == plots.LEGEND_ANCHOR
+    axes = plots.curves(table, "epochs", "epoch", "val_acc", ["batch_size"]).axes[0]
+    assert axes.get_ylabel() == "validation accuracy" and axes.get_legend() is not None
+    figure = batch_size.accuracy_figure(batch_size.add_time_to_accuracy(sweep_table(), 0.3), 0.3)
+    assert figure.axes[0].get_legend()._loc == 2

@@ -2,7 +2,7 @@
 
 import pytest
 
-from coursekit.labs.results import ResultsTable, format_value
+from coursekit.labs.results import ResultsTable, column_label, format_value
 
 
 def make_table() -> ResultsTable:
@@ -53,3 +53,20 @@ def test_add_column():
                                          (0.0, "0")])
 def test_format_value(value, text):
     assert format_value(value) == text
+
+
+@pytest.mark.parametrize("name, words", [("images_per_s_median", "images/s (median)"), ("val_acc", "validation accuracy"),
+                                         ("total_time_s", "total time (s)"), ("gradients_mb", "gradients (MB)"),
+                                         ("state", "state"), ("num_workers", "loader workers")])
+def test_column_label(name, words):
+    assert column_label(name) == words
+
+
+def test_html_view_has_readable_headers_escaped_cells_and_the_title():
+    table = make_table().with_columns("batch_size", "images_per_s", "oom")
+    table.append({"batch_size": "<b>", "images_per_s": 1.0, "oom": False})
+    page = table._repr_html_()
+    assert page.startswith("<table") and "<caption" in page and ">sweep<" in page
+    assert ">batch size</th>" in page and ">images/s</th>" in page and "title='images_per_s'" in page
+    assert ">1235</td>" in page and ">yes</td>" in page and "&lt;b&gt;" in page
+    assert page.count("<tr>") == 1 + len(table) and "white-space:nowrap" in page
