@@ -111,7 +111,7 @@ def rows_to_html(rows: Sequence[QueueRow], message: str = "") -> str:
     if not rows:
         body.append(f"<tr><td colspan='{len(COLUMNS)}'><i>no jobs</i></td></tr>")
     footer = f"<div style='font-size:90%;color:#57606a'>{html.escape(message)}</div>" if message else ""
-    return (f"<table style='border-collapse:collapse;font-family:monospace'><thead><tr>{head}</tr></thead>"
+    return (f"<table style='border-collapse:collapse;font-family:monospace;white-space:nowrap'><thead><tr>{head}</tr></thead>"
             f"<tbody>{''.join(body)}</tbody></table>{footer}")
 
 
