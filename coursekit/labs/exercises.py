@@ -16,8 +16,12 @@ participants complete a script, not a cell) are copied too, their solution block
 The folder's own tooling (top-level ``*.py``) and the notebooks' sources (``src/``) are not handed out.
 CI runs the solved notebooks; instructors hand out the stripped ones::
 
-    python -m coursekit.labs.exercises strip notebooks/ handout/
+    python -m coursekit.labs.exercises strip notebooks/     # -> notebooks/participant/
     python -m coursekit.labs.exercises check notebooks/
+
+The copies go by default into ``participant/`` inside the source folder: ``jupyter lab notebooks/`` shows
+them, git ignores them, and their jobs land in the same course folder (``notebooks/coursekit.toml``
+marks it), so they share its job registry.
 """
 
 from __future__ import annotations
@@ -38,8 +42,9 @@ SOLUTION_TAG = "solution"
 ANSWER_TAG = "answer"
 ANSWER_PLACEHOLDER = "*Your answer here.*"
 NOTEBOOK_GLOB = "*.ipynb"
+PARTICIPANT_SUBDIR = "participant"  # default target: inside the served folder, git-ignored
 SCRIPT_GLOB = "*/**/*.py"  # scripts in sub-folders of the notebook folder
-NOT_HANDED_OUT = frozenset({"src", "__pycache__"})  # the notebooks' sources and Python's caches
+NOT_HANDED_OUT = frozenset({"src", "__pycache__", PARTICIPANT_SUBDIR})  # sources, caches, copies
 
 
 class ExerciseMarkupError(ValueError):
@@ -121,10 +126,17 @@ def strip_script(path: Path, folder: Path) -> tuple[str, StripReport]:
     return source + ("\n" if text.endswith("\n") else ""), StripReport(name, blocks, 0)
 
 
-def strip_folder(source: Path, target: Path) -> list[StripReport]:
+def default_target(source: Path) -> Path:
+    """Where participants' copies go when no target is given: ``<source folder>/participant``."""
+    source = Path(source)
+    return (source if source.is_dir() else source.parent) / PARTICIPANT_SUBDIR
+
+
+def strip_folder(source: Path, target: Path | None = None) -> list[StripReport]:
     """Write a stripped copy of every notebook of `source`, and of the scripts in its sub-folders, into
-    `target` (never over the sources)."""
-    source, target = Path(source), Path(target)
+    `target` (default: ``default_target``; never over the sources)."""
+    source = Path(source)
+    target = default_target(source) if target is None else Path(target)
     if target.resolve() == (source if source.is_dir() else source.parent).resolve():
         raise ValueError("target must differ from the source folder: stripping would erase the solutions")
     reports = []
@@ -160,7 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     strip = sub.add_parser("strip", help="write participant copies without the solutions")
     strip.add_argument("source", type=Path)
-    strip.add_argument("target", type=Path)
+    strip.add_argument("target", type=Path, nargs="?", default=None,
+                       help=f"where the copies go (default: SOURCE/{PARTICIPANT_SUBDIR}/)")
     check = sub.add_parser("check", help="check that every solution block is well formed")
     check.add_argument("source", type=Path)
     args = parser.parse_args(argv)
@@ -171,6 +184,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     for report in reports:
         print(f"{report.notebook}: {report.code_blocks} solution block(s), {report.answers} written answer(s)")
+    if args.command == "strip":
+        print(f"participants' copies in {args.target or default_target(args.source)}")
     return 0
 
 

@@ -113,3 +113,28 @@ def test_check_reports_broken_markup_in_a_script(tmp_path, capsys):
     (tmp_path / "ddp" / "train_ddp.py").write_text("x = 1\n### END SOLUTION\n")
     assert exercises.main(["check", str(tmp_path)]) == 1
     assert "ddp/train_ddp.py, line 2" in capsys.readouterr().err
+
+
+def test_participants_copies_go_inside_the_served_folder_by_default(tmp_path, capsys):
+    nbformat.write(solved_notebook(), tmp_path / "00_lab.ipynb")
+    assert exercises.main(["strip", str(tmp_path)]) == 0
+    copy = tmp_path / exercises.PARTICIPANT_SUBDIR / "00_lab.ipynb"
+    assert exercises.PLACEHOLDER_RAISE in nbformat.read(copy, as_version=4).cells[1].source
+    assert "participants' copies in" in capsys.readouterr().out
+    assert exercises.main(["strip", str(tmp_path)]) == 0  # again: the copies are not stripped as sources
+    assert not (tmp_path / exercises.PARTICIPANT_SUBDIR / exercises.PARTICIPANT_SUBDIR).exists()
+
+
+def test_the_repositorys_participant_folder_is_ignored_and_shares_the_course_folder(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from coursekit.course import COURSE_CONFIG_FILE, COURSE_DIR_ENV, course_dir
+
+    root = Path(__file__).resolve().parents[2]
+    assert f"notebooks/{exercises.PARTICIPANT_SUBDIR}/" in (root / ".gitignore").read_text().splitlines()
+    assert (root / "notebooks" / COURSE_CONFIG_FILE).is_file(), "notebooks/ is the course folder of its copies"
+    (tmp_path / COURSE_CONFIG_FILE).write_text("")
+    (tmp_path / exercises.PARTICIPANT_SUBDIR).mkdir()
+    monkeypatch.delenv(COURSE_DIR_ENV, raising=False)
+    monkeypatch.chdir(tmp_path / exercises.PARTICIPANT_SUBDIR)  # where a copy's kernel starts
+    assert course_dir() == tmp_path.resolve()
