@@ -70,15 +70,25 @@ def job_state(job_id: str) -> str:
     return words[0] if words else ""
 
 
-def sbatch_and_wait(script: Path | None, cwd: Path, timeout_s: float, job_id: str | None = None) -> tuple[str, str]:
-    """``sbatch script`` from ``cwd`` (or follow ``job_id``), wait for its end: (job id, final state)."""
-    if job_id is None:
-        done = subprocess.run(["sbatch", "--parsable", str(script)], cwd=cwd, capture_output=True, text=True,
-                              timeout=SLURM_COMMAND_TIMEOUT_S)
-        assert done.returncode == 0, f"sbatch {script} refused: {done.stderr}"
-        job_id = done.stdout.strip().split(";")[0]
+def sbatch(script: Path, cwd: Path, *options: str, args: tuple[str, ...] = ()) -> str:
+    """``sbatch [options] script [args]`` from ``cwd``: the job id (AssertionError with sbatch's message if
+    refused)."""
+    done = subprocess.run(["sbatch", "--parsable", *options, str(script), *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=SLURM_COMMAND_TIMEOUT_S)
+    assert done.returncode == 0, f"sbatch {' '.join(options)} {script} refused: {done.stderr}"
+    return done.stdout.strip().split(";")[0]
+
+
+def wait_job_end(job_id: str, timeout_s: float) -> str:
+    """Wait until the job has ended (accounting says so): its final state."""
     deadline = time.monotonic() + timeout_s
     while (state := job_state(job_id)) in ("", *ACTIVE_JOB_STATES):
         assert time.monotonic() < deadline, f"job {job_id} still {state or 'unknown'} after {timeout_s} s"
         time.sleep(POLL_S)
-    return job_id, state
+    return state
+
+
+def sbatch_and_wait(script: Path, cwd: Path, timeout_s: float) -> tuple[str, str]:
+    """``sbatch script`` from ``cwd``, wait for its end: (job id, final state)."""
+    job_id = sbatch(script, cwd)
+    return job_id, wait_job_end(job_id, timeout_s)

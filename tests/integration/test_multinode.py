@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import re
 import subprocess
-import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -16,17 +17,22 @@ from slurm_helpers import (
     REPO,
     cluster,
     node_states,
-    sbatch_and_wait,
+    sbatch,
+    wait_job_end,
     wait_nodes_healthy,
 )
 
 import coursekit
+from coursekit.sites import SITE_ENV
 
 NODES = 2  # what the test cluster must have at least
-END_S = 120  # a 2-node torch job: 4 Python processes start on a 2-core machine
-FAIL_PROMPTLY_S = 90  # a job whose rank 1 raises ends well before this (its time limit is 10 minutes)
+END_S = 180  # a 2-node torch job on a loaded 2-core machine, counted from the submission of them all
+FAIL_PROMPTLY_S = 60  # a job whose rank 1 raises runs less than this (its time limit is 10 minutes)
 FAILING_JOB_TIME_MIN = 10
 TEMPLATE = REPO / "slurm" / "templates" / "multinode_srun_torchrun.sbatch"
+TEMPLATE_OPTIONS = ("--gres=gpu:1", "--cpus-per-task=1", "--time=5")  # a node's worth this machine can run
+TEMPLATE_TRAIN_ARGS = ("--model", "linear", "--dataset", "generated", "--epochs", "1")
+ONE_GPU_PER_NODE = 'site = "slurm"\n[site_defaults]\ngpus_per_node = 1\ncpus_per_gpu = 1\n'
 
 ALL_REDUCE = '''\
 import os, socket
@@ -65,81 +71,96 @@ TORCHRUN_SBATCH = '''\
 #SBATCH --error=%x-%j.err
 set -euo pipefail
 mapfile -t JOB_NODES < <(scontrol show hostnames "$SLURM_JOB_NODELIST")
+PORT=$((20000 + SLURM_JOB_ID % 10000))  # not a fixed port: other jobs of this file may share node1
 srun torchrun --nnodes "$SLURM_JOB_NUM_NODES" --nproc_per_node "$SLURM_GPUS_ON_NODE" \\
-    --rdzv_id "$SLURM_JOB_ID" --rdzv_backend c10d --rdzv_endpoint "${JOB_NODES[0]}:29500" all_reduce.py
+    --rdzv_id "$SLURM_JOB_ID" --rdzv_backend c10d --rdzv_endpoint "${JOB_NODES[0]}:$PORT" all_reduce.py
 '''
 
 RANK_LINE = re.compile(r"^RANK (\d+) WORLD (\d+) HOST (\S+) LOCAL (\d+) SUM (\S+)$", re.MULTILINE)
 
 
-@pytest.fixture()
-def two_nodes(slurm_cluster: dict) -> list[str]:
+@dataclass
+class Submitted:
+    """The jobs of this file, sent at once so that they run side by side on the two nodes."""
+
+    folder: Path
+    all_reduce: str  # plain sbatch: srun + torchrun, 2 nodes x 2 processes
+    template: str  # slurm/templates/multinode_srun_torchrun.sbatch, 2 nodes x 1 process
+    submitter: coursekit.Job  # gpu_jobs_submitter(n_gpu=2, launcher="torchrun"), 2 nodes x 1 process
+    failing: coursekit.Job  # the same, rank 1 raises
+
+
+@pytest.fixture(scope="module")
+def nodes(slurm_cluster: dict) -> list[str]:
     """The cluster's node names; the test fails (never skips) with fewer than two."""
-    nodes = sorted(node_states())
-    assert len(nodes) >= NODES, f"the local Slurm has {nodes}, not {NODES} nodes: bash slurm/cluster.sh start"
-    return nodes
+    names = sorted(node_states())
+    assert len(names) >= NODES, f"the local Slurm has {names}, not {NODES} nodes: bash slurm/cluster.sh start"
+    return names
+
+
+@pytest.fixture(scope="module")
+def submitted(nodes: list[str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Submitted]:
+    folder = tmp_path_factory.mktemp("multinode")
+    (folder / "coursekit.toml").write_text(ONE_GPU_PER_NODE)  # n_gpu=2 is 2 nodes x 1 torchrun process
+    (folder / "all_reduce.py").write_text(ALL_REDUCE)
+    (folder / "rank1_raises.py").write_text(RANK1_RAISES)
+    (folder / "mn.sbatch").write_text(TORCHRUN_SBATCH)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("COURSEKIT_COURSE_DIR", str(folder))
+        patch.setenv(SITE_ENV, "slurm")
+        failing = coursekit.submit_jobs(str(folder / "rank1_raises.py"), n_gpu=2, launcher="torchrun",
+                                        name="rank1", time_max=FAILING_JOB_TIME_MIN)[0]
+        job_id = coursekit.gpu_jobs_submitter(str(folder / "all_reduce.py"), n_gpu=2, launcher="torchrun",
+                                              name="mn")[0]
+        yield Submitted(folder, all_reduce=sbatch(folder / "mn.sbatch", folder),
+                        template=sbatch(TEMPLATE, folder, *TEMPLATE_OPTIONS, args=TEMPLATE_TRAIN_ARGS),
+                        submitter=coursekit.get_job(job_id), failing=failing)
 
 
 def _rank_lines(text: str) -> list[tuple[int, int, str, int, float]]:
     return sorted((int(r), int(w), host, int(local), float(s)) for r, w, host, local, s in RANK_LINE.findall(text))
 
 
-def test_a_two_node_srun_torchrun_job_all_reduces_over_both_nodes(tmp_path: Path, two_nodes: list[str]) -> None:
-    (tmp_path / "all_reduce.py").write_text(ALL_REDUCE)
-    script = tmp_path / "mn.sbatch"
-    script.write_text(TORCHRUN_SBATCH)
-    job_id, state = sbatch_and_wait(script, tmp_path, END_S)
-    out = (tmp_path / f"mn_allreduce-{job_id}.out").read_text()
-    assert state == "COMPLETED", f"{out}\n{(tmp_path / f'mn_allreduce-{job_id}.err').read_text()[-3000:]}"
+def _logs(job: coursekit.Job, suffix: str) -> str:
+    return "".join(path.read_text() for path in sorted(job.folder.glob(f"*{suffix}")))
+
+
+def test_a_two_node_srun_torchrun_job_all_reduces_over_both_nodes(submitted: Submitted, nodes: list[str]) -> None:
+    state = wait_job_end(submitted.all_reduce, END_S)
+    out = (submitted.folder / f"mn_allreduce-{submitted.all_reduce}.out").read_text()
+    err = (submitted.folder / f"mn_allreduce-{submitted.all_reduce}.err").read_text()
+    assert state == "COMPLETED", f"{out}\n{err[-3000:]}"
     world = 4  # 2 nodes x 2 processes
     expected_sum = world * (world + 1) / 2
-    assert _rank_lines(out) == [(r, world, two_nodes[r // 2], r % 2, expected_sum) for r in range(world)], out
+    assert _rank_lines(out) == [(r, world, nodes[r // 2], r % 2, expected_sum) for r in range(world)], out
 
 
-def test_gpu_jobs_submitter_spans_two_nodes_with_torchrun(course: Path, two_nodes: list[str]) -> None:
-    # one GPU per node in this course's profile: n_gpu=2 is 2 nodes x 1 torchrun process (cheap on 2 cores)
-    (course / "coursekit.toml").write_text('site = "slurm"\n[site_defaults]\ngpus_per_node = 1\ncpus_per_gpu = 1\n')
-    script = course / "all_reduce.py"
-    script.write_text(ALL_REDUCE)
-    job_id = coursekit.gpu_jobs_submitter(str(script), n_gpu=2, launcher="torchrun", name="mn")[0]
-    job = coursekit.get_job(job_id)
+def test_gpu_jobs_submitter_spans_two_nodes_with_torchrun(submitted: Submitted, nodes: list[str]) -> None:
+    job = submitted.submitter
     assert job.wait(END_S) == "COMPLETED", job.tail(30, "err")
-    script_text = job.submission_script.read_text()
-    assert "#SBATCH --nodes=2" in script_text and "#SBATCH --ntasks-per-node=1" in script_text, script_text
-    out = "".join(path.read_text() for path in sorted(job.folder.glob("*.out")))
-    assert _rank_lines(out) == [(0, 2, two_nodes[0], 0, 3.0), (1, 2, two_nodes[1], 0, 3.0)], out
+    script = job.submission_script.read_text()
+    assert "#SBATCH --nodes=2" in script and "#SBATCH --ntasks-per-node=1" in script, script
+    assert _rank_lines(_logs(job, ".out")) == [(0, 2, nodes[0], 0, 3.0), (1, 2, nodes[1], 0, 3.0)], _logs(job, ".out")
 
 
-def test_a_two_node_job_whose_rank_1_raises_fails_promptly(course: Path, two_nodes: list[str]) -> None:
-    (course / "coursekit.toml").write_text('site = "slurm"\n[site_defaults]\ngpus_per_node = 1\ncpus_per_gpu = 1\n')
-    script = course / "rank1_raises.py"
-    script.write_text(RANK1_RAISES)
-    start = time.monotonic()
-    job = coursekit.submit_jobs(str(script), n_gpu=2, launcher="torchrun", name="rank1",
-                                time_max=FAILING_JOB_TIME_MIN)[0]
-    assert job.wait(FAIL_PROMPTLY_S) == "FAILED", f"not failed within {FAIL_PROMPTLY_S} s:\n{job.tail(30, 'err')}"
-    assert time.monotonic() - start < FAIL_PROMPTLY_S
-    logs = "".join(path.read_text() for path in sorted(job.folder.glob("*.err")))
-    assert "rank 1 fails on purpose" in logs, logs[-3000:]
-    assert "rank 0 passed the barrier" not in "".join(p.read_text() for p in job.folder.glob("*.out"))
+def test_a_two_node_job_whose_rank_1_raises_fails_promptly(submitted: Submitted) -> None:
+    job = submitted.failing
+    assert job.wait(END_S) == "FAILED", f"not ended within {END_S} s:\n{job.tail(30, 'err')}"
+    assert job.elapsed is not None and job.elapsed < FAIL_PROMPTLY_S, f"ran {job.elapsed} s"
+    assert "rank 1 fails on purpose" in _logs(job, ".err"), _logs(job, ".err")[-3000:]
+    assert "rank 0 passed the barrier" not in _logs(job, ".out")
 
 
-def test_the_multinode_template_runs_on_two_nodes(tmp_path: Path, two_nodes: list[str]) -> None:
-    # the template as shipped, with a node's worth of GPUs and CPUs this machine can run: 2 x 1 process
-    done = subprocess.run(["sbatch", "--parsable", "--gres=gpu:1", "--cpus-per-task=1", "--time=5", str(TEMPLATE),
-                           "--model", "linear", "--dataset", "generated", "--epochs", "1"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=CLUSTER_ACTION_TIMEOUT_S)
-    assert done.returncode == 0, done.stderr
-    job_id = done.stdout.strip().split(";")[0]
-    state = sbatch_and_wait(None, tmp_path, END_S, job_id=job_id)[1]
-    out = (tmp_path / f"multinode_torchrun-{job_id}.out").read_text()
-    err = (tmp_path / f"multinode_torchrun-{job_id}.err").read_text()
+def test_the_multinode_template_runs_on_two_nodes(submitted: Submitted, nodes: list[str]) -> None:
+    state = wait_job_end(submitted.template, END_S)
+    out = (submitted.folder / f"multinode_torchrun-{submitted.template}.out").read_text()
+    err = (submitted.folder / f"multinode_torchrun-{submitted.template}.err").read_text()
     assert state == "COMPLETED", f"{out}\n{err[-3000:]}"
-    assert f"2 nodes ({two_nodes[0]} {two_nodes[1]})" in out, out
+    assert f"2 nodes ({nodes[0]} {nodes[1]})" in out, out
 
 
-def test_status_and_start_controller_resume_a_drained_node(two_nodes: list[str]) -> None:
-    node = two_nodes[-1]
+def test_status_and_start_controller_resume_a_drained_node(nodes: list[str]) -> None:
+    node = nodes[-1]
     for action in ("status", "start-controller"):
         drain = ["scontrol", "update", f"nodename={node}", "state=drain", "reason=Kill task failed"]
         subprocess.run(drain, check=True, capture_output=True, timeout=CLUSTER_ACTION_TIMEOUT_S)
