@@ -408,8 +408,8 @@ ensure_node_network() {
 # may be a bind mount), so that jobs resolve each other's hostnames (torchrun's rendezvous, gloo)
 write_hosts_block() {
     local kept block="" name
-    kept=$(awk -v begin="$HOSTS_BEGIN" -v end="$HOSTS_END" '$0 == begin {skip = 1} !skip {print} $0 == end {skip = 0}' \
-        "$HOSTS_FILE")
+    kept=$(awk -v begin="$HOSTS_BEGIN" -v end="$HOSTS_END" \
+        '$0 == begin {skip = 1} !skip {print} $0 == end {skip = 0}' "$HOSTS_FILE")
     if (($# > 0)); then
         block="$HOSTS_BEGIN"$'\n'
         for name in "$@"; do block+="$(node_addr "$name") $name"$'\n'; done
@@ -417,7 +417,8 @@ write_hosts_block() {
     fi
     local wanted="$kept${block:+$'\n'$block}"
     [[ "$(cat "$HOSTS_FILE")" == "$wanted" ]] && return 0
-    printf '%s\n' "$wanted" >"$HOSTS_FILE" || die "could not write the node names into $HOSTS_FILE (jobs resolve them there)"
+    printf '%s\n' "$wanted" >"$HOSTS_FILE" \
+        || die "could not write the node names into $HOSTS_FILE (jobs resolve them there)"
 }
 
 setup_network() {
@@ -578,7 +579,8 @@ cmd_start() {
             *) die "start: unknown option '$1' (allowed: --nodes N, --gpus N, --cpus N)" ;;
         esac
     done
-    [[ -z $NODE_COUNT || $NODE_COUNT =~ ^[1-9][0-9]?$ ]] || die "--nodes must be an integer from 1 to 99 (got '$NODE_COUNT')"
+    [[ -z $NODE_COUNT || $NODE_COUNT =~ ^[1-9][0-9]?$ ]] \
+        || die "--nodes must be an integer from 1 to 99 (got '$NODE_COUNT')"
     [[ -z $GPU_COUNT || $GPU_COUNT =~ ^[1-9][0-9]*$ ]] || die "--gpus must be a positive integer (got '$GPU_COUNT')"
     [[ -z $CPU_COUNT || $CPU_COUNT =~ ^[1-9][0-9]*$ ]] || die "--cpus must be a positive integer (got '$CPU_COUNT')"
     local started=$SECONDS name nodes=()
