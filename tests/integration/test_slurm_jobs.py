@@ -90,11 +90,17 @@ def _where_am_i(offset: int) -> tuple[int, str | None]:
 
 
 def test_a_function_job_brings_back_its_result(course: Path) -> None:
-    job = coursekit.submit_function(_where_am_i, 100, n_gpu=2, name="fn")
+    job = coursekit.submit_function(_where_am_i, 100, n_gpu=2, name="fn", gpu_binding="task")
     values = job.results(timeout=END_S)
     assert [v[0] for v in values] == [100, 101]
-    assert len({v[1] for v in values}) == 2
+    assert len({v[1] for v in values}) == 2  # "task" binding: each task sees its own GPU
     assert job.result() == values[0]
+
+
+def test_node_binding_shows_every_task_the_nodes_gpus(course: Path) -> None:
+    values = coursekit.submit_function(_where_am_i, 0, n_gpu=2, name="fnnode").results(timeout=END_S)
+    assert [v[0] for v in values] == [0, 1]
+    assert len({v[1] for v in values}) == 1 and len(values[0][1].split(",")) == 2  # the default for 2 GPUs
 
 
 def test_a_failing_job_is_failed_with_a_readable_stderr(course: Path) -> None:
