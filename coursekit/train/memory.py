@@ -16,13 +16,36 @@ for fp16/bf16, the 2-byte weight copies autocast casts and caches during the for
 Buffers (BatchNorm running statistics) count with their own size. Activations: the tensors autograd
 saves for backward in one training-mode forward of ``ESTIMATE_BATCH`` samples on the CPU, scaled
 linearly to ``batch_size``, with 2 bytes per element for fp16/bf16 (an approximation: some autocast
-ops keep fp32). Temporary buffers of the backward pass and the allocator's caching are not counted,
-so the measured peak is usually somewhat above weights + gradients + state + activations.
+ops keep fp32).
+
+What else a GPU's allocator hands out at the peak (``torch.cuda.max_memory_allocated``), each a named term:
+
+- ``input_bytes``: the fp32 input batches held on the device beyond the one the forward saves
+  (``input_batches``: 2 for the engine's ``--gpu-resident`` pool; under fp16/bf16 the forward saves a
+  half-precision copy, so every fp32 batch counts);
+- ``transient_bytes``: the backward's temporaries: the gradient of the widest activation, alive next to
+  the saved activations (one largest saved tensor per sample);
+- ``workspace_bytes`` (``cudnn_benchmark=True``, as the engine runs on a GPU, fp32 convolutions only): in
+  strict fp32 (TF32 off) cuDNN's autotuner, during the first steps, tries algorithms without tensor
+  cores, among them FFT-based ones whose workspaces reach gigabytes; the workspace it allocates while
+  trying them lands in the run's peak. ``CUDNN_FP32_AUTOTUNE_*`` are fitted to ResNet-50 fp32 on an
+  H100 and an H200 (cuDNN 9.19: batch 32-512, 4.2 GiB + 6.8 % of the activations; the same batch-256
+  step peaks 5.8 GiB lower in a process whose algorithms were already chosen). Take it as an order of
+  magnitude on other GPUs and models; with TF32, bf16 or fp16 the tensor-core algorithms need little.
+- ``optimizer_temporary_bytes``: foreach optimizers' temporary copies (weight decay added to the
+  gradients, Adam's denominator) during ``step()``, when the activations are already freed: the peak
+  takes the larger of the two phases.
+
+Not in the estimate, because ``max_memory_allocated`` does not see them either: the CUDA context and
+cuDNN/cuBLAS handles (about 0.5-1 GB per process, visible in ``nvidia-smi``), memory the caching
+allocator reserved but does not use (``max_memory_reserved`` - ``max_memory_allocated``: rounding and
+fragmentation), NCCL buffers and other processes on the GPU.
 """
 
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import asdict, dataclass
 
 import torch
@@ -36,6 +59,14 @@ HALF_PRECISIONS = ("fp16", "bf16")
 CONVENTIONS = ("hipergator", "pytorch")
 ESTIMATE_BATCH = 2  # >1 so that BatchNorm1d works in training mode
 MIB = 2**20
+GIB = 2**30
+# foreach optimizers' temporaries during step(), per trainable parameter (one fp32 copy for SGD's weight
+# decay or LARS's trust ratio, two for Adam-like updates)
+OPTIMIZER_TEMPORARY_BYTES = {"sgd": 4, "lars": 4, "adamw": 8, "lamb": 8}
+TRANSIENT_LARGEST_TENSORS = 1  # backward: one gradient of the widest activation next to the saved ones
+CUDNN_FP32_AUTOTUNE_FIXED_BYTES = int(4.2 * GIB)  # fitted, see the module docstring
+CUDNN_FP32_AUTOTUNE_ACTIVATION_SHARE = 0.068
+AUTOTUNE_PRECISIONS = ("fp32",)  # TF32 off: no tensor-core algorithms, the autotuner tries FFT ones
 
 
 @dataclass
@@ -51,11 +82,41 @@ class MemoryEstimate:
     master_copy_bytes: int
     buffers_bytes: int
     activations_bytes: int
+    input_bytes: int = 0
+    transient_bytes: int = 0
+    workspace_bytes: int = 0
+    optimizer_temporary_bytes: int = 0
+
+    @property
+    def static_bytes(self) -> int:
+        """What stays allocated between steps: weights, gradients, state, copies, buffers."""
+        return (self.parameters_bytes + self.gradients_bytes + self.optimizer_state_bytes
+                + self.master_copy_bytes + self.buffers_bytes)
+
+    @property
+    def steady_bytes(self) -> int:
+        """The peak of a step once cuDNN has chosen its algorithms (no autotuning workspace)."""
+        forward_backward = self.activations_bytes + self.input_bytes + self.transient_bytes
+        return self.static_bytes + max(forward_backward, self.optimizer_temporary_bytes)
 
     @property
     def total_bytes(self) -> int:
-        return (self.parameters_bytes + self.gradients_bytes + self.optimizer_state_bytes
-                + self.master_copy_bytes + self.buffers_bytes + self.activations_bytes)
+        """The estimated peak of a run: ``max_memory_allocated`` over every step, the first included."""
+        forward_backward = self.activations_bytes + self.input_bytes + self.transient_bytes + self.workspace_bytes
+        return self.static_bytes + max(forward_backward, self.optimizer_temporary_bytes)
+
+    @property
+    def per_sample_bytes(self) -> float:
+        """What one more sample of the batch adds (activations, inputs, temporaries, workspace share)."""
+        fixed = CUDNN_FP32_AUTOTUNE_FIXED_BYTES if self.workspace_bytes else 0
+        grows = self.activations_bytes + self.input_bytes + self.transient_bytes + self.workspace_bytes - fixed
+        return grows / self.batch_size
+
+    @property
+    def fixed_bytes(self) -> float:
+        """What does not grow with the batch: ``total_bytes = fixed_bytes + batch_size * per_sample_bytes``
+        (while the forward and backward, not the optimizer step, set the peak)."""
+        return self.total_bytes - self.batch_size * self.per_sample_bytes
 
     @property
     def bytes_per_parameter(self) -> float:
@@ -64,52 +125,72 @@ class MemoryEstimate:
         return static / max(self.num_parameters, 1)
 
     def as_dict(self) -> dict[str, float | int | str]:
-        return {**asdict(self), "total_bytes": self.total_bytes, "bytes_per_parameter": self.bytes_per_parameter}
+        return {**asdict(self), "total_bytes": self.total_bytes, "steady_bytes": self.steady_bytes,
+                "bytes_per_parameter": self.bytes_per_parameter}
 
     def __str__(self) -> str:
         rows = [("parameters", self.parameters_bytes), ("gradients", self.gradients_bytes),
                 ("optimizer state", self.optimizer_state_bytes), ("master copy", self.master_copy_bytes),
-                ("buffers", self.buffers_bytes), (f"activations (batch {self.batch_size})", self.activations_bytes)]
+                ("buffers", self.buffers_bytes), (f"activations (batch {self.batch_size})", self.activations_bytes),
+                ("input batches", self.input_bytes), ("backward temporaries", self.transient_bytes),
+                ("cuDNN autotuning workspace", self.workspace_bytes),
+                ("optimizer temporaries (step)", self.optimizer_temporary_bytes)]
         head = (f"Memory estimate: {self.num_parameters:,} parameters, {self.optimizer}, {self.precision}, "
                 f"{self.convention} convention ({self.bytes_per_parameter:.0f} B/parameter)")
-        lines = [head] + [f"  {name:<26}{value / MIB:>12,.1f} MiB" for name, value in rows]
-        lines.append(f"  {'total':<26}{self.total_bytes / MIB:>12,.1f} MiB")
+        lines = [head] + [f"  {name:<30}{value / MIB:>12,.1f} MiB" for name, value in rows]
+        lines.append(f"  {'total (peak)':<30}{self.total_bytes / MIB:>12,.1f} MiB")
         return "\n".join(lines)
 
 
-def activation_bytes_per_sample(model: nn.Module, input_shape: tuple[int, ...]) -> int:
-    """Bytes (fp32) of the tensors autograd saves for backward, per sample, measured on a CPU copy."""
+def saved_activations(model: nn.Module, input_shape: tuple[int, ...]) -> tuple[int, int]:
+    """Bytes (fp32) per sample of the tensors autograd saves for backward, and of the largest of them,
+    measured on a CPU copy of the model."""
     probe = copy.deepcopy(model).to("cpu", torch.float32).train()
     param_storages = {p.untyped_storage().data_ptr() for p in probe.parameters()}
     param_storages |= {b.untyped_storage().data_ptr() for b in probe.buffers()}
     seen: set[int] = set()
-    total = 0
+    total, largest = 0, 0
 
     def pack(tensor: torch.Tensor) -> torch.Tensor:
-        nonlocal total
+        nonlocal total, largest
         storage = tensor.untyped_storage()
         key = storage.data_ptr()
         if key not in param_storages and key not in seen:
             seen.add(key)
             total += storage.nbytes()
+            largest = max(largest, storage.nbytes())
         return tensor
 
     sample = torch.randn(ESTIMATE_BATCH, *input_shape)
     with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         probe(sample)
-    return total // ESTIMATE_BATCH
+    return total // ESTIMATE_BATCH, largest // ESTIMATE_BATCH
+
+
+def activation_bytes_per_sample(model: nn.Module, input_shape: tuple[int, ...]) -> int:
+    """Bytes (fp32) of the tensors autograd saves for backward, per sample, measured on a CPU copy."""
+    return saved_activations(model, input_shape)[0]
+
+
+def has_convolutions(model: nn.Module) -> bool:
+    return any(isinstance(m, nn.modules.conv._ConvNd) for m in model.modules())
 
 
 def estimate_memory(model: nn.Module, optimizer: str, precision: str, batch_size: int,
                     input_shape: tuple[int, ...], *, convention: str = "hipergator",
-                    momentum: float = 0.9) -> MemoryEstimate:
-    """Estimate the training memory of ``model`` (see the module docstring for the conventions)."""
+                    momentum: float = 0.9, input_batches: int = 1, cudnn_benchmark: bool = False) -> MemoryEstimate:
+    """Estimate the training memory of ``model`` (see the module docstring for the conventions and terms).
+
+    ``input_batches``: fp32 input batches on the device at once (2 with ``--gpu-resident``);
+    ``cudnn_benchmark``: cuDNN autotunes its algorithms (the engine does on a GPU)."""
     if optimizer not in OPTIMIZER_STATE_BYTES:
         raise ValueError(f"optimizer={optimizer!r} is unknown; choose one of {', '.join(OPTIMIZER_STATE_BYTES)}")
     if convention not in CONVENTIONS:
         raise ValueError(f"convention={convention!r} is unknown; choose one of {', '.join(CONVENTIONS)}")
     if batch_size < 1:
         raise ValueError(f"batch_size={batch_size} must be >= 1")
+    if input_batches < 1:
+        raise ValueError(f"input_batches={input_batches} must be >= 1 (the batch the forward reads)")
     half = precision in HALF_PRECISIONS
     n_all = sum(p.numel() for p in model.parameters())
     n_train = sum(p.numel() for p in model.parameters() if p.requires_grad)
@@ -121,7 +202,14 @@ def estimate_memory(model: nn.Module, optimizer: str, precision: str, batch_size
     else:
         master = HALF_BYTES * n_all if half else 0
     activation_scale = HALF_BYTES / FP32_BYTES if half else 1.0
-    per_sample = activation_bytes_per_sample(model, tuple(input_shape))
+    per_sample, largest = saved_activations(model, tuple(input_shape))
+    activations = int(per_sample * batch_size * activation_scale)
+    sample_bytes = FP32_BYTES * math.prod(input_shape)
+    # fp32: the forward saves one of the input batches itself; fp16/bf16: it saves a half copy (in activations)
+    extra_batches = input_batches if half else input_batches - 1
+    workspace = 0
+    if cudnn_benchmark and precision in AUTOTUNE_PRECISIONS and has_convolutions(model):
+        workspace = CUDNN_FP32_AUTOTUNE_FIXED_BYTES + int(CUDNN_FP32_AUTOTUNE_ACTIVATION_SHARE * activations)
     return MemoryEstimate(
         optimizer=optimizer, precision=precision, batch_size=batch_size, convention=convention,
         num_parameters=n_all,
@@ -130,5 +218,9 @@ def estimate_memory(model: nn.Module, optimizer: str, precision: str, batch_size
         optimizer_state_bytes=state * n_train,
         master_copy_bytes=master,
         buffers_bytes=sum(b.numel() * b.element_size() for b in model.buffers()),
-        activations_bytes=int(per_sample * batch_size * activation_scale),
+        activations_bytes=activations,
+        input_bytes=extra_batches * sample_bytes * batch_size,
+        transient_bytes=int(TRANSIENT_LARGEST_TENSORS * largest * batch_size * activation_scale),
+        workspace_bytes=workspace,
+        optimizer_temporary_bytes=OPTIMIZER_TEMPORARY_BYTES[optimizer] * n_train,
     )
