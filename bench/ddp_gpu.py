@@ -283,8 +283,9 @@ def machine(profile: Profile) -> dict[str, Any]:
     info: dict[str, Any] = {"profile": profile.name, "hostname": platform.node(), "cpus": os.cpu_count(),
                             "torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version()}
     if profile.device == "cuda":
+        version = torch.cuda.nccl.version()  # a tuple (2, 27, 5); an int in old torch
         info.update(gpus=torch.cuda.device_count(), device_name=torch.cuda.get_device_name(0),
-                    nccl=".".join(map(str, torch.cuda.nccl.version())))
+                    nccl=".".join(map(str, version)) if isinstance(version, tuple) else str(version))
     else:
         info.update(gpus=0, device_name=f"CPU {platform.machine()}", nccl=None)
     return info

@@ -199,6 +199,7 @@ def _build(cfg: TrainConfig, ctx: DistContext) -> dict[str, Any]:
                         "precision": precision, "data": data, "total_steps": total_steps,
                         "epochs": math.ceil(total_steps / steps_per_epoch)},
             "total_steps": total_steps, "steps_per_epoch": steps_per_epoch, "global_batch": global_batch,
+            "mesh": dict(pctx.sizes),
             "memory_estimate": estimate, "num_parameters": sum(p.numel() for p in model.parameters()),
             "sync_batchnorm_layers": sum(isinstance(m, torch.nn.SyncBatchNorm) for m in wrapped.modules())}
 
@@ -220,7 +221,7 @@ def _summary(cfg: TrainConfig, ctx: DistContext, trainer: Trainer, status: str, 
         "status": status, "config": cfg.to_dict(), "run_dir": str(run_dir), "world_size": ctx.world_size,
         "launcher": ctx.launcher, "device": str(ctx.device), **system_info(ctx.device),
         "total_time_s": total_time_s, "steps": trainer.pos.step, "epochs_completed": trainer.pos.epoch,
-        "global_batch": parts["global_batch"], "num_parameters": parts["num_parameters"],
+        "global_batch": parts["global_batch"], "mesh": parts["mesh"], "num_parameters": parts["num_parameters"],
         "sync_batchnorm_layers": parts["sync_batchnorm_layers"],
         "images_per_s": rate, "images_per_s_std": rate_std, "images_per_s_per_gpu": rate_gpu,
         "train_loss": last.get("train_loss"), "train_acc": last.get("train_acc"),

@@ -23,7 +23,9 @@ PER_RANK_BATCH = 8
 # an MLP (no batch norm, no dropout): DDP's averaged gradient is exactly the big batch's gradient
 BASE = {"dataset": "generated", "model": "mlp", "num_samples": 160, "image_size": 8, "num_classes": 4,
         "epochs": 2, "lr": 0.05, "checkpoint_every": 1000, "progress": "off"}
-RUNS = {"plain": {}, "accumulation": {"accumulation_steps": 2}}
+RUNS = {"plain": {}, "accumulation": {"accumulation_steps": 2},
+        # DDP's options change when gradients travel, never the result
+        "sync_every_micro_batch": {"accumulation_steps": 2, "sync_every_micro_batch": True, "bucket_cap_mb": 0.001}}
 
 
 def _worker(rank: int, port: int, root: str, results: Any) -> None:
@@ -74,5 +76,6 @@ def test_only_rank_zero_writes(ddp_runs: tuple[Path, dict]) -> None:
     assert start["world_size"] == WORLD and start["launcher"] == "torchrun"
     summary = results[(0, "plain")]
     assert summary["world_size"] == WORLD and summary["global_batch"] == WORLD * PER_RANK_BATCH
+    assert summary["mesh"] == {"dp": WORLD} and summary["config"]["parallel"] == "ddp"
     for record in steps(records):  # global rate = sum over ranks, not rank 0's rate
         assert record["images_per_s_global"] > record["images_per_s"]
