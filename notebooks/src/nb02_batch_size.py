@@ -83,14 +83,14 @@ CELLS = [
         memory = bs.add_peak_memory_gb(labs.run_sweep(
             [s.memory_base.replace(batch_size=b) for b in s.memory_batch_sizes], name=labs.job_name(pseudo, "mem"),
             **s.job, timeout_s=s.timeout_s, title="peak memory"))
-        print(memory.with_columns("batch_size", "state", "oom", "peak_mem_gb", "images_per_s"))
+        display(memory.with_columns("batch_size", "state", "oom", "peak_mem_gb", "images_per_s"))
         figure = bs.memory_figure(memory, "peak GPU memory against batch size (measured)")
     else:  # cpu profile: no GPU here, show the figures recorded on one
         recording = labs.load_gpu_ladder()
         memory = recorded.batch_sweep_table(recording) if recording else None
         figure = None
         if memory is not None:
-            print(memory)
+            display(memory)
             display(plots.scatter_line(memory, "batch_size", "img_s", errors="img_s_std", logx=True,
                                        color=plots.RECORDED_COLOR, title="GPU throughput (recorded, ResNet-50 bf16)"))
             figure = bs.memory_figure(memory, "peak GPU memory against batch size (recorded, ResNet-50 bf16)",

@@ -198,7 +198,7 @@ CELLS = [
         peaks = labs.run_sweep([s.peak_base.replace(batch_size=b) for b in s.peak_batch_sizes],
                                name=labs.job_name(pseudo, "peak"), **s.job, timeout_s=s.timeout_s)
         peaks.add_column("estimate_mb", lambda r: r["summary"]["memory_estimate"]["total_bytes"] / 2**20)
-        print(peaks.with_columns("batch_size", "state", "peak_mem_mb", "estimate_mb"))
+        display(peaks.with_columns("batch_size", "state", "peak_mem_mb", "estimate_mb"))
         figure, ax = plots.new_figure()
         plots.scatter_line(peaks, "batch_size", "peak_mem_mb", ax=ax, label="measured peak", logx=True)
         plots.scatter_line(peaks, "batch_size", "estimate_mb", ax=ax, label="calculator", logx=True)

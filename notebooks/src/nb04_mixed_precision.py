@@ -125,7 +125,7 @@ CELLS = [
         job = coursekit.submit_function(numerics.matmul_tflops, s.matmul_sizes, "bf16", name=labs.job_name(pseudo, "mm"),
                                         **s.job)
         matmuls = labs.ResultsTable(job.result(timeout=s.timeout_s), title="bf16 matmul")
-        print(matmuls)
+        display(matmuls)
     else:
         print("needs a GPU: run this notebook in the gpu profile")
     """),
@@ -163,7 +163,7 @@ CELLS = [
             ladder = recorded.ladder_table(recording)
             title = "ResNet-50 training ladder (recorded on " + recording["device"] + ")"
     if ladder is not None:
-        print(ladder.with_columns("rung", "img_s", "speedup", "tflops", "peak_mem_gb"))
+        display(ladder.with_columns("rung", "img_s", "speedup", "tflops", "peak_mem_gb"))
         figure, (left, right) = plots.new_figure(ncols=2)
         plots.bars(ladder.column("rung"), ladder.column("img_s"), ax=left, ylabel="images/s", title=title,
                    color=None if s.ladder else plots.RECORDED_COLOR)

@@ -111,7 +111,7 @@ CELLS = [
     recording = labs.load_gpu_ladder()
     jpeg = recorded.jpeg_table(recording) if recording else None
     if jpeg is not None:
-        print(jpeg)
+        display(jpeg)
         display(plots.bars(jpeg.column("pipeline"), jpeg.column("img_s"), errors=jpeg.column("img_s_std"),
                            ylabel="training images/s", title="ResNet-50 bf16 (recorded)", color=plots.RECORDED_COLOR))
     else:
