@@ -80,7 +80,7 @@ def _live_view_renderings(page) -> list[str]:  # noqa: ANN001
     return page.evaluate("() => window.__liveViews")
 
 
-def test_notebook_00_runs_all_in_jupyterlab(jupyter_lab, page):
+def test_notebook_00_runs_all_in_jupyterlab(page, jupyter_lab):  # the browser first: fails fast when missing
     start = time.monotonic()
     _copy_notebook(jupyter_lab.root)
     page.goto(jupyter_lab.notebook_url(NOTEBOOK))
