@@ -43,6 +43,18 @@ def _gpu_slice_for_task(visible: str, local_rank: int, gpus_per_task: int) -> st
     return ",".join(own)
 
 
+def torch_env_variables(env: Mapping[str, str]) -> dict[str, str]:
+    """PyTorch's ``env://`` variables (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR/PORT) of
+    this task, from Slurm's or submitit's own: a plain script's ``init_process_group()`` then works under
+    srun as under torchrun (coursekit.distributed knows the ranks)."""
+    from coursekit import distributed
+
+    info = distributed.launch_info(env)
+    return {"RANK": str(info.rank), "LOCAL_RANK": str(info.local_rank), "WORLD_SIZE": str(info.world_size),
+            "LOCAL_WORLD_SIZE": str(info.local_world_size), "MASTER_ADDR": info.master_addr,
+            "MASTER_PORT": str(info.master_port)}
+
+
 def _rendezvous_endpoint() -> str:
     """``host:port`` of torchrun's c10d rendezvous: the job's first node (coursekit.distributed knows it)."""
     from coursekit import distributed
@@ -83,6 +95,8 @@ class CommandTask:
             local_rank = int(os.environ.get("SUBMITIT_LOCAL_LOCALID", "0"))
             env["CUDA_VISIBLE_DEVICES"] = _gpu_slice_for_task(
                 os.environ.get("CUDA_VISIBLE_DEVICES", ""), local_rank, self.bind_local_gpus)
+        if self.launcher == "srun":  # torchrun sets these for the processes it starts
+            env.update({k: v for k, v in torch_env_variables(env).items() if k not in env})
         return env
 
     def __call__(self) -> int:

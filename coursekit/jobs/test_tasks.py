@@ -85,3 +85,21 @@ def test_finished_local_processes_are_reaped() -> None:
         time.sleep(0.2)
     time.sleep(REAP_S)
     assert not Path(f"/proc/{pid}").exists(), "the job's process stays <defunct> under this process"
+
+
+PLAIN_DDP_SCRIPT = """
+import os, torch, torch.distributed as dist
+dist.init_process_group("gloo")  # env:// - no coursekit inside the script
+total = torch.tensor([dist.get_rank() + 1.0])
+dist.all_reduce(total)
+print(os.environ["RANK"], os.environ["LOCAL_RANK"], os.environ["WORLD_SIZE"], int(total.item()), flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_a_plain_script_finds_torchs_env_variables_under_srun(tmp_path: Path) -> None:
+    script = tmp_path / "plain_ddp.py"
+    script.write_text(PLAIN_DDP_SCRIPT)
+    (job,) = submit_jobs(str(script), n_gpu=2, name="plainddp", launcher="srun")
+    assert job.wait(END_S) == "COMPLETED", job.tail(20, "err")
+    assert sorted(job.tail(1, rank=r) for r in (0, 1)) == ["0 0 2 3", "1 1 2 3"]
