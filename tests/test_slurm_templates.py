@@ -121,7 +121,7 @@ def test_multinode_template_rendezvous_on_first_node(tmp_path: Path) -> None:
     out = _run_with_fake_slurm(tmp_path, "multinode_srun_torchrun.sbatch", "--epochs", "3")
     torchrun = next(line for line in out.splitlines() if line.startswith("torchrun "))
     argv = shlex.split(torchrun)
-    assert argv[argv.index("--rdzv_endpoint") + 1] == f"{FAKE_NODES[0]}:29500"
+    assert argv[argv.index("--rdzv_endpoint") + 1] == f"{FAKE_NODES[0]}:{29500 + 77}"  # a port per job (id 77)
     assert argv[argv.index("--rdzv_backend") + 1] == "c10d"
     assert argv[argv.index("--nnodes") + 1] == str(len(FAKE_NODES))
     assert argv[argv.index("--nproc_per_node") + 1] == str(FAKE_GPUS_PER_NODE)
