@@ -99,5 +99,7 @@ def build_context(ctx: DistContext, sizes: Mapping[str, int] | None = None) -> P
     if not ctx.is_distributed:
         return ParallelContext(ctx, sizes)
     names = tuple(name for name in DIMENSIONS if name in sizes)
+    if ctx.device.type == "cuda":
+        torch.cuda.init()  # else DeviceMesh picks the GPU from LOCAL_RANK, wrong when a task sees one GPU only
     mesh = init_device_mesh(ctx.device.type, tuple(sizes[n] for n in names), mesh_dim_names=names)
     return ParallelContext(ctx, {n: sizes[n] for n in names}, mesh)
