@@ -403,8 +403,24 @@ def _saved_weights(runs: list[RankRun]) -> tuple[dict[str, torch.Tensor] | None,
     return None, "no checkpoint file was written"
 
 
+def _why_weights_differ(runs: list[RankRun], options: CheckOptions, shuffling: Check) -> str:
+    record = runs[0].record
+    if shuffling.verdict == FAIL:
+        return ("expected while the shuffling check fails: from the second epoch on, the batches are not the "
+                "serial run's; fix the shuffling first")
+    if record["ddp_models"] == 0:
+        return ("the model is not wrapped in DistributedDataParallel: each rank trains its own copy on its share "
+                "of the data and the gradients are never averaged; wrap it: model = DDP(model, ...)")
+    rates = sorted(set(record["learning_rates"]))
+    if rates and not any(math.isclose(lr, options.lr) for lr in rates):
+        return (f"the optimizer's learning rate is {', '.join(f'{lr:g}' for lr in rates)}, but --lr was "
+                f"{options.lr:g}: use --lr as given (it is the global batch's rate; no × world size)")
+    return ("the gradient step differs from the serial one: is --lr used as given (no × world size)? is each "
+            "rank's DistributedSampler given num_replicas=world_size, rank=rank and seed=args.seed?")
+
+
 def _check_weights(weights: dict[str, torch.Tensor] | None, note: str, reference: SerialReference,
-                   nproc: int, batch_size: int, shuffling: Check) -> tuple[Check, float | None]:
+                   nproc: int, batch_size: int, why: str) -> tuple[Check, float | None]:
     if weights is None:
         return Check("weights", FAIL, f"cannot compare: {note or 'no model weights found in the checkpoint'} "
                                       "(save {'model': model.module.state_dict()} on rank 0)"), None
@@ -420,16 +436,11 @@ def _check_weights(weights: dict[str, torch.Tensor] | None, note: str, reference
     suffix = f"\n{note}" if note else ""
     if diff <= WEIGHT_TOLERANCE:
         return Check("weights", PASS, measured + suffix), diff
-    why = ("expected while the shuffling check fails: from the second epoch on, the batches are not the "
-           "serial run's; fix the shuffling first" if shuffling.verdict == FAIL else
-           "the gradient step differs from the serial one: is the model wrapped in DistributedDataParallel "
-           "(it averages the gradients)? is --lr used as given (no × world size)? is each rank's "
-           "DistributedSampler given num_replicas=world_size, rank=rank and seed=args.seed?")
     return Check("weights", FAIL, f"{measured}, largest in {worst!r}: {why}{suffix}"), diff
 
 
 def _check_accuracy(printed: float | None, global_acc: float | None, local: dict[int, float],
-                    serial_acc: float | None, nproc: int, val_shares: dict[int, int]) -> Check:
+                    serial_acc: float | None, nproc: int, val_shares: dict[int, int], same_models: bool) -> Check:
     if printed is None:
         return Check("accuracy", FAIL, "no rank printed `val_acc <number>`: print it each epoch like the serial "
                                        "script (the checker reads it)")
@@ -451,8 +462,9 @@ def _check_accuracy(printed: float | None, global_acc: float | None, local: dict
     if math.isclose(printed, nproc * global_acc, abs_tol=nproc * ACCURACY_TOLERANCE):
         return Check("accuracy", FAIL, f"printed {printed:.4f} = {nproc} × {global_acc:.4f}: the sum over the "
                                        "ranks, not the average; divide by the world size (or sum the totals too)")
+    hint = "" if same_models else " (the ranks hold different models: see the weights check)"
     return Check("accuracy", FAIL, f"printed {printed:.4f}, but the saved model scores {global_acc:.4f} on the "
-                                   "whole validation set")
+                                   f"whole validation set{hint}")
 
 
 def _check_printing(runs: list[RankRun]) -> Check:
@@ -503,7 +515,7 @@ def check_ddp_script(path: str | os.PathLike, serial: str | os.PathLike | None =
         shuffling, report.epoch_orders = _check_shuffling(runs, len(train_set))
         weights, note = _saved_weights(runs)
     weights_check, report.max_abs_diff = _check_weights(weights, note, reference, nproc, options.batch_size,
-                                                        shuffling)
+                                                        _why_weights_differ(runs, options, shuffling))
     val_shares = _validation_shares(runs, len(val_set))
     if report.max_abs_diff is not None:  # the weights fit the serial model: evaluate them
         model = serial_module.make_model()
@@ -516,7 +528,8 @@ def check_ddp_script(path: str | os.PathLike, serial: str | os.PathLike | None =
     report.checks = [run, weights_check, shuffling, _check_checkpoint(runs),
                      _check_accuracy(report.printed_accuracy, report.global_accuracy, report.local_accuracy,
                                      reference.accuracies[-1] if reference.accuracies else None, nproc,
-                                     {r: len(idx) for r, idx in val_shares.items()}),
+                                     {r: len(idx) for r, idx in val_shares.items()},
+                                     weights_check.verdict == PASS),
                      _check_printing(runs)]
     return report
 

@@ -3,8 +3,9 @@
     python ddp_runner.py RECORD_DIR SCRIPT [ARGS...]
 
 The script runs as ``python SCRIPT ARGS`` would run it (``__main__``, its folder on ``sys.path``), with
-three recorders around it: the indices every ``DistributedSampler`` hands out (one list per epoch), the
-``torch.save`` calls, and the calls of collectives (``all_reduce`` and kin). Only rank 0's saves land
+recorders around it: the indices every ``DistributedSampler`` hands out (one list per epoch), the
+``torch.save`` calls, the calls of collectives (``all_reduce`` and kin), the models wrapped in
+``DistributedDataParallel`` and the learning rates optimizers are built with. Only rank 0's saves land
 where the script asked: another rank's save is written beside it as ``<file>.rank<r>`` so that two ranks
 cannot corrupt one file while the checker reads it. The record goes to ``RECORD_DIR/rank<r>.json``
 when the script ends, also when it fails. This file imports nothing from coursekit: it starts fast.
@@ -22,6 +23,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data.distributed import DistributedSampler
 
 COLLECTIVES = ("all_reduce", "reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "gather",
@@ -63,6 +65,20 @@ def install(record: dict[str, Any], rank: int) -> None:
             return function(*args, **kwargs)
         return collective
 
+    original_ddp_init = DDP.__init__
+
+    def recording_ddp_init(self: DDP, *args: Any, **kwargs: Any) -> None:
+        record["ddp_models"] += 1
+        original_ddp_init(self, *args, **kwargs)
+
+    original_optimizer_init = torch.optim.Optimizer.__init__
+
+    def recording_optimizer_init(self: torch.optim.Optimizer, params: Any, defaults: dict[str, Any]) -> None:
+        original_optimizer_init(self, params, defaults)
+        record["learning_rates"] += [float(g["lr"]) for g in self.param_groups if "lr" in g]
+
+    DDP.__init__ = recording_ddp_init
+    torch.optim.Optimizer.__init__ = recording_optimizer_init
     DistributedSampler.__iter__ = recording_iter
     torch.save = recording_save
     for name in COLLECTIVES:
@@ -73,7 +89,8 @@ def install(record: dict[str, Any], rank: int) -> None:
 def main(argv: list[str]) -> None:
     record_dir, script, *args = argv
     rank = int(os.environ.get("RANK", "0"))
-    record: dict[str, Any] = {"rank": rank, "samplers": [], "saves": [], "collectives": {}}
+    record: dict[str, Any] = {"rank": rank, "samplers": [], "saves": [], "collectives": {}, "ddp_models": 0,
+                              "learning_rates": []}
     install(record, rank)
     sys.argv = [script, *args]
     sys.path[0] = str(Path(script).resolve().parent)

@@ -11,7 +11,8 @@ from coursekit.labs import ddp_check
 
 SERIAL = ddp_check.SOLUTION.with_name(ddp_check.SERIAL_NAME)
 EXPECTED_FAILURES = {  # planted mistake -> the checks that must fail, and words their detail must hold
-    "lr_times_world_size": ({"weights"}, "--lr used as given"),
+    "lr_times_world_size": ({"weights"}, "learning rate is 0.1, but --lr was 0.05"),
+    "no_ddp_wrapper": ({"weights", "accuracy"}, "not wrapped in DistributedDataParallel"),
     "no_set_epoch": ({"shuffling", "weights"}, "set_epoch(epoch)"),
     "every_rank_saves": ({"checkpoint"}, "ranks 0, 1 all call torch.save"),
     "rank_local_accuracy": ({"accuracy"}, "is rank 0's accuracy on its own 128 validation images"),
