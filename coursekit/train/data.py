@@ -147,6 +147,12 @@ def validate_loader_options(cfg: Any) -> None:
                          "or use --no-persistent-workers")
 
 
+def loader_workers(requested: int, samples: int, batch_size: int) -> int:
+    """Worker processes worth starting: each worker prepares whole batches, so a pass of ``n`` batches keeps
+    at most ``n`` of them busy; the others would only start, prefetch nothing and be shut down."""
+    return min(requested, max(1, math.ceil(samples / batch_size))) if requested > 0 else 0
+
+
 def make_loader(dataset: Dataset, cfg: Any, ctx: RankInfo, train: bool, collate_fn: Any = None
                 ) -> tuple[DataLoader, DistributedSampler | None]:
     """A DataLoader with the config's loader options; train: sharded + shuffled by a DistributedSampler."""
@@ -154,12 +160,15 @@ def make_loader(dataset: Dataset, cfg: Any, ctx: RankInfo, train: bool, collate_
     if train or ctx.world_size > 1:
         sampler = DistributedSampler(dataset, num_replicas=ctx.world_size, rank=ctx.rank, shuffle=train,
                                      seed=cfg.seed)
+    workers = loader_workers(cfg.workers, len(sampler) if sampler is not None else len(dataset), cfg.batch_size)
     extra: dict[str, Any] = {}
-    if cfg.workers > 0:
-        extra["persistent_workers"] = cfg.persistent_workers
+    if workers > 0:
+        # validation is one short pass per epoch: its workers start for it and stop after it, instead of
+        # idling (and holding their prefetched batches) beside the training workers for the whole run
+        extra["persistent_workers"] = cfg.persistent_workers and train
         if cfg.prefetch_factor is not None:
             extra["prefetch_factor"] = cfg.prefetch_factor
-    loader = DataLoader(dataset, batch_size=cfg.batch_size, sampler=sampler, num_workers=cfg.workers,
+    loader = DataLoader(dataset, batch_size=cfg.batch_size, sampler=sampler, num_workers=workers,
                         pin_memory=cfg.pin_memory, drop_last=cfg.drop_last and train, collate_fn=collate_fn,
                         generator=torch.Generator().manual_seed(cfg.seed + ctx.rank), **extra)
     return loader, sampler

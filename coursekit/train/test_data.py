@@ -264,3 +264,33 @@ def test_raw_jpeg_bytes_cross_loader_workers_without_hanging(tmp_path: Path) -> 
             assert images.shape == (8, 3, 32, 32) and labels.shape == (8,)
             if index == 1:
                 break
+
+
+def test_no_more_workers_than_batches_and_validation_workers_do_not_persist(jpeg_tree):
+    # 8 train images in batches of 4: 2 batches an epoch keep 2 workers busy, not 16; the 4 val images
+    # are one batch, prepared by one worker that stops after the pass
+    cfg = TrainConfig(dataset="jpeg_folder", data_dir=str(jpeg_tree), image_size=16, batch_size=4, workers=16,
+                      persistent_workers=True, prefetch_factor=4)
+    data = build_data(cfg, SINGLE)
+    assert (data.train_loader.num_workers, data.train_loader.persistent_workers) == (2, True)
+    assert (data.val_loader.num_workers, data.val_loader.persistent_workers) == (1, False)
+
+
+def test_loader_start_epochs_and_shutdown_cost_little_beside_the_steps(jpeg_tree, tmp_path):
+    """Lab 05's slow case (16 persistent workers, prefetch 4, several epochs with validation): the run's
+    time outside its steps stays bounded by the steps' own time (plus a fixed allowance for a loaded CI
+    machine), where 16 + 16 idle workers per loader used to multiply it."""
+    import time
+
+    from coursekit.metrics import epochs, read_metrics
+    from coursekit.train.engine import train
+
+    cfg = TrainConfig(model="mlp", dataset="jpeg_folder", data_dir=str(jpeg_tree), image_size=16, batch_size=4,
+                      steps=6, workers=16, persistent_workers=True, prefetch_factor=4, progress="off",
+                      out=str(tmp_path / "run"))
+    start = time.perf_counter()
+    summary = train(cfg)
+    wall = time.perf_counter() - start
+    epoch_s = sum(r["epoch_time_s"] for r in epochs(read_metrics(tmp_path / "run")))
+    assert summary["status"] == "completed" and summary["steps"] == 6
+    assert wall - epoch_s < 2 * epoch_s + 10.0, f"{wall:.1f} s for {epoch_s:.1f} s of epochs"
