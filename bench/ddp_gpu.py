@@ -10,7 +10,8 @@ One command on a machine with 2 or 4 GPUs (no Slurm needed; about 5 minutes on 2
     2(n-1)/n, as nccl-tests); (c) "node" binding (every process sees every GPU, picks by local rank) vs
     "task" binding (CUDA_VISIBLE_DEVICES = its own GPU), bus bandwidth, NCCL's transports and ResNet-50
     images/s for both; (d) bucket_cap_mb sweep and gradient accumulation with and without no_sync, step
-    time; (e) an NCCL_DEBUG=INFO log per binding (rings, trees, transports) for the notebook.
+    time; (e) an NCCL_DEBUG=INFO log per binding (rings, trees, transports) for the notebook; and lab 06's
+    participant script (notebooks/ddp/train_ddp.py, plain PyTorch DDP) on the same GPU counts.
 Throughputs are medians over step windows after the warm-up steps. Writes bench/results/ddp_gpu.json, the
 run logs next to it, and bench/REPORT-ddp.md (bench/report_ddp.py). ``--cpu-smoke``: the same on CPU
 processes with gloo and tiny sizes, to check this script anywhere (not a measurement).
@@ -45,7 +46,9 @@ MIB = 2**20
 FLOAT_BYTES = 4
 TRANSPORTS = ("P2P", "SHM", "NET", "CollNet", "NVLS")
 TARGET_EFFICIENCY = {2: 0.93, 4: 0.90}
-PARTS = ("scaling", "busbw", "binding", "buckets")
+PARTS = ("scaling", "busbw", "binding", "buckets", "script")
+SCRIPT = ROOT / "notebooks" / "ddp" / "train_ddp.py"  # lab 06's participant script, DDP version
+EPOCH_LINE = re.compile(r"^epoch (\d+)/\d+ .*val_acc ([\d.]+)\s+([\d.]+) img/s", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -65,12 +68,14 @@ class Profile:
     accumulation: int
     busbw_sizes: tuple[int, ...]  # bytes
     busbw_iters: int
+    script_args: tuple[str, ...]  # lab 06's participant script (notebooks/ddp/train_ddp.py)
 
 
 GPU = Profile("gpu", "cuda", "resnet50", 224, "bf16", 256, 50, 10, 5, (1.0, 25.0, 1000.0), 4,
-              tuple(MIB * 2**k for k in range(11)), 20)
+              tuple(MIB * 2**k for k in range(11)), 20,
+              ("--epochs", "4", "--batch-size", "256", "--data-size", "65536"))
 CPU_SMOKE = Profile("cpu-smoke", "cpu", "resnet18", 32, "fp32", 8, 6, 2, 2, (0.1, 25.0), 2,
-                    tuple(64 * 1024 * 4**k for k in range(3)), 2)
+                    tuple(64 * 1024 * 4**k for k in range(3)), 2, ("--epochs", "2", "--data-size", "512"))
 
 
 def free_port() -> int:
@@ -199,6 +204,30 @@ def buckets(profile: Profile, world: int, env: dict[str, str], logs: Path, scrat
                     for name, flags in (("no_sync", []), ("sync_every_micro_batch", ["--sync-every-micro-batch"]))]
     return {"world_size": world, "bucket_sweep": sweep, "accumulation_steps": profile.accumulation,
             "accumulation": accumulation}
+
+
+def participant_script(profile: Profile, worlds: list[int], env: dict[str, str], logs: Path, scratch: Path
+                       ) -> list[dict[str, Any]]:
+    """Lab 06's DDP script (plain PyTorch, a small CNN) through torchrun; the last epoch's images/s."""
+    if not SCRIPT.exists():
+        return []
+    rows = []
+    for world in worlds:
+        name = f"script_{world}"
+        words = [str(SCRIPT), *profile.script_args, "--out", str(scratch / name)]
+        row = {"name": name, "world_size": world, "options": list(profile.script_args),
+               **launch(name, world, words, env, logs)}
+        epochs = EPOCH_LINE.findall((logs / row["log"]).read_text(errors="replace"))
+        if row["ok"] and epochs:
+            row.update(img_s=float(epochs[-1][2]), val_acc=float(epochs[-1][1]), epochs=len(epochs))
+        else:
+            row["ok"] = False
+        rows.append(row)
+    base = next((r for r in rows if r["world_size"] == 1 and r["ok"]), None)
+    for row in rows:
+        if base and row["ok"]:
+            row["speedup"] = row["img_s"] / base["img_s"]
+    return rows
 
 
 # ---------------------------------------------------------------- (b), (c), (e): NCCL
@@ -343,7 +372,9 @@ def main(argv: list[str] | None = None) -> int:
                                                             for w in worlds if w > 1]),
              "binding": ("(c, e) node vs task binding, NCCL_DEBUG=INFO",
                          lambda: binding_comparison(profile, pair, env, logs, scratch)),
-             "buckets": ("(d) buckets and no_sync", lambda: buckets(profile, pair, env, logs, scratch))}
+             "buckets": ("(d) buckets and no_sync", lambda: buckets(profile, pair, env, logs, scratch)),
+             "script": ("lab 06's participant script (DDP version) through torchrun",
+                        lambda: participant_script(profile, worlds, env, logs, scratch))}
     with tempfile.TemporaryDirectory(prefix="ddp-bench-") as scratch_name:
         scratch = Path(scratch_name)
         for part in parts:

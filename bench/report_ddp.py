@@ -16,7 +16,7 @@ MIB = 2**20
 
 def all_runs(result: dict[str, Any]) -> list[dict[str, Any]]:
     """Every launched run of a result (each has ``ok``, ``log`` and ``exit_codes``)."""
-    runs = [*result.get("scaling", []), *result.get("busbw", [])]
+    runs = [*result.get("scaling", []), *result.get("busbw", []), *result.get("script", [])]
     if "buckets" in result:
         runs += [*result["buckets"]["bucket_sweep"], *result["buckets"]["accumulation"]]
     for name in ("node", "task"):
@@ -128,6 +128,14 @@ def render(result: dict[str, Any], logs_dir: Path | str = "bench/results/ddp_gpu
                   f"`--accumulation-steps {result['buckets']['accumulation_steps']}` the engine skips the all-reduce "
                   "on all but the last micro-batch (`no_sync`); `--sync-every-micro-batch` all-reduces after each.",
                   "", *buckets_section(result["buckets"]), ""]
+    if result.get("script"):
+        lines += ["## Lab 06's participant script beside the engine", "",
+                  "`notebooks/ddp/train_ddp.py` (plain PyTorch DDP, a small CNN on 12×12 images: launch and "
+                  "synchronisation dominate, not compute) through torchrun, images/s of its last epoch:", "",
+                  "| processes | options | images/s | speed-up | val_acc |", "|---|---|---|---|---|",
+                  *[f"| {r['world_size']} | `{' '.join(r['options'])}` | {_num(r.get('img_s'))} | "
+                    f"{_num(r.get('speedup'), '.2f')} | {_num(r.get('val_acc'), '.3f')} |" for r in result["script"]],
+                  ""]
     failed = [r for r in all_runs(result) if not r["ok"]]
     if failed:
         lines += ["## Failed runs", "", *[f"- {r['name']}: exit codes {r['exit_codes']} (log `{r['log']}`)"
