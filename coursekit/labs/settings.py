@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from coursekit.labs.datasets import cifar10_or_standin
 from coursekit.labs.profiles import PROFILE_NAMES, data_dir
 from coursekit.train.config import TrainConfig
 
@@ -18,6 +19,34 @@ QUIET = {"progress": "off"}
 # cpu profile: one compute thread per job, so that jobs sharing the cores time-slice instead of making
 # their OpenMP threads spin against each other (which can slow tiny runs down tenfold).
 CPU_JOB_ENV = {"OMP_NUM_THREADS": "1"}
+
+
+# A workshop: ROOM participants share a partition of PARTITION_GPUS GPUs for a lab's LAB_SLOT_MINUTES; each
+# participant's jobs must fit in an equal share of it. Each lab's gpu settings carry a ``budget``: its jobs,
+# their estimated GPU-minutes each (H100, start-up included), and the total per participant and per room.
+ROOM = 20
+PARTITION_GPUS = 8
+LAB_SLOT_MINUTES = 90
+GPU_MINUTES_PER_PARTICIPANT = PARTITION_GPUS * LAB_SLOT_MINUTES / ROOM  # 36
+
+
+def workshop_budget(jobs: dict[str, tuple[int, float]]) -> dict[str, Any]:
+    """``{"what": (jobs, GPU-minutes each)}`` -> the lab's GPU budget per participant and for the room."""
+    minutes = sum(count * each for count, each in jobs.values())
+    return {"participants": ROOM, "jobs": sum(count for count, _ in jobs.values()),
+            "gpu_minutes_per_participant": round(minutes, 1), "gpu_hours_room": round(ROOM * minutes / 60, 1),
+            "share_of_partition": round(minutes / GPU_MINUTES_PER_PARTICIPANT, 2),
+            "estimate": ", ".join(f"{what}: {count} x {each:g} min" for what, (count, each) in jobs.items())}
+
+
+def _on_cifar10(values: dict[str, Any], *names: str) -> dict[str, Any]:
+    """Put the named cifar10 configurations on the generated stand-in where CIFAR-10 is not staged; the
+    notice goes into the settings (printed first)."""
+    notice = None
+    for name in names:
+        values[name], notice = cifar10_or_standin(values[name])
+    values["dataset_notice"] = notice
+    return values
 
 
 def job_options(profile: str, time_max: str) -> dict[str, Any]:
@@ -48,7 +77,18 @@ class Settings(Mapping[str, Any]):
 
     def __repr__(self) -> str:
         lines = [f"Lab {self._lab} settings ({self._profile} profile):"]
+        notice = self._values.get("dataset_notice")
+        if notice:
+            lines.append(notice)
+        budget = self._values.get("budget")
+        ours = isinstance(budget, dict) and "gpu_minutes_per_participant" in budget  # lab 06 has its own
+        if ours:
+            lines.append(f"  workshop budget: {budget['gpu_minutes_per_participant']:g} GPU-minutes per participant "
+                         f"({budget['jobs']} jobs; {budget['estimate']}), {budget['gpu_hours_room']:g} GPU-hours for "
+                         f"{budget['participants']} participants")
         for name, value in self._values.items():
+            if name == "dataset_notice" or (name == "budget" and ours):
+                continue
             if isinstance(value, TrainConfig):
                 value = "python -m coursekit.train " + " ".join(value.to_args())
             lines.append(f"  {name} = {value}")
@@ -64,37 +104,53 @@ def _lab00(profile: str) -> dict[str, Any]:
     first = TrainConfig(model="resnet18", dataset="cifar10", data_dir=data_dir(), batch_size=256, epochs=2,
                         lr=0.1, workers=8, pin_memory=True, persistent_workers=True, non_blocking=True,
                         precision="bf16", channels_last=True, **QUIET)
-    return {"first_job": first, "long_job": first.replace(epochs=200),
-            "sweep_lrs": [0.02, 0.1, 0.5], "job": job_options(profile, "00:30:00"), "timeout_s": 1800}
+    values = {"first_job": first, "long_job": first.replace(epochs=200),
+              "sweep_lrs": [0.02, 0.1, 0.5], "job": job_options(profile, "00:30:00"), "timeout_s": 1800,
+              "budget": workshop_budget({"first job": (1, 1.0), "cancelled job": (1, 0.5), "lr sweep": (3, 1.0)})}
+    values = _on_cifar10(values, "first_job", "long_job")
+    return values
 
 
 def _lab01(profile: str) -> dict[str, Any]:
     # Plain gradient descent on the DLI's line: no momentum, no weight decay, the same lr for every batch.
+    # gpu profile: a two-parameter model runs on the job's CPU (device="cpu"; a GPU adds only kernel
+    # launches), in short jobs; its budget counts the GPUs they hold while they run.
     points = 128 if profile == "cpu" else 512
     base = TrainConfig(model="linear", dataset="line", num_samples=points, optimizer="sgd", momentum=0.0,
                        weight_decay=0.0, lr=0.2, epochs=10 if profile == "cpu" else 20, log_params=True,
-                       val_fraction=0.25, **QUIET)
+                       val_fraction=0.25, device="cpu", **QUIET)
     noise = base.replace(log_params=False, epochs=1, steps=1, lr=1e-6, grad_noise_batches=200, val_fraction=0.0)
-    mini = [16, 32, 64] if profile == "cpu" else [16, 32, 64, 128]
-    return {"points": points, "base": base, "batch_sizes": [points, 1, *mini],
-            "noise_base": noise, "noise_batch_sizes": [1, 4, 16, 64] if profile == "cpu" else [1, 2, 4, 8, 16, 32, 64, 128],
-            "job": job_options(profile, "00:10:00"), "timeout_s": 300 if profile == "cpu" else 1800}
+    mini = [16, 32, 64] if profile == "cpu" else [16, 64]
+    noise_batches = [1, 4, 16, 64] if profile == "cpu" else [1, 4, 16, 64, 128]
+    values = {"points": points, "base": base, "batch_sizes": [points, 1, *mini],
+              "noise_base": noise, "noise_batch_sizes": noise_batches,
+              "job": job_options(profile, "00:10:00"), "timeout_s": 300 if profile == "cpu" else 1800}
+    if profile == "gpu":
+        values["budget"] = workshop_budget({"GD/SGD paths": (2 + len(mini), 0.3),
+                                            "gradient noise": (len(noise_batches) + 1, 0.3)})
+    return values
 
 
 def _lab02(profile: str) -> dict[str, Any]:
     if profile == "cpu":
         base = TrainConfig(model="mlp", dataset="generated", num_samples=4000, num_classes=4, image_size=16, epochs=3,
                            lr=0.01, **QUIET)
-        return {"base": base, "batch_sizes": [4, 16, 64, 256, 1024], "target_acc": 0.6,
+        return {"base": base, "batch_sizes": [4, 16, 64, 256, 1024], "target_acc": 0.6, "longer_max_steps": 1000,
                 "memory_base": None, "memory_batch_sizes": [], "job": job_options(profile, "00:10:00"), "timeout_s": 300}
-    base = TrainConfig(model="resnet18", dataset="cifar10", data_dir=data_dir(), epochs=15, lr=0.1,
+    base = TrainConfig(model="resnet18", dataset="cifar10", data_dir=data_dir(), epochs=10, lr=0.1,
                        schedule="cosine", workers=8, pin_memory=True, persistent_workers=True, non_blocking=True,
                        precision="bf16", channels_last=True, **QUIET)
     memory = TrainConfig(model="resnet50", dataset="synthetic", gpu_resident=True, image_size=224, num_classes=1000,
                          test_steps=20, precision="fp32", **QUIET)
-    return {"base": base, "batch_sizes": [64, 128, 256, 512, 1024, 2048], "target_acc": 0.8,
-            "memory_base": memory, "memory_batch_sizes": [32, 64, 128, 256, 512, 1024, 2048],
-            "job": job_options(profile, "01:00:00"), "timeout_s": 7200}
+    # The exercise gives the largest batch as many steps as batch 64 made, up to longer_max_steps: at
+    # batch 2048 the full count would be ~300 epochs per participant.
+    values = {"base": base, "batch_sizes": [64, 128, 256, 512, 1024, 2048], "target_acc": 0.8,
+              "longer_max_steps": 1000,
+              "memory_base": memory, "memory_batch_sizes": [64, 256, 1024, 2048],
+              "job": job_options(profile, "00:30:00"), "timeout_s": 3600,
+              "budget": workshop_budget({"batch sweep (10 epochs)": (6, 2.0), "memory up to OOM": (4, 1.0),
+                                         "exercise (1,000 steps at 2048)": (1, 4.0)})}
+    return _on_cifar10(values, "base")
 
 
 def _lab03(profile: str) -> dict[str, Any]:
@@ -106,10 +162,14 @@ def _lab03(profile: str) -> dict[str, Any]:
             "anatomy_input": (3, 32, 32) if cpu else (3, 224, 224),
             "anatomy_batches": [8, 16] if cpu else [64, 128],
             "depth_models": ["resnet18", "resnet34", "resnet50"],
-            "gpu_memory_gb": 80,
+            # the GPU drawn in the pictures when the jobs' own GPU is unknown (cpu profile): an H100's 80 GB
+            "example_gpu_memory_gb": 80,
             "peak_base": None if cpu else step.replace(gpu_resident=True, test_steps=10),
             "peak_batch_sizes": [] if cpu else [32, 64, 128, 256],
-            "job": job_options(profile, "00:10:00" if cpu else "00:30:00"), "timeout_s": 300 if cpu else 1800}
+            "peak_tolerance": 0.10,  # the calculator vs max_memory_allocated, relative
+            "job": job_options(profile, "00:10:00" if cpu else "00:30:00"), "timeout_s": 300 if cpu else 1800,
+            **({} if cpu else {"budget": workshop_budget({"CPU vs GPU step": (2, 1.5), "anatomy": (1, 1.0),
+                                                          "peak memory": (4, 1.0)})})}
 
 
 def _lab04(profile: str) -> dict[str, Any]:
@@ -125,8 +185,11 @@ def _lab04(profile: str) -> dict[str, Any]:
     rungs = [{"precision": "fp32"}, {"precision": "tf32"}, {"precision": "bf16"}, {"precision": "fp16"},
              {"precision": "bf16", "channels_last": True},
              {"precision": "bf16", "channels_last": True, "compile": True}]
-    return {"base": base, "precisions": ["fp32", "tf32", "bf16", "fp16"], "ladder_base": ladder, "ladder": rungs,
-            "matmul_sizes": [4096, 4095, 4104], "job": job_options(profile, "00:30:00"), "timeout_s": 3600}
+    values = {"base": base, "precisions": ["fp32", "tf32", "bf16", "fp16"], "ladder_base": ladder, "ladder": rungs,
+              "matmul_sizes": [4096, 4095, 4104], "job": job_options(profile, "00:30:00"), "timeout_s": 3600,
+              "budget": workshop_budget({"GPU probe + matmuls": (2, 0.5), "precision sweep (3 epochs)": (4, 1.0),
+                                         "ladder (60 steps)": (len(rungs), 1.5)})}
+    return _on_cifar10(values, "base")
 
 
 def _lab05(profile: str) -> dict[str, Any]:
@@ -141,16 +204,20 @@ def _lab05(profile: str) -> dict[str, Any]:
                 "loaders": [{"workers": 0}, {"workers": 1}, {"workers": 2},
                             {"workers": 1, "persistent_workers": True, "prefetch_factor": 4}],
                 "profile_steps": 4, "job": job_options(profile, "00:10:00"), "timeout_s": 300}
+    # test_steps: no validation pass; 40 steps = 2 epochs of the tree, so epoch boundaries are in the runs
     base = TrainConfig(model="resnet50", dataset="jpeg_folder", image_size=224, batch_size=256, epochs=1,
-                       precision="bf16", channels_last=True, steps=60, **QUIET)
+                       precision="bf16", channels_last=True, test_steps=40, **QUIET)
     loaders = [{"workers": 0}, {"workers": 4}, {"workers": 8}, {"workers": 8, "pin_memory": True},
                {"workers": 8, "pin_memory": True, "non_blocking": True},
                {"workers": 8, "pin_memory": True, "non_blocking": True, "persistent_workers": True,
                 "prefetch_factor": 4},
                {"workers": 8, "pin_memory": True, "non_blocking": True, "persistent_workers": True,
                 "prefetch_factor": 4, "gpu_decode": True}]
-    return {"base": base, "jpeg_classes": 10, "jpeg_images_per_class": 1300, "jpeg_size": (500, 375), "jpeg_workers": 8,
-            "loaders": loaders, "profile_steps": 5, "job": job_options(profile, "00:30:00"), "timeout_s": 3600}
+    # 5,200 training JPEGs (20 batches): written once per course into the data folder (COURSEKIT_DATA_DIR:
+    # shared by the room when the instructor writes it first), not 13,000 per participant
+    return {"base": base, "jpeg_classes": 10, "jpeg_images_per_class": 520, "jpeg_size": (500, 375), "jpeg_workers": 8,
+            "loaders": loaders, "profile_steps": 5, "job": job_options(profile, "00:30:00"), "timeout_s": 3600,
+            "budget": workshop_budget({"loader settings (40 steps)": (len(loaders), 1.0), "profiler": (1, 1.0)})}
 
 
 # Lab 06, gpu profile: what a room of participants costs. Each scaling job is ~1 min of start-up (NCCL,

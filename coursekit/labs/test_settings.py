@@ -48,3 +48,36 @@ def test_gpu_configs_pass_the_static_engine_checks(lab, tmp_path):
     for config in configs:
         needs_folder = config.data_dir or config.dataset in ("jpeg_folder", "cifar10", "imagefolder")
         validate(config.replace(data_dir=str(tmp_path)) if needs_folder else config)
+
+
+@pytest.mark.parametrize("lab", ["00", "01", "02", "03", "04", "05"])
+def test_gpu_labs_fit_a_room_sharing_a_partition(lab):
+    from coursekit.labs.settings import GPU_MINUTES_PER_PARTICIPANT, ROOM
+
+    s = lab_settings(lab, "gpu")
+    budget = s.budget
+    assert budget["participants"] == ROOM and budget["jobs"] > 0
+    assert 0 < budget["gpu_minutes_per_participant"] <= GPU_MINUTES_PER_PARTICIPANT
+    assert f"{budget['gpu_minutes_per_participant']:g} GPU-minutes per participant" in repr(s)
+
+
+def test_gpu_workloads_are_workshop_sized():
+    lab02, lab05 = lab_settings("02", "gpu"), lab_settings("05", "gpu")
+    assert lab02.longer_max_steps * max(lab02.batch_sizes) <= 50 * 50_000  # the exercise: <= 50 CIFAR-10 epochs
+    assert lab05.jpeg_classes * lab05.jpeg_images_per_class <= 6_000  # JPEGs per course, not 13,000 each
+    assert lab_settings("01", "gpu").base.device == "cpu"  # a two-parameter model does not need the GPU
+
+
+@pytest.mark.parametrize("lab, names", [("00", ["first_job", "long_job"]), ("02", ["base"]), ("04", ["base"])])
+def test_cifar10_absent_means_one_notice_and_the_standin(lab, names, tmp_path, monkeypatch):
+    from coursekit.labs.datasets import STANDIN_MARK
+
+    monkeypatch.setenv("COURSEKIT_DATA_DIR", str(tmp_path))
+    s = lab_settings(lab, "gpu")
+    assert repr(s).splitlines()[1].startswith(STANDIN_MARK) and repr(s).count(STANDIN_MARK) == 1
+    assert all(s[name].dataset == "generated" and s[name].num_classes == 10 for name in names)
+    (tmp_path / "cifar-10-batches-py").mkdir()
+    for name in ("data_batch_1", "test_batch"):
+        (tmp_path / "cifar-10-batches-py" / name).write_bytes(b"x")
+    s = lab_settings(lab, "gpu")
+    assert s.dataset_notice is None and all(s[name].dataset == "cifar10" for name in names)
