@@ -254,6 +254,20 @@ def _read(path: Path) -> str:
     return path.read_text(errors="replace") if path.is_file() else ""
 
 
+def _without_runner(stderr: str) -> str:
+    """A traceback without the frames of the checker's runner and of runpy: the participant's own frames."""
+    kept, skipping = [], False
+    for line in stderr.splitlines():
+        frame = line.startswith("  File ")
+        if frame:
+            skipping = RUNNER.name in line or "runpy" in line
+        elif skipping and not line.startswith("    "):
+            skipping = False
+        if not skipping:
+            kept.append(line)
+    return "\n".join(kept)
+
+
 def _tail(text: str, lines: int = TAIL_LINES) -> str:
     kept = [line for line in text.strip().splitlines() if line.strip()]
     return "\n".join(kept[-lines:]) if kept else "(nothing)"
@@ -332,10 +346,11 @@ def _check_run(runs: list[RankRun], timed_out: bool, timeout_s: float, seconds: 
     crashed = [r for r in runs if r.returncode != 0]
     if crashed:
         first = next((r for r in crashed if r.returncode and r.returncode > 0), crashed[0])
-        others = [str(r.rank) for r in crashed if r is not first]
-        also = f" (rank {', '.join(others)} stopped too)" if others else ""
+        others = [f"rank {r.rank} {'failed' if r.returncode and r.returncode > 0 else 'was stopped'}"
+                  for r in crashed if r is not first]
+        also = f" ({', '.join(others)} too)" if others else ""
         return Check("run", FAIL, f"rank {first.rank} failed with exit code {first.returncode}{also}; "
-                                  f"the end of its error output:\n{_tail(first.stderr)}")
+                                  f"the end of its error output:\n{_tail(_without_runner(first.stderr))}")
     if any(r.record is None for r in runs):
         return Check("run", FAIL, "a rank ended without the checker's record: did the script call os._exit()?")
     return Check("run", PASS, f"{len(runs)} ranks finished in {seconds:.1f} s")

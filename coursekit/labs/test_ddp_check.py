@@ -77,6 +77,7 @@ def test_a_crashing_rank_shows_its_error(tmp_path, monkeypatch):
     assert report.failed == ["run"]
     assert "rank 1 failed with exit code 1" in report["run"].detail
     assert "RuntimeError: rank 1 breaks here" in report["run"].detail
+    assert "crash.py" in report["run"].detail and "ddp_runner" not in report["run"].detail  # their frames only
     assert all(c.verdict == ddp_check.SKIP for c in report.checks[1:])
 
 
