@@ -111,11 +111,16 @@ class CommandTask:
         except KeyboardInterrupt:  # the local executor's cancel or time limit
             _stop(child)
             cancelled = (job_env.paths.folder / CANCEL_MARKER).exists()
-            _end_task(job_env, "the job was cancelled" if cancelled else "the job reached its time limit",
+            _end_task(job_env, "the job was cancelled" if cancelled
+                      else "the job reached its time limit, or another task of it failed",
                       SIGNAL_EXIT_BASE + signal.SIGINT)
         except BaseException:  # submitit's requeue exits here; the command must not outlive the task
             _stop(child)
             raise
+        if returncode != 0:  # the local executor waits for every task: the others must not wait in vain
+            from coursekit import distributed  # torch: imported in the job only
+
+            distributed.stop_local_peer_tasks()
         if returncode < 0:
             name = signal.Signals(-returncode).name if -returncode in signal.valid_signals() else str(-returncode)
             _end_task(job_env, f"the command was stopped by {name}: {shlex.join(self.words)}",
@@ -191,7 +196,10 @@ class FunctionTask:
         if getattr(self.fn, "checkpoint", None) is None:  # first: the signal may be due at once
             install_time_limit_note()
         os.environ.update(self.env)
-        return self.fn(*args, **kwargs)
+        from coursekit import distributed  # torch: imported in the job only
+
+        with distributed.stop_peers_on_failure():
+            return self.fn(*args, **kwargs)
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> submitit.helpers.DelayedSubmission | None:
         inner = getattr(self.fn, "checkpoint", None)

@@ -103,3 +103,24 @@ def test_a_plain_script_finds_torchs_env_variables_under_srun(tmp_path: Path) ->
     (job,) = submit_jobs(str(script), n_gpu=2, name="plainddp", launcher="srun")
     assert job.wait(END_S) == "COMPLETED", job.tail(20, "err")
     assert sorted(job.tail(1, rank=r) for r in (0, 1)) == ["0 0 2 3", "1 1 2 3"]
+
+
+RANK_ONE_FAILS = """
+import os, sys, datetime, torch, torch.distributed as dist
+dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=600))
+if dist.get_rank() == 1:
+    sys.exit("rank 1 fails on purpose")
+dist.all_reduce(torch.ones(1))  # rank 0 would wait here for 10 minutes
+"""
+PROMPT_FAILURE_S = 45
+
+
+def test_a_rank_that_fails_ends_a_local_job_promptly(tmp_path: Path) -> None:
+    script = tmp_path / "rank_one_fails.py"
+    script.write_text(RANK_ONE_FAILS)
+    started = time.monotonic()
+    (job,) = submit_jobs(str(script), n_gpu=2, name="rankfails", launcher="srun")
+    state = job.wait(PROMPT_FAILURE_S * 4)
+    assert state == "FAILED"
+    assert time.monotonic() - started < PROMPT_FAILURE_S, "rank 0 waited for the rank that had failed"
+    assert "rank 1 fails on purpose" in job.tail(5, "err", rank=1)
