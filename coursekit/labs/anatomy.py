@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from coursekit.labs.hardware import gpu_info
 from coursekit.labs.plots import new_figure
 from coursekit.labs.results import ResultsTable
 
@@ -95,6 +96,7 @@ def measure_training_memory(model_name: str, input_shape: Sequence[int], optimiz
         "eval_saved_bytes": eval_saved["bytes"],
         "no_grad_saved_bytes": no_grad_saved["bytes"],
         "train_peak_bytes": train_peak,
+        "gpu": gpu_info(str(where.type)),
     }
 
 
@@ -121,23 +123,24 @@ def estimate_table(estimates: Sequence[Any], title: str = "the engine's calculat
     """Rows of ``MemoryEstimate.as_dict()`` with MB columns and bytes per parameter."""
     table = ResultsTable((e.as_dict() for e in estimates), title=title)
     for key in ("parameters_bytes", "gradients_bytes", "optimizer_state_bytes", "master_copy_bytes",
-                "activations_bytes", "total_bytes"):
+                "activations_bytes", "transient_bytes", "workspace_bytes", "total_bytes"):
         table.add_column(key.replace("_bytes", "_mb"), lambda r, k=key: r[k] / MB)
     return table
 
 
-def fill_figure(estimates: Sequence[Any], labels: Sequence[str], limit_gb: float) -> Any:
+def fill_figure(estimates: Sequence[Any], labels: Sequence[str], limit_gb: float, gpu_name: str = "GPU") -> Any:
     """Stacked bars of what a training run keeps in GPU memory, against the GPU's capacity."""
     figure, ax = new_figure()
     parts = {"parameters": "parameters_bytes", "gradients": "gradients_bytes",
              "optimizer state": "optimizer_state_bytes", "copies (mixed precision)": "master_copy_bytes",
-             "activations": "activations_bytes"}
+             "activations": "activations_bytes", "inputs, temporaries, cuDNN workspace": "other"}
     bottoms = [0.0] * len(estimates)
     for name, key in parts.items():
-        values = [getattr(e, key) / GB for e in estimates]
+        values = [(e.total_bytes - e.static_bytes - e.activations_bytes if key == "other" else getattr(e, key)) / GB
+                  for e in estimates]
         ax.bar(range(len(estimates)), values, bottom=bottoms, label=name)
         bottoms = [b + v for b, v in zip(bottoms, values, strict=True)]
-    ax.axhline(limit_gb, color="tab:red", linestyle="--", label=f"{limit_gb:g} GB GPU")
+    ax.axhline(limit_gb, color="tab:red", linestyle="--", label=f"{gpu_name}: {limit_gb:.0f} GB")
     ax.set_xticks(range(len(labels)), labels, rotation=15, ha="right", fontsize="small")
     ax.set_ylabel("GB")
     ax.set_title("what fills a GPU's memory during training (calculator)")

@@ -12,6 +12,7 @@ def test_bytes_per_parameter_and_activations():
     assert sgd["no_grad_saved_bytes"] == 0 and sgd["eval_saved_bytes"] > 0
     assert abs(double["activations_bytes"] / sgd["activations_bytes"] - 2) < 0.05
     assert sgd["train_peak_bytes"] is None  # no GPU allocator on a CPU
+    assert sgd["gpu"]["device"] == "cpu" and sgd["gpu"]["total_memory_gb"] is None  # the job says what it ran on
 
 
 def test_tables_add_megabytes():

@@ -37,7 +37,7 @@ def test_lab_figures():
     assert len(batch_size.accuracy_figure(table, 0.3).axes) == 2
     model = build_model(TrainConfig(model="mlp", image_size=4), 2, (3, 4, 4))
     estimates = [estimate_memory(model, "sgd", "fp32", b, (3, 4, 4)) for b in (1, 2)]
-    assert len(anatomy.fill_figure(estimates, ["1", "2"], 80).axes[0].patches) == 10
+    assert len(anatomy.fill_figure(estimates, ["1", "2"], 80).axes[0].patches) == 12  # 6 parts x 2 bars
 
 
 def test_axes_speak_words_with_units_and_legends_sit_beside_the_curves():

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import torch
 from torch import nn
@@ -123,6 +123,16 @@ class MemoryEstimate:
         """Weights + gradients + state + master copies, per parameter (the "24 B" figure)."""
         static = self.parameters_bytes + self.gradients_bytes + self.optimizer_state_bytes + self.master_copy_bytes
         return static / max(self.num_parameters, 1)
+
+    def at_batch(self, batch_size: int) -> MemoryEstimate:
+        """The same estimate for another batch size (the batch-proportional terms scaled, no new probe)."""
+        if batch_size < 1:
+            raise ValueError(f"batch_size={batch_size} must be >= 1")
+        ratio = batch_size / self.batch_size
+        fixed = CUDNN_FP32_AUTOTUNE_FIXED_BYTES if self.workspace_bytes else 0
+        return replace(self, batch_size=batch_size, activations_bytes=int(self.activations_bytes * ratio),
+                       input_bytes=int(self.input_bytes * ratio), transient_bytes=int(self.transient_bytes * ratio),
+                       workspace_bytes=int(fixed + (self.workspace_bytes - fixed) * ratio) if fixed else 0)
 
     def as_dict(self) -> dict[str, float | int | str]:
         return {**asdict(self), "total_bytes": self.total_bytes, "steady_bytes": self.steady_bytes,

@@ -80,6 +80,10 @@ def test_calculator_matches_measured_gpu_peaks(resnet50):
         est = estimate_memory(resnet50, "sgd", "bf16", batch, shape, convention="pytorch", input_batches=2,
                               cudnn_benchmark=True)
         assert est.workspace_bytes == 0 and est.total_bytes / 2**30 == pytest.approx(measured, rel=0.05), batch
+        assert est.at_batch(batch).total_bytes == pytest.approx(est.total_bytes, rel=1e-6)
+        assert est.at_batch(64).total_bytes == pytest.approx(
+            estimate_memory(resnet50, "sgd", "fp32", 64, shape, convention="pytorch", input_batches=2,
+                            cudnn_benchmark=True).total_bytes, rel=1e-6) if batch == 32 else True
     bare = estimate_memory(resnet50, "sgd", "fp32", 256, shape, convention="pytorch")
     assert bare.total_bytes / 2**30 == pytest.approx(MEASURED_NO_AUTOTUNE_GIB, rel=0.03)
     assert bare.fixed_bytes + 256 * bare.per_sample_bytes == pytest.approx(bare.total_bytes)
