@@ -9,11 +9,13 @@ GPU activity — what share of it the GPU sat idle.
 from __future__ import annotations
 
 import json
+import os
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 from coursekit.course import course_dir
+from coursekit.labs.profiles import data_dir
 from coursekit.labs.results import ResultsTable
 
 TRACE_GLOB = "*.pt.trace.json"
@@ -26,12 +28,23 @@ HOST_CATEGORIES = ("cpu_op", "user_annotation")
 US_PER_MS = 1000.0
 
 
+def jpeg_tree_name(classes: int, images_per_class: int, size: tuple[int, int], seed: int = 0) -> str:
+    return f"jpeg-{size[0]}x{size[1]}-{classes}x{images_per_class}-seed{seed}"
+
+
 def prepare_jpeg_tree(classes: int, images_per_class: int, size: tuple[int, int], seed: int = 0,
                       workers: int = 1) -> Path:
-    """A synthetic JPEG ImageFolder in the course's data folder (written once, then reused)."""
+    """A synthetic JPEG ImageFolder, written once per course and then reused: in the data folder
+    (``$COURSEKIT_DATA_DIR``, shared by a room when the instructor writes the tree there first, or
+    ``<course>/data``); where that folder is read-only, in the course's own ``data/``."""
     from coursekit.train.jpeg import write_synthetic_jpeg_tree
 
-    root = course_dir() / "data" / f"jpeg-{size[0]}x{size[1]}-{classes}x{images_per_class}-seed{seed}"
+    name = jpeg_tree_name(classes, images_per_class, size, seed)
+    shared = Path(data_dir()) / name
+    if (shared / ".complete").exists():
+        return shared
+    writable = os.access(shared.parent if shared.parent.exists() else shared.parent.parent, os.W_OK)
+    root = shared if writable else course_dir() / "data" / name
     done = root / ".complete"
     if not done.exists():
         write_synthetic_jpeg_tree(root, classes, images_per_class, size=tuple(size), seed=seed, workers=workers)

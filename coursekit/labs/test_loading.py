@@ -62,6 +62,7 @@ def test_loader_label():
 
 def test_jpeg_tree_is_written_once(tmp_path, monkeypatch):
     monkeypatch.setenv("COURSEKIT_COURSE_DIR", str(tmp_path))
+    monkeypatch.delenv("COURSEKIT_DATA_DIR", raising=False)
     root = loading.prepare_jpeg_tree(2, 2, (16, 12))
     assert root.parent == tmp_path / "data"
     files = sorted(root.glob("*/*/*.jpg"))
@@ -69,3 +70,14 @@ def test_jpeg_tree_is_written_once(tmp_path, monkeypatch):
     stamp = files[0].stat().st_mtime_ns
     assert loading.prepare_jpeg_tree(2, 2, (16, 12)) == root
     assert files[0].stat().st_mtime_ns == stamp
+
+
+def test_jpeg_tree_shared_by_the_room_is_reused(tmp_path, monkeypatch):
+    shared = tmp_path / "shared"
+    monkeypatch.setenv("COURSEKIT_DATA_DIR", str(shared))
+    monkeypatch.setenv("COURSEKIT_COURSE_DIR", str(tmp_path / "ada"))
+    first = loading.prepare_jpeg_tree(2, 2, (16, 12))  # the instructor (or the first participant) writes it
+    assert first.parent == shared and (first / ".complete").exists()
+    monkeypatch.setenv("COURSEKIT_COURSE_DIR", str(tmp_path / "bob"))
+    assert loading.prepare_jpeg_tree(2, 2, (16, 12)) == first  # everybody else reads the same tree
+    assert not (tmp_path / "bob" / "data").exists()

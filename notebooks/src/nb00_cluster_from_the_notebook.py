@@ -31,7 +31,7 @@ CELLS = [
 
     import coursekit
     from coursekit import labs
-    from coursekit.labs import plots
+    from coursekit.labs import failures, plots
 
     pseudo = labs.choose_pseudonym("ada")  # <- put yours here
     profile = labs.choose_profile()
@@ -99,6 +99,7 @@ CELLS = [
     """),
     code("""
     print("final state:", job.wait(timeout=s.timeout_s))
+    failures.report_failures([job])  # a failed job: its state, the last lines of its stderr, what to do
     """),
     md("""
     ## 5. Logs and metrics
@@ -187,6 +188,7 @@ CELLS = [
     """),
     code("""
     print("states:", table.column("state"))
+    failures.report_failures(table, "the learning-rate sweep")
     """),
     code("""
     # NBVAL_IGNORE_OUTPUT

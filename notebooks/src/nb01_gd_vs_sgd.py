@@ -23,7 +23,7 @@ CELLS = [
     %matplotlib inline
     from coursekit import labs
     from coursekit.labs import gradient_descent as gd
-    from coursekit.labs import plots
+    from coursekit.labs import failures, plots
 
     pseudo = labs.choose_pseudonym("ada")  # your pseudonym: at most 5 lower-case letters or digits
     profile = labs.choose_profile()
@@ -100,6 +100,7 @@ CELLS = [
     """),
     code("""
     print("states:", sorted(set(table.column("state"))))
+    failures.report_failures(table, "the GD/SGD sweep")
     """),
     code("""
     # NBVAL_IGNORE_OUTPUT

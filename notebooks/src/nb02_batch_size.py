@@ -20,7 +20,7 @@ CELLS = [
     %matplotlib inline
     from coursekit import labs
     from coursekit.labs import batch_size as bs
-    from coursekit.labs import plots, recorded
+    from coursekit.labs import failures, plots, recorded
 
     pseudo = labs.choose_pseudonym("ada")
     profile = labs.choose_profile()
@@ -50,6 +50,8 @@ CELLS = [
     """),
     code("""
     print("states:", table.column("state"))
+    failures.report_failures(table, "the batch-size sweep")
+    table = failures.completed(table)
     """),
     md("""
     ## 2. Throughput saturates
@@ -115,7 +117,7 @@ CELLS = [
     as the *B = 64* run made (`reference["summary"]["steps"]`; give `s.base.replace(...)` the options
     `batch_size=largest`, `steps=` and `epochs=` large enough to allow them, and submit it with
     `labs.run_sweep` as in section 1), then compare its validation accuracy and its training time with
-    the *B = 64* run. Store the new row (with its time to the target accuracy, `bs.add_time_to_accuracy`)
+    the *B = 64* run (at most `s.longer_max_steps` steps: the workshop's GPU budget). Store the new row (with its time to the target accuracy, `bs.add_time_to_accuracy`)
     in `longer`.
     """, tags=("exercise",)),
     code("""
@@ -124,6 +126,7 @@ CELLS = [
     largest = max(s.batch_sizes)
     ### BEGIN SOLUTION
     steps_done = reference["summary"]["steps"]
+    steps_done = min(steps_done, s.longer_max_steps)
     longer_config = s.base.replace(batch_size=largest, steps=steps_done, epochs=10 * steps_done)
     longer = bs.add_time_to_accuracy(labs.run_sweep([longer_config], name=labs.job_name(pseudo, "long"),
                                                     **s.job, timeout_s=s.timeout_s), s.target_acc)[0]

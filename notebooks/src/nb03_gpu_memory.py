@@ -13,13 +13,14 @@ CELLS = [
        give the bytes per parameter for SGD and for Adam (and why "24 bytes" is quoted for Adam);
     3. predict how activations grow with the batch size and with the depth of a network;
     4. use `torch.no_grad` for evaluation and say what it saves;
-    5. estimate with the engine's calculator what fills an 80 GB GPU, and check it against a measurement.
+    5. estimate with the engine's calculator what fills your GPU's memory, check it against the
+       allocator's measured peak, and say what neither of them counts.
     """),
     code("""
     %matplotlib inline
     import coursekit
     from coursekit import labs
-    from coursekit.labs import anatomy, plots, recorded
+    from coursekit.labs import anatomy, failures, hardware, plots, recorded
     from coursekit.train.config import TrainConfig
     from coursekit.train.memory import estimate_memory
     from coursekit.train.models import build_model
@@ -95,7 +96,12 @@ CELLS = [
              dict(model_name=model_name, input_shape=shape, optimizer="sgd", batch_size=large)]
     job = coursekit.submit_function(anatomy.measure_cases, cases, name=labs.job_name(pseudo, "anat"),
                                     **s.job)
-    measured = anatomy.anatomy_table(job.result(timeout=s.timeout_s))
+    measured = anatomy.anatomy_table(failures.result_or_none(job, s.timeout_s, "anatomy") or [])
+    # the GPU the jobs run on, as the job saw it (the cpu profile draws an example GPU instead)
+    gpu = measured[0]["gpu"] if measured else None
+    gpu_gb = hardware.memory_gb(gpu, default=s.example_gpu_memory_gb)
+    gpu_label = gpu["name"] if gpu and gpu["name"] else f"example GPU ({s.example_gpu_memory_gb} GB, an H100)"
+    print("jobs' GPU:", hardware.describe(gpu))
     measured.with_columns("model", "optimizer", "batch_size", "parameters_mb", "gradients_mb", "optimizer_state_mb",
                           "activations_mb", "bytes_per_param")
     """),
@@ -133,7 +139,7 @@ CELLS = [
     batches = [16, 32, 64, 128, 256, 512]
     for row in depth:
         ax.plot(batches, [row["activations_mb_per_image"] * b / 1e3 for b in batches], marker="o", label=row["model"])
-    ax.axhline(s.gpu_memory_gb, color="tab:red", linestyle="--", label=f"{s.gpu_memory_gb} GB")
+    ax.axhline(gpu_gb, color="tab:red", linestyle="--", label=f"{gpu_label}: {gpu_gb:.0f} GB")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("batch size")
     ax.set_ylabel("activations (GB)")
@@ -148,48 +154,61 @@ CELLS = [
     `with torch.no_grad():` stops that. The job above measured both, on the same batch:
     """),
     code("""
-    row = measured[0]
-    print(f"model.eval() alone:         {row['eval_saved_bytes'] / 1e6:8.2f} MB saved for a backward pass")
-    print(f"model.eval() + no_grad:     {row['no_grad_saved_bytes'] / 1e6:8.2f} MB")
+    if measured:
+        row = measured[0]
+        print(f"model.eval() alone:         {row['eval_saved_bytes'] / 1e6:8.2f} MB saved for a backward pass")
+        print(f"model.eval() + no_grad:     {row['no_grad_saved_bytes'] / 1e6:8.2f} MB")
     """),
     md("""
-    ## 5. What fills 80 GB
+    ## 5. What fills the GPU
 
-    The calculator, for ResNet-50 on 224 × 224 images with AdamW: the static part (parameters, gradients,
-    state, about 0.4 GB) is small for a 25 M-parameter network; the activations dominate and set the
-    largest batch: fp32 at batch 1024 does not fit, bf16 halves the activations.
+    The calculator, for ResNet-50 on 224 × 224 images with AdamW, against the memory of the GPU your jobs
+    run on (`gpu_gb`, read by the job above): the static part (parameters, gradients, state, about
+    0.4 GB) is small for a 25 M-parameter network; the activations dominate and set the largest batch;
+    bf16 halves the activations. The calculator also names what a GPU's allocator holds beside them: the
+    backward's temporary gradients and, in strict fp32, the workspace cuDNN's autotuner tries algorithms
+    with during the first steps (about 4 GB here; see `coursekit/train/memory.py`).
     For a model with billions of parameters it is the other way round: at 16 bytes per parameter,
     80 GB hold the training state of 5 billion parameters *before* a single activation.
     """),
     code("""
     resnet50 = build_model(TrainConfig(model="resnet50", image_size=224), 1000, (3, 224, 224))
-    fill = [estimate_memory(resnet50, "adamw", precision, batch, (3, 224, 224), convention="pytorch")
-            for precision, batch in (("fp32", 256), ("fp32", 1024), ("bf16", 1024), ("bf16", 2048))]
-    anatomy.fill_figure(fill, [f"{e.precision}, batch {e.batch_size}" for e in fill], s.gpu_memory_gb)
+    fill = [estimate_memory(resnet50, "adamw", precision, 256, (3, 224, 224), convention="pytorch",
+                            cudnn_benchmark=True) for precision in ("fp32", "bf16")]
+    fill = [fill[0], fill[0].at_batch(1024), fill[1].at_batch(1024), fill[1].at_batch(2048)]
+    anatomy.fill_figure(fill, [f"{e.precision}, batch {e.batch_size}" for e in fill], gpu_gb, gpu_label)
     """),
     md("""
     ### Exercise — the largest batch that fits
 
     With the calculator's figures for ResNet-50, AdamW, fp32 (`fill[0]`), compute the largest batch size
-    whose estimated total stays under 90 % of 80 GB (keep 10 % for the allocator and temporary buffers).
-    Store it in `largest_batch`.
+    whose estimated total stays under 90 % of your GPU's memory `gpu_gb` (keep 10 % for the CUDA context
+    and the allocator's rounding). `fill[0].fixed_bytes` is what does not grow with the batch and
+    `fill[0].per_sample_bytes` what each image adds. Store it in `largest_batch`.
     """, tags=("exercise",)),
     code("""
     ### BEGIN SOLUTION
-    budget = 0.9 * s.gpu_memory_gb * 1e9
-    static = fill[0].total_bytes - fill[0].activations_bytes
-    per_image = fill[0].activations_bytes / fill[0].batch_size
-    largest_batch = int((budget - static) // per_image)
+    budget = 0.9 * gpu_gb * 1e9
+    largest_batch = int((budget - fill[0].fixed_bytes) // fill[0].per_sample_bytes)
     ### END SOLUTION
     print("largest batch that fits (estimate):", largest_batch)
     """, tags=("exercise",)),
     md("""
     ## 6. The calculator against the measured peak
 
-    On a GPU the allocator reports the peak it handed out. In the gpu profile the jobs below measure it
-    for a few batch sizes and we put the calculator's total next to it; the measured peak is a little
-    higher (temporary buffers of the backward pass, cuDNN workspaces). In the cpu profile there is no GPU
-    allocator to ask: the comparison is the one of section 2, tensor by tensor.
+    On a GPU, PyTorch's caching allocator reports the most memory it handed out to tensors at once:
+    `torch.cuda.max_memory_allocated`, which the engine writes into its summary (`peak_mem_mb`, over the
+    whole run). In the gpu profile the jobs below measure it for a few batch sizes (ResNet-50, fp32, SGD,
+    synthetic images kept on the GPU: two batches) and we compare it with the calculator computed for the
+    same run — like with like: what the calculator counts is what the allocator hands out, the first
+    steps (cuDNN's autotuning) included; `steady_mb` is the calculator's peak once cuDNN has chosen its
+    algorithms.
+
+    Neither figure contains what `nvidia-smi` shows on top: the CUDA context and the cuDNN/cuBLAS
+    libraries (0.5–1 GB per process), and what the allocator *reserved* but does not use
+    (`mem_reserved_peak_mb` − `peak_mem_mb`: rounding to its block sizes and fragmentation). NCCL buffers
+    and other processes on the same GPU come on top as well. In the cpu profile there is no GPU allocator
+    to ask: the comparison is the one of section 2, tensor by tensor.
     """),
     code("""
     # NBVAL_IGNORE_OUTPUT
@@ -197,8 +216,17 @@ CELLS = [
     if s.peak_base is not None:
         peaks = labs.run_sweep([s.peak_base.replace(batch_size=b) for b in s.peak_batch_sizes],
                                name=labs.job_name(pseudo, "peak"), **s.job, timeout_s=s.timeout_s)
-        peaks.add_column("estimate_mb", lambda r: r["summary"]["memory_estimate"]["total_bytes"] / 2**20)
-        display(peaks.with_columns("batch_size", "state", "peak_mem_mb", "estimate_mb"))
+        failures.report_failures(peaks, "the peak-memory jobs")
+        peaks = failures.completed(peaks)
+        base = s.peak_base
+        net = build_model(base, base.num_classes, (3, base.image_size, base.image_size))
+        one = estimate_memory(net, base.optimizer, base.precision, 1, (3, base.image_size, base.image_size),
+                              convention="pytorch", momentum=base.momentum,
+                              input_batches=2 if base.gpu_resident else 1, cudnn_benchmark=True)
+        peaks.add_column("estimate_mb", lambda r: one.at_batch(r["batch_size"]).total_bytes / 2**20)
+        peaks.add_column("steady_mb", lambda r: one.at_batch(r["batch_size"]).steady_bytes / 2**20)
+        peaks.add_column("reserved_mb", lambda r: r["summary"].get("mem_reserved_peak_mb"))
+        display(peaks.with_columns("batch_size", "peak_mem_mb", "estimate_mb", "steady_mb", "reserved_mb"))
         figure, ax = plots.new_figure()
         plots.scatter_line(peaks, "batch_size", "peak_mem_mb", ax=ax, label="measured peak", logx=True)
         plots.scatter_line(peaks, "batch_size", "estimate_mb", ax=ax, label="calculator", logx=True)
@@ -210,34 +238,40 @@ CELLS = [
     ## 7. The claims, checked
     """),
     code("""
-    sgd, adam, sgd_large = measured[0], measured[1], measured[2]
     estimate_sgd = next(e for e in estimates if e.optimizer == "sgd" and e.convention == "pytorch")
     verdicts = [
-        labs.check_claim("fp32 training keeps 12 bytes per parameter with SGD + momentum and 16 with AdamW",
-                         round(anatomy.bytes_per_parameter(sgd), 1) == 12.0 and round(anatomy.bytes_per_parameter(adam), 1) == 16.0,
-                         f"{anatomy.bytes_per_parameter(sgd):.2f} and {anatomy.bytes_per_parameter(adam):.2f} B/parameter"),
-        labs.check_claim("AdamW's state is twice that of SGD with momentum",
-                         abs(adam["optimizer_state_bytes"] / sgd["optimizer_state_bytes"] - 2) < 0.01,
-                         f"ratio {adam['optimizer_state_bytes'] / sgd['optimizer_state_bytes']:.3f}"),
-        labs.check_claim("activations grow in proportion to the batch size",
-                         abs(sgd_large["activations_bytes"] / sgd["activations_bytes"] - large / small) < 0.02 * large / small,
-                         f"batch {small} -> {large}: x{sgd_large['activations_bytes'] / sgd['activations_bytes']:.3f}"),
         labs.check_claim("deeper networks keep more activations per image",
                          depth.column("activations_mb_per_image") == sorted(depth.column("activations_mb_per_image")),
                          ", ".join(f"{r['model']} {r['activations_mb_per_image']:.0f} MB" for r in depth)),
-        labs.check_claim("under torch.no_grad evaluation keeps no activations; eval() alone keeps them all",
-                         sgd["no_grad_saved_bytes"] == 0 and sgd["eval_saved_bytes"] > 0.9 * sgd["activations_bytes"],
-                         f"{sgd['no_grad_saved_bytes']} B vs {sgd['eval_saved_bytes'] / 1e6:.1f} MB"),
-        labs.check_claim("the calculator's pytorch convention matches the measured tensors",
-                         estimate_sgd.parameters_bytes == sgd["parameters_bytes"]
-                         and estimate_sgd.optimizer_state_bytes == sgd["optimizer_state_bytes"]
-                         and abs(estimate_sgd.activations_bytes / sgd["activations_bytes"] - 1) < 0.05,
-                         f"activations {estimate_sgd.activations_bytes / 1e6:.2f} MB estimated, {sgd['activations_bytes'] / 1e6:.2f} MB measured"),
-        labs.check_claim("the calculator's total is within 25 % of the GPU's measured peak",
-                         peaks is not None and all(abs(r["estimate_mb"] / r["peak_mem_mb"] - 1) < 0.25 for r in peaks),
-                         "per batch: " + (", ".join(f"{r['batch_size']}: {r['estimate_mb']:.0f}/{r['peak_mem_mb']:.0f} MB"
-                                                      for r in peaks) if peaks is not None else "-"),
-                         applies=profile.is_gpu, why_not="no GPU allocator in this profile"),
+        labs.check_claim(f"the calculator's peak is within {s.peak_tolerance:.0%} of torch.cuda.max_memory_allocated",
+                         bool(peaks) and all(abs(r["estimate_mb"] / r["peak_mem_mb"] - 1) < s.peak_tolerance for r in peaks),
+                         "per batch (estimate/measured): " + ", ".join(
+                             f"{r['batch_size']}: {r['estimate_mb']:.0f}/{r['peak_mem_mb']:.0f} MB" for r in peaks or []),
+                         applies=profile.is_gpu and bool(peaks),
+                         why_not="no peak job completed (see above)" if profile.is_gpu else "no GPU allocator in this profile"),
     ]
+    if len(measured) < 3:
+        print("the anatomy job returned nothing (see its failure above): the claims on its tensors are not checked")
+    else:
+        sgd, adam, sgd_large = measured[0], measured[1], measured[2]
+        verdicts += [
+            labs.check_claim("fp32 training keeps 12 bytes per parameter with SGD + momentum and 16 with AdamW",
+                             round(anatomy.bytes_per_parameter(sgd), 1) == 12.0 and round(anatomy.bytes_per_parameter(adam), 1) == 16.0,
+                             f"{anatomy.bytes_per_parameter(sgd):.2f} and {anatomy.bytes_per_parameter(adam):.2f} B/parameter"),
+            labs.check_claim("AdamW's state is twice that of SGD with momentum",
+                             abs(adam["optimizer_state_bytes"] / sgd["optimizer_state_bytes"] - 2) < 0.01,
+                             f"ratio {adam['optimizer_state_bytes'] / sgd['optimizer_state_bytes']:.3f}"),
+            labs.check_claim("activations grow in proportion to the batch size",
+                             abs(sgd_large["activations_bytes"] / sgd["activations_bytes"] - large / small) < 0.02 * large / small,
+                             f"batch {small} -> {large}: x{sgd_large['activations_bytes'] / sgd['activations_bytes']:.3f}"),
+            labs.check_claim("under torch.no_grad evaluation keeps no activations; eval() alone keeps them all",
+                             sgd["no_grad_saved_bytes"] == 0 and sgd["eval_saved_bytes"] > 0.9 * sgd["activations_bytes"],
+                             f"{sgd['no_grad_saved_bytes']} B vs {sgd['eval_saved_bytes'] / 1e6:.1f} MB"),
+            labs.check_claim("the calculator's pytorch convention matches the measured tensors",
+                             estimate_sgd.parameters_bytes == sgd["parameters_bytes"]
+                             and estimate_sgd.optimizer_state_bytes == sgd["optimizer_state_bytes"]
+                             and abs(estimate_sgd.activations_bytes / sgd["activations_bytes"] - 1) < 0.05,
+                             f"activations {estimate_sgd.activations_bytes / 1e6:.2f} MB estimated, {sgd['activations_bytes'] / 1e6:.2f} MB measured"),
+        ]
     """),
 ]

@@ -24,7 +24,7 @@ CELLS = [
     %matplotlib inline
     import coursekit
     from coursekit import labs
-    from coursekit.labs import numerics, plots, recorded
+    from coursekit.labs import failures, hardware, numerics, plots, recorded
 
     pseudo = labs.choose_pseudonym("ada")
     profile = labs.choose_profile()
@@ -72,9 +72,19 @@ CELLS = [
     Three jobs of the engine, identical except for `--precision`: autocast runs the matrix products in
     the low precision and keeps the weights, the loss and the reductions in fp32; fp16 also uses a
     `GradScaler`, whose scale the engine writes into every step record (`loss_scale`, `skipped_steps`).
+    On a GPU, a first short job asks the GPU what it is: bf16 and tf32 need compute capability 8.0 (an
+    A100 or newer); on an older GPU (a V100) the lab leaves them out and says why.
     """),
     code("""
-    configs = [s.base.replace(precision=p) for p in s.precisions]
+    gpu = None
+    if profile.is_gpu:
+        probe = coursekit.submit_function(hardware.gpu_info, name=labs.job_name(pseudo, "gpu"), **s.job)
+        gpu = failures.result_or_none(probe, s.timeout_s, "GPU probe")
+        print("jobs' GPU:", hardware.describe(gpu))
+    precisions, skipped = hardware.usable_precisions(gpu, s.precisions)
+    for precision, why in skipped.items():
+        print(f"left out: {precision}: {why}")
+    configs = [s.base.replace(precision=p) for p in precisions]
     for config in configs:
         print(labs.engine_command(config))
     """),
@@ -86,8 +96,12 @@ CELLS = [
     """),
     code("""
     print("states:", table.column("state"))
-    fp16 = table.one(precision="fp16")
-    print("fp16 run: loss scale", fp16["summary"]["loss_scale"], "- skipped steps", fp16["summary"]["skipped_steps"])
+    failures.report_failures(table, "the precision sweep")
+    table = failures.completed(table)
+    fp16 = next((row for row in table if row["precision"] == "fp16"), None)
+    if fp16 is not None:
+        print("fp16 run: loss scale", fp16["summary"].get("loss_scale"), "- skipped steps",
+              fp16["summary"].get("skipped_steps"))
     """),
     code("""
     figure, (left, right) = plots.new_figure(ncols=2)
@@ -122,10 +136,13 @@ CELLS = [
     # NBVAL_IGNORE_OUTPUT
     matmuls = None
     if s.matmul_sizes:
-        job = coursekit.submit_function(numerics.matmul_tflops, s.matmul_sizes, "bf16", name=labs.job_name(pseudo, "mm"),
+        half = "bf16" if "bf16" in precisions else "fp16"
+        job = coursekit.submit_function(numerics.matmul_tflops, s.matmul_sizes, half, name=labs.job_name(pseudo, "mm"),
                                         **s.job)
-        matmuls = labs.ResultsTable(job.result(timeout=s.timeout_s), title="bf16 matmul")
-        display(matmuls)
+        rows = failures.result_or_none(job, s.timeout_s, "matmul timing")
+        matmuls = labs.ResultsTable(rows, title="bf16 matmul") if rows else None
+        if matmuls is not None:
+            display(matmuls)
     else:
         print("needs a GPU: run this notebook in the gpu profile")
     """),
@@ -139,17 +156,23 @@ CELLS = [
     """),
     code("""
     # NBVAL_IGNORE_OUTPUT
-    ladder = None
+    ladder, ladder_gpu = None, gpu["name"] if gpu else None
     if s.ladder:
         from coursekit.train.config import TrainConfig
         from coursekit.train.models import build_model
 
-        rungs = [s.ladder_base.replace(**rung) for rung in s.ladder]
+        rungs = [s.ladder_base.replace(**rung) for rung in s.ladder if rung["precision"] in precisions]
         ladder = labs.run_sweep(rungs, name=labs.job_name(pseudo, "ladder"), **s.job,
                                 timeout_s=s.timeout_s, title="GPU ladder (measured)")
+        failures.report_failures(ladder, "the ladder")
+        ladder = failures.completed(ladder)
         net = build_model(TrainConfig(model="resnet50", image_size=224), 1000, (3, 224, 224))
         flop = numerics.training_flop_per_image(net, (3, 224, 224), 1000)
-        base = ladder[0]["images_per_s"]
+        base = ladder[0]["images_per_s"] if ladder and ladder[0]["config"].precision == "fp32" else None
+        if not base:
+            print("no completed fp32 rung: the speed-ups below cannot be computed")
+            ladder = None
+    if s.ladder and ladder is not None:
         ladder.add_column("rung", lambda r: "+".join([r["config"].precision] + ["channels_last"] * r["config"].channels_last
                                                    + ["compile"] * r["config"].compile))
         ladder.add_column("img_s", lambda r: r["images_per_s"])
@@ -160,7 +183,7 @@ CELLS = [
     else:
         recording = labs.load_gpu_ladder()
         if recording:
-            ladder = recorded.ladder_table(recording)
+            ladder, ladder_gpu = recorded.ladder_table(recording), recording["device"]
             title = "ResNet-50 training ladder (recorded on " + recording["device"] + ")"
     if ladder is not None:
         display(ladder.with_columns("rung", "img_s", "speedup", "tflops", "peak_mem_gb"))
@@ -174,15 +197,18 @@ CELLS = [
     md("""
     ### Exercise — what share of the peak?
 
-    An H100 SXM does about 989 TFLOP/s in dense bf16 on its tensor cores. For each rung of `ladder` (if
-    there is one), compute the share of that peak it reaches (`tflops / 989`); store the rung names and
-    shares in a dict `share_of_peak`. Why is a ResNet-50 far from the peak even at the best rung?
+    The datasheet gives each GPU's dense tensor-core peak: an H100 SXM does about 989 TFLOP/s in bf16.
+    `hardware.peak_tflops(name)` knows a few GPUs (None for the others). For each rung of `ladder` (if
+    there is one), compute the share of the peak of the GPU it ran on (`tflops / peak`); store the rung
+    names and shares in a dict `share_of_peak`. Why is a ResNet-50 far from the peak even at the best
+    rung?
     """, tags=("exercise",)),
     code("""
     # NBVAL_IGNORE_OUTPUT
-    H100_BF16_DENSE_TFLOPS = 989
+    peak = hardware.peak_tflops(ladder_gpu, "bf16" if "bf16" in precisions else "fp16")
+    print(f"{ladder_gpu}: {peak} TFLOP/s dense" if peak else f"no datasheet peak known for {ladder_gpu!r}: no shares")
     ### BEGIN SOLUTION
-    share_of_peak = {row["rung"]: row["tflops"] / H100_BF16_DENSE_TFLOPS for row in ladder} if ladder is not None else {}
+    share_of_peak = {row["rung"]: row["tflops"] / peak for row in ladder} if ladder is not None and peak else {}
     ### END SOLUTION
     print({rung: f"{share:.1%}" for rung, share in share_of_peak.items()})
     """, tags=("exercise",)),
@@ -197,8 +223,9 @@ CELLS = [
     code("""
     underflow = numerics.underflow_table()
     smallest, halfway = underflow.one(value=numerics.FP16_SMALLEST_SUBNORMAL), underflow.one(value=2.0**-25)
-    losses = {row["precision"]: row["train_loss"] for row in table}
-    worst = max(abs(losses[p] / losses["fp32"] - 1) for p in losses)
+    losses = {row["precision"]: row["train_loss"] for row in table if row["train_loss"] is not None}
+    worst = max(abs(losses[p] / losses["fp32"] - 1) for p in losses) if "fp32" in losses else None
+    halves = sorted(set(losses) & {"bf16", "fp16"})
     scaler = numerics.grad_scaler_demo()
     verdicts = [
         labs.check_claim("in fp16, 2^-24 survives and 2^-25 underflows to 0; scaled by 2^16 it survives and comes back exactly",
@@ -207,9 +234,13 @@ CELLS = [
         labs.check_claim("GradScaler skips exactly the steps whose scaled gradient overflows fp16, halving the scale each time",
                          all(r["skipped"] == (not r["fits_fp16"]) for r in scaler),
                          f"{sum(scaler.column('skipped'))} skipped, final scale {scaler[-1]['scale']:g}"),
-        labs.check_claim("bf16 and fp16 (with its GradScaler) train like fp32 (final loss within 5 %)",
-                         worst < 0.05 and fp16["summary"].get("loss_scale") is not None,
-                         ", ".join(f"{p}: {v:.4f}" for p, v in losses.items())),
+        labs.check_claim(" and ".join(halves) + " train like fp32 (final loss within 5 %)"
+                         + (", fp16 with its GradScaler" if "fp16" in halves else ""),
+                         worst is not None and worst < 0.05
+                         and (fp16 is None or fp16["summary"].get("loss_scale") is not None),
+                         ", ".join(f"{p}: {v:.4f}" for p, v in losses.items()),
+                         applies=worst is not None and bool(halves),
+                         why_not="the fp32 run or every low-precision run failed (see the failures above)"),
         labs.check_claim("on tensor cores each rung of the ladder is faster than fp32",
                          ladder is not None and all(r["speedup"] > 1 for r in ladder[1:]),
                          "speed-ups " + (", ".join(f"{r['rung']}: x{r['speedup']:.2f}" for r in ladder) if ladder is not None else "-"),
