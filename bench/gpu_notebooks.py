@@ -104,8 +104,11 @@ def run_notebook(path: Path, log_dir: Path | None, profile: str = "gpu") -> dict
         log_dir.mkdir(parents=True, exist_ok=True)
         (log_dir / f"gpu_nb{path.stem[:2]}.txt").write_text(text)
     failed_claims = [c for c in claims if c["verdict"] == "CLAIM DOES NOT HOLD"]
+    # what the labs say about themselves: the CIFAR-10 stand-in, jobs that did not complete (labs.failures)
+    notes = sorted({line.strip() for line in lines if line.startswith("DATASET STAND-IN")
+                    or " did not complete:" in line})
     return {"notebook": path.name, "wall_s": round(wall, 1), "passed": error is None and not failed_claims,
-            "error": error, "claims": claims, "course_dir": course}
+            "error": error, "claims": claims, "notes": notes, "course_dir": course}
 
 
 def write_report(results_files: list[Path], report: Path = REPORT) -> None:
@@ -132,6 +135,8 @@ def write_report(results_files: list[Path], report: Path = REPORT) -> None:
         lines += ["", f"## {name}", "", f"Command: `{run['command']}`", ""]
         for claim in run["claims"]:
             lines.append(f"- {claim['verdict']}: {claim['statement']} — {claim['detail']}")
+        for note in run.get("notes", []):
+            lines.append(f"- NOTE: {note}")
         if run["error"]:
             lines += ["", "Error:", "", "```", run["error"].strip(), "```"]
     report.write_text("\n".join(lines) + "\n")
