@@ -107,10 +107,10 @@ def test_a_plain_script_finds_torchs_env_variables_under_srun(tmp_path: Path) ->
 
 RANK_ONE_FAILS = """
 import os, sys, datetime, torch, torch.distributed as dist
-dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=600))
-if dist.get_rank() == 1:
+if os.environ["RANK"] == "1":  # before joining: rank 0 would wait for it at the rendezvous for 10 minutes
     sys.exit("rank 1 fails on purpose")
-dist.all_reduce(torch.ones(1))  # rank 0 would wait here for 10 minutes
+dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=600))
+dist.all_reduce(torch.ones(1))
 """
 PROMPT_FAILURE_S = 45
 
