@@ -7,8 +7,12 @@
 - CPU decoding: torchvision ``ImageFolder`` + PIL, ``RandomResizedCrop`` (train) or resize + centre
   crop (val), in the DataLoader's workers.
 - GPU decoding (``--gpu-decode``): the workers only read the files' bytes; ``GpuDecodedBatches``
-  decodes each batch with ``torchvision.io.decode_jpeg(device="cuda")`` (nvjpeg), then crops, resizes,
-  flips and normalises on the GPU, in a background thread on its own CUDA stream, a few batches ahead.
+  decodes each batch on the GPU, then crops, resizes, flips and normalises there, in a background thread
+  on its own CUDA stream, a few batches ahead, so that decoding overlaps the training step. The decoder:
+  nvImageCodec (``pip install nvidia-nvimgcodec-cu13``) on the GPU's hardware JPEG engines (A100, H100,
+  H200: they do not use the SMs the training step needs), else torchvision's
+  ``decode_jpeg(device="cuda")`` (nvjpeg's CUDA kernels, on the SMs). ``$COURSEKIT_JPEG_DECODER``
+  (``nvimgcodec`` or ``torchvision``) forces one; ``GpuDecodedBatches.decoder_name`` says which ran.
 """
 
 from __future__ import annotations
@@ -16,11 +20,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
+import os
 import queue
 import random
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -48,6 +53,8 @@ CROP_ATTEMPTS = 10
 JPEG_EXTENSIONS = (".jpg", ".jpeg")  # matched case-insensitively
 PREFETCH_BATCHES = 4  # GPU decoding: batches decoded ahead by the background thread
 QUEUE_POLL_S = 0.05
+DECODER_ENV = "COURSEKIT_JPEG_DECODER"
+DECODERS = ("nvimgcodec", "torchvision")
 
 
 # ----------------------------------------------------------------------------- generator
@@ -181,10 +188,62 @@ def center_box(height: int, width: int, image_size: int) -> tuple[int, int, int,
     return (height - side) // 2, (width - side) // 2, side, side
 
 
+JpegDecoder = Callable[[list[torch.Tensor]], list[torch.Tensor]]  # JPEG bytes -> (3, H, W) uint8 on the GPU
+
+
+def torchvision_decoder(device: torch.device) -> JpegDecoder:
+    """torchvision's nvjpeg decoding (CUDA kernels on the SMs)."""
+    return lambda encoded: list(io.decode_jpeg(encoded, mode=io.ImageReadMode.RGB, device=device))
+
+
+def nvimgcodec_decoder(device: torch.device) -> JpegDecoder | None:
+    """nvImageCodec on the GPU's hardware JPEG engines (its CUDA decoder where an image needs it); None where
+    the package or a GPU decoder is absent. Decodes on the current CUDA stream."""
+    try:
+        from nvidia import nvimgcodec
+    except ImportError:
+        return None
+    try:
+        decoder = nvimgcodec.Decoder(device_id=device.index or 0,
+                                     backends=[nvimgcodec.Backend(nvimgcodec.BackendKind.HW_GPU_ONLY),
+                                               nvimgcodec.Backend(nvimgcodec.BackendKind.GPU_ONLY)])
+        params = nvimgcodec.DecodeParams(color_spec=nvimgcodec.ColorSpec.SRGB, allow_any_depth=False,
+                                         apply_exif_orientation=False, sample_format=nvimgcodec.SampleFormat.I_RGB)
+    except Exception:  # noqa: BLE001 - no usable GPU decoder here: torchvision's path is the fallback
+        return None
+    fallback = torchvision_decoder(device)
+
+    def decode(encoded: list[torch.Tensor]) -> list[torch.Tensor]:
+        stream = torch.cuda.current_stream(device).cuda_stream
+        images = decoder.decode([data.numpy() for data in encoded], params=params, cuda_stream=stream)
+        if any(image is None for image in images):  # a file nvImageCodec could not decode: the batch via nvjpeg
+            return fallback(encoded)
+        return [torch.as_tensor(image, device=device).permute(2, 0, 1) for image in images]  # HWC -> CHW view
+
+    return decode
+
+
+def choose_decoder(device: torch.device) -> tuple[str, JpegDecoder]:
+    """The GPU JPEG decoder to use: ``$COURSEKIT_JPEG_DECODER`` if set, else nvImageCodec where installed,
+    else torchvision; its name and the function."""
+    wanted = os.environ.get(DECODER_ENV, "")
+    if wanted and wanted not in DECODERS:
+        raise ValueError(f"${DECODER_ENV}={wanted!r}: use one of {', '.join(DECODERS)} (or leave it unset)")
+    if wanted != "torchvision":
+        hardware = nvimgcodec_decoder(device)
+        if hardware is not None:
+            return "nvimgcodec", hardware
+        if wanted == "nvimgcodec":
+            raise ValueError(f"${DECODER_ENV}=nvimgcodec but nvImageCodec is not usable here: "
+                             "pip install nvidia-nvimgcodec-cu13 (CUDA 13) or unset it")
+    return "torchvision", torchvision_decoder(device)
+
+
 def decode_batch(encoded: list[torch.Tensor], device: torch.device | str, image_size: int, train: bool,
-                 rng: random.Random) -> torch.Tensor:
-    """Decode JPEG bytes on ``device`` and return normalised float images ``(B, 3, size, size)``."""
-    images = io.decode_jpeg(encoded, mode=io.ImageReadMode.RGB, device=device)
+                 rng: random.Random, decoder: JpegDecoder | None = None) -> torch.Tensor:
+    """Decode JPEG bytes on ``device`` (with ``decoder``, default torchvision's nvjpeg) and return normalised
+    float images ``(B, 3, size, size)``."""
+    images = (decoder or torchvision_decoder(torch.device(device)))(encoded)
     crops = []
     for image in images:
         _, height, width = image.shape
@@ -224,12 +283,20 @@ class GpuDecodedBatches:
         self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
         self.prefetch = prefetch
         self.sampler = getattr(loader, "sampler", None)
+        self.decoder_name: str | None = None  # "nvimgcodec" or "torchvision", once the first batch is decoded
+        self._decoder: JpegDecoder | None = None
 
     def __len__(self) -> int:
         return len(self.loader)  # type: ignore[arg-type]
 
     def _decode(self, encoded: Any, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        images = decode_batch(unpack_bytes(encoded), self.device, self.image_size, self.train, self.rng)
+        if self._decoder is None:
+            if self.device.type == "cuda":
+                self.decoder_name, self._decoder = choose_decoder(self.device)
+            else:  # CPU (tests): torchvision decodes on the CPU
+                self.decoder_name, self._decoder = "torchvision", torchvision_decoder(self.device)
+        images = decode_batch(unpack_bytes(encoded), self.device, self.image_size, self.train, self.rng,
+                              self._decoder)
         return images.contiguous(memory_format=self.memory_format), labels.to(self.device, non_blocking=True)
 
     def _produce(self, out: queue.Queue, stop: threading.Event) -> None:

@@ -294,3 +294,28 @@ def test_loader_start_epochs_and_shutdown_cost_little_beside_the_steps(jpeg_tree
     epoch_s = sum(r["epoch_time_s"] for r in epochs(read_metrics(tmp_path / "run")))
     assert summary["status"] == "completed" and summary["steps"] == 6
     assert wall - epoch_s < 2 * epoch_s + 10.0, f"{wall:.1f} s for {epoch_s:.1f} s of epochs"
+
+
+def test_gpu_jpeg_decoder_choice_and_fallback(monkeypatch):
+    """nvImageCodec (hardware JPEG engines) where installed, torchvision's nvjpeg otherwise; a forced choice
+    that cannot be honoured is a clear error. (The hardware path itself needs a GPU: bench/gpu_jpeg_decode.py.)"""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "nvidia.nvimgcodec", None)  # the package absent, as on this machine
+    monkeypatch.delenv(jpeg.DECODER_ENV, raising=False)
+    assert jpeg.nvimgcodec_decoder(CPU) is None
+    assert jpeg.choose_decoder(CPU)[0] == "torchvision"
+    monkeypatch.setenv(jpeg.DECODER_ENV, "nvimgcodec")
+    with pytest.raises(ValueError, match="nvidia-nvimgcodec-cu13"):
+        jpeg.choose_decoder(CPU)
+    monkeypatch.setenv(jpeg.DECODER_ENV, "dali")
+    with pytest.raises(ValueError, match="COURSEKIT_JPEG_DECODER"):
+        jpeg.choose_decoder(CPU)
+
+
+def test_decoded_batches_say_which_decoder_ran(jpeg_tree):
+    files = sorted((jpeg_tree / "train").glob("*/*.jpg"))[:2]
+    loader = [(jpeg.collate_bytes([(jpeg.read_bytes(str(f)), 0) for f in files]))]
+    batches = jpeg.GpuDecodedBatches(loader, "cpu", 16, train=False, prefetch=0)
+    (images, labels), = list(batches)
+    assert images.shape == (2, 3, 16, 16) and batches.decoder_name == "torchvision"
