@@ -50,6 +50,8 @@ CELLS = [
     steps_table = labs.run_sweep(step_configs, name=labs.job_name(pseudo, "step"), one_at_a_time=True,
                                  time_max=s.job["time_max"],  # no env: this job may use every core
                                  timeout_s=s.timeout_s, title="ResNet-50, one training step")
+    failures.report_failures(steps_table, "the step jobs")
+    steps_table = failures.completed(steps_table)
     recording = labs.load_gpu_ladder()
     if recording and profile.is_cpu:
         fp32 = recorded.ladder_table(recording).one(rung="fp32")
