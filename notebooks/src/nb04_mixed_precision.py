@@ -180,7 +180,7 @@ CELLS = [
         ladder.add_column("tflops", lambda r: r["images_per_s"] * flop / 1e12)
         ladder.add_column("peak_mem_gb", lambda r: (r["peak_mem_mb"] or 0) / 1024)
         title = "ResNet-50 training ladder (measured)"
-    else:
+    elif not s.ladder:
         recording = labs.load_gpu_ladder()
         if recording:
             ladder, ladder_gpu = recorded.ladder_table(recording), recording["device"]
@@ -244,12 +244,16 @@ CELLS = [
         labs.check_claim("on tensor cores each rung of the ladder is faster than fp32",
                          ladder is not None and all(r["speedup"] > 1 for r in ladder[1:]),
                          "speed-ups " + (", ".join(f"{r['rung']}: x{r['speedup']:.2f}" for r in ladder) if ladder is not None else "-"),
-                         applies=profile.is_gpu, why_not="no tensor cores in this profile (the recorded ladder above shows them)"),
+                         applies=profile.is_gpu and ladder is not None,
+                         why_not="the ladder's jobs did not complete (see above)" if profile.is_gpu
+                         else "no tensor cores in this profile (the recorded ladder above shows them)"),
         labs.check_claim("matrix sizes that are multiples of 8 run faster on tensor cores",
                          matmuls is not None and min(r["tflops"] for r in matmuls if r["multiple_of_8"])
                          > max(r["tflops"] for r in matmuls if not r["multiple_of_8"]),
                          ", ".join(f"{r['size']}: {r['tflops']:.0f} TFLOP/s" for r in matmuls) if matmuls is not None else "-",
-                         applies=profile.is_gpu, why_not="no tensor cores in this profile"),
+                         applies=profile.is_gpu and matmuls is not None,
+                         why_not="the matmul job did not complete (see above)" if profile.is_gpu
+                         else "no tensor cores in this profile"),
     ]
     """),
 ]
