@@ -16,12 +16,25 @@ from coursekit.labs.experiments import (
     wait_all,
     wait_until_training,
 )
+from coursekit.labs.horovod import horovod_table
 from coursekit.labs.participant import choose_pseudonym, job_name
 from coursekit.labs.profiles import Profile, choose_profile
 from coursekit.labs.recorded import load_gpu_ladder
 from coursekit.labs.results import ResultsTable
 
-__all__ = ["Profile", "ResultsTable", "Sweep", "check_claim", "choose_profile", "choose_pseudonym", "collect",
-           "engine_command", "is_oom", "job_name", "load_gpu_ladder", "loglog_slope", "run_sweep", "saturates",
-           "share_of_increases", "submit_sweep", "summarize_run", "time_to_target", "wait_all",
-           "wait_until_training"]
+__all__ = ["Profile", "ResultsTable", "Sweep", "check_claim", "check_ddp_script", "choose_profile",
+           "choose_pseudonym", "collect", "engine_command", "horovod_table", "is_oom", "job_name", "load_gpu_ladder",
+           "loglog_slope", "run_sweep", "saturates", "share_of_increases", "submit_sweep", "summarize_run",
+           "time_to_target", "wait_all", "wait_until_training"]
+
+
+_LAZY = {"check_ddp_script": "coursekit.labs.ddp_check"}  # imports torch: only when it is used
+
+
+def __getattr__(name: str) -> object:
+    """``labs.check_ddp_script`` (lab 06) without importing torch with every ``from coursekit import labs``."""
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
