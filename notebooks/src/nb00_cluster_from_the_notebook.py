@@ -99,7 +99,7 @@ CELLS = [
     """),
     code("""
     print("final state:", job.wait(timeout=s.timeout_s))
-    failures.report_failures([job])  # a failed job: its state, the last lines of its stderr, what to do
+    failed = failures.report_failures([job])  # a failed job: its state, the last lines of its stderr, what to do
     """),
     md("""
     ## 5. Logs and metrics
@@ -188,7 +188,7 @@ CELLS = [
     """),
     code("""
     print("states:", table.column("state"))
-    failures.report_failures(table, "the learning-rate sweep")
+    failed = failures.report_failures(table, "the learning-rate sweep")
     """),
     code("""
     # NBVAL_IGNORE_OUTPUT

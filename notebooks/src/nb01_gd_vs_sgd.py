@@ -100,7 +100,7 @@ CELLS = [
     """),
     code("""
     print("states:", sorted(set(table.column("state"))))
-    failures.report_failures(table, "the GD/SGD sweep")
+    failed = failures.report_failures(table, "the GD/SGD sweep")
     """),
     code("""
     # NBVAL_IGNORE_OUTPUT

@@ -50,7 +50,7 @@ CELLS = [
     """),
     code("""
     print("states:", table.column("state"))
-    failures.report_failures(table, "the batch-size sweep")
+    failed = failures.report_failures(table, "the batch-size sweep")
     table = failures.completed(table)
     """),
     md("""

@@ -50,7 +50,7 @@ CELLS = [
     steps_table = labs.run_sweep(step_configs, name=labs.job_name(pseudo, "step"), one_at_a_time=True,
                                  time_max=s.job["time_max"],  # no env: this job may use every core
                                  timeout_s=s.timeout_s, title="ResNet-50, one training step")
-    failures.report_failures(steps_table, "the step jobs")
+    failed = failures.report_failures(steps_table, "the step jobs")
     steps_table = failures.completed(steps_table)
     recording = labs.load_gpu_ladder()
     if recording and profile.is_cpu:
@@ -218,7 +218,7 @@ CELLS = [
     if s.peak_base is not None:
         peaks = labs.run_sweep([s.peak_base.replace(batch_size=b) for b in s.peak_batch_sizes],
                                name=labs.job_name(pseudo, "peak"), **s.job, timeout_s=s.timeout_s)
-        failures.report_failures(peaks, "the peak-memory jobs")
+        failed = failures.report_failures(peaks, "the peak-memory jobs")
         peaks = failures.completed(peaks)
         base = s.peak_base
         net = build_model(base, base.num_classes, (3, base.image_size, base.image_size))

@@ -96,7 +96,7 @@ CELLS = [
     """),
     code("""
     print("states:", table.column("state"))
-    failures.report_failures(table, "the precision sweep")
+    failed = failures.report_failures(table, "the precision sweep")
     table = failures.completed(table)
     fp16 = next((row for row in table if row["precision"] == "fp16"), None)
     if fp16 is not None:
@@ -164,7 +164,7 @@ CELLS = [
         rungs = [s.ladder_base.replace(**rung) for rung in s.ladder if rung["precision"] in precisions]
         ladder = labs.run_sweep(rungs, name=labs.job_name(pseudo, "ladder"), **s.job,
                                 timeout_s=s.timeout_s, title="GPU ladder (measured)")
-        failures.report_failures(ladder, "the ladder")
+        failed = failures.report_failures(ladder, "the ladder")
         ladder = failures.completed(ladder)
         net = build_model(TrainConfig(model="resnet50", image_size=224), 1000, (3, 224, 224))
         flop = numerics.training_flop_per_image(net, (3, 224, 224), 1000)

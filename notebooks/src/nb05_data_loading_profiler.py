@@ -74,7 +74,7 @@ CELLS = [
                            **s.job, timeout_s=s.timeout_s, title="loader settings")
     for row, label in zip(table, labels, strict=True):
         row["loader"] = label
-    failures.report_failures(table, "the loader sweep")
+    failed = failures.report_failures(table, "the loader sweep")
     table = failures.completed(table)
     table.add_column("epoch_time_s", lambda row: min(e["epoch_time_s"] for e in row["epochs"]))
     table.with_columns("loader", "state", "data_fraction", "data_time_s", "compute_time_s", "epoch_time_s", "images_per_s")
@@ -133,7 +133,7 @@ CELLS = [
     (prof_job,) = labs.submit_sweep([profiled], name=labs.job_name(pseudo, "prof"),
                                     **s.job).jobs
     print(prof_job.job_id, labs.wait_all([prof_job], timeout_s=s.timeout_s))
-    failures.report_failures([prof_job])
+    failed = failures.report_failures([prof_job])
     print(loading.top_operators_text(prof_job.run_dir))
     """),
     code("""
