@@ -16,6 +16,7 @@ progress bar), whose state JupyterLab does not restore, is stored as its last re
 from __future__ import annotations
 
 import argparse
+import html
 import importlib.util
 import os
 import re
@@ -39,6 +40,7 @@ STORED_COURSE_DIR = "~/course"  # what stored outputs show instead (notebooks/sa
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 WIDGET_REPRS = ("HTML(", "VBox(", "HBox(", "Output(")  # a widget's text/plain: useless without its state
+BAR_CHAR, BAR_WIDTH = "█", 10  # a stored progress bar, drawn as tqdm draws it in a terminal
 STORED_VIEW_TEXT = "(a live view: run the cell to see it)"
 STORED_VIEW_NOTE = ("<div style='font-size:90%;color:#57606a'><i>stored copy of the live view as it was when "
                     "this notebook was built: run the cell to follow your own jobs</i></div>")
@@ -79,14 +81,30 @@ def build(source: Path, previous: nbformat.NotebookNode | None) -> nbformat.Note
     return nb
 
 
+def _box_text(model: dict, widgets: dict) -> str:
+    """The last text of a row of widgets (tqdm's bar: description | bar | counts), as tqdm prints it."""
+    parts = []
+    for child in model.get("state", {}).get("children", []):
+        state = widgets.get(str(child).removeprefix("IPY_MODEL_"), {}).get("state", {})
+        if "max" in state and state.get("max"):
+            parts.append(BAR_CHAR * round(BAR_WIDTH * state.get("value", 0) / state["max"]))
+            parts[-1] = parts[-1].ljust(BAR_WIDTH)
+        elif isinstance(state.get("value"), str):
+            parts.append(html.unescape(state["value"]).replace("\u2007", " "))
+    return "|".join(parts)
+
+
 def _static_output(output: nbformat.NotebookNode, widgets: dict) -> None:
-    """A widget's output in place: its last HTML (a queue view) or its text (a progress bar)."""
+    """A widget's output in place: its last HTML (a queue view) or its last text (a progress bar)."""
     model = widgets.get(output.data[WIDGET_VIEW].get("model_id"), {})
     value = model.get("state", {}).get("value") if model.get("model_name") == "HTMLModel" else None
     del output.data[WIDGET_VIEW]
     if isinstance(value, str) and value:
         output.data["text/html"] = value + STORED_VIEW_NOTE
-    if "text/html" in output.data or output.data.get("text/plain", "").startswith(WIDGET_REPRS):
+    text = _box_text(model, widgets) if model.get("model_name") == "HBoxModel" else ""
+    if text:
+        output.data["text/plain"] = text
+    elif "text/html" in output.data or output.data.get("text/plain", "").startswith(WIDGET_REPRS):
         output.data["text/plain"] = STORED_VIEW_TEXT
 
 

@@ -109,3 +109,33 @@ def test_a_stripped_exercise_uses_only_names_its_text_asks_for(name):
             missing = read - known - _defined(_parse(before)) - _defined(_parse(after)) - asked
             assert not missing, f"cell {index} reads {sorted(missing)}: define them or ask for them in the text"
         known |= _defined(_parse(cell.source))
+
+
+def _builder():
+    spec = importlib.util.spec_from_file_location("build_notebooks", NOTEBOOKS / "build_notebooks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_build_stores_widgets_as_their_last_rendering_and_hides_build_paths():
+    def view(model_id):
+        return {"output_type": "display_data", "metadata": {},
+                "data": {WIDGET_VIEW: {"model_id": model_id, "version_major": 2, "version_minor": 0},
+                         "text/plain": "HTML(value='<table…')" if model_id == "queue" else "ada: 0%| | 0/3"}}
+
+    state = {"queue": {"model_name": "HTMLModel", "state": {"value": "<table><tr><td>COMPLETED</td></tr></table>"}},
+             "bar": {"model_name": "HBoxModel", "state": {"children": ["IPY_MODEL_l", "IPY_MODEL_p", "IPY_MODEL_r"]}},
+             "l": {"model_name": "HTMLModel", "state": {"value": "ada:\u2007100%"}},
+             "p": {"model_name": "FloatProgressModel", "state": {"value": 3.0, "max": 3.0}},
+             "r": {"model_name": "HTMLModel", "state": {"value": "\u20073/3\u2007[00:04&lt;00:00]"}}}
+    log = {"output_type": "stream", "name": "stdout", "text": "summary in /tmp/coursekit-build-ab12/jobs/ada-lr/7\n"}
+    nb = nbformat.from_dict(nbformat.v4.new_notebook(
+        cells=[nbformat.v4.new_code_cell("x", outputs=[view("queue"), view("bar"), log])]))
+    nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": state}}
+    _builder().clean_outputs(nb)
+    queue, bar, text = nb.cells[0].outputs
+    assert "widgets" not in nb.metadata and WIDGET_VIEW not in queue.data and WIDGET_VIEW not in bar.data
+    assert queue.data["text/html"].startswith("<table><tr><td>COMPLETED") and "HTML(" not in queue.data["text/plain"]
+    assert bar.data["text/plain"] == "ada: 100%|██████████| 3/3 [00:04<00:00]"
+    assert text.text == "summary in ~/course/jobs/ada-lr/7\n"
