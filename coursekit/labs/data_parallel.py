@@ -278,6 +278,17 @@ def usable_gpu_counts(wanted: Sequence[int], site: Any) -> list[int]:
     return usable
 
 
+def two_node_options(site: Any) -> dict[str, int] | None:
+    """Submit options of a job of 2 processes on 2 nodes (one task per node holding all its GPUs), or
+    None where there is a single machine (the local site) or a single node."""
+    if getattr(site, "is_local", True):
+        return None
+    node = site.node_shape()
+    if node.max_nodes is not None and node.max_nodes < 2:
+        return None
+    return {"n_gpu": 2 * node.gpus_per_node, "n_gpu_per_task": node.gpus_per_node}
+
+
 def _img_s(row: dict[str, Any]) -> float | None:
     return row.get("images_per_s_median") or row.get("images_per_s")
 
