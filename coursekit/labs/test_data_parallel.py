@@ -158,3 +158,20 @@ def test_bucket_timing_needs_several_processes_and_reads_every_rank():
         dp.bucket_overlap(repeats=1, warmup=0)
     per_rank = [[{"rank": r, "world_size": 2, "setting": "one bucket", "step_ms": 10.0 + r}] for r in (0, 1)]
     assert dp.bucket_table(per_rank, rank=1).column("step_ms") == [11.0]
+
+
+def test_two_nodes_means_one_task_per_node_holding_its_gpus():
+    from coursekit.sites import NodeShape
+
+    class Cluster:
+        is_local = False
+
+        def __init__(self, max_nodes):
+            self.max_nodes = max_nodes
+
+        def node_shape(self):
+            return NodeShape(4, 8, max_nodes=self.max_nodes)
+
+    assert dp.two_node_options(Cluster(2)) == {"n_gpu": 8, "n_gpu_per_task": 4}
+    assert dp.two_node_options(Cluster(1)) is None
+    assert dp.two_node_options(type("Local", (), {"is_local": True})()) is None
