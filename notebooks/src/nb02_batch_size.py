@@ -85,6 +85,8 @@ CELLS = [
         memory = bs.add_peak_memory_gb(labs.run_sweep(
             [s.memory_base.replace(batch_size=b) for b in s.memory_batch_sizes], name=labs.job_name(pseudo, "mem"),
             **s.job, timeout_s=s.timeout_s, title="peak memory"))
+        # running out of memory is what this sweep looks for; any other failure is reported
+        failures.report_failures(memory.where(lambda r: not r["oom"]), "the memory sweep (other than out of memory)")
         display(memory.with_columns("batch_size", "state", "oom", "peak_mem_gb", "images_per_s"))
         figure = bs.memory_figure(memory, "peak GPU memory against batch size (measured)")
     else:  # cpu profile: no GPU here, show the figures recorded on one
