@@ -25,6 +25,7 @@ import queue
 import random
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -207,18 +208,28 @@ def nvimgcodec_decoder(device: torch.device) -> JpegDecoder | None:
         decoder = nvimgcodec.Decoder(device_id=device.index or 0,
                                      backends=[nvimgcodec.Backend(nvimgcodec.BackendKind.HW_GPU_ONLY),
                                                nvimgcodec.Backend(nvimgcodec.BackendKind.GPU_ONLY)])
-        params = nvimgcodec.DecodeParams(color_spec=nvimgcodec.ColorSpec.SRGB, allow_any_depth=False,
-                                         apply_exif_orientation=False, sample_format=nvimgcodec.SampleFormat.I_RGB)
+        options = {"color_spec": nvimgcodec.ColorSpec.SRGB, "allow_any_depth": False, "apply_exif_orientation": False}
+        try:  # interleaved RGB (H, W, 3); older releases have no sample_format and give it by default
+            params = nvimgcodec.DecodeParams(**options, sample_format=nvimgcodec.SampleFormat.I_RGB)
+        except (AttributeError, TypeError):
+            params = nvimgcodec.DecodeParams(**options)
     except Exception:  # noqa: BLE001 - no usable GPU decoder here: torchvision's path is the fallback
         return None
     fallback = torchvision_decoder(device)
+    state = {"broken": False}
 
     def decode(encoded: list[torch.Tensor]) -> list[torch.Tensor]:
-        stream = torch.cuda.current_stream(device).cuda_stream
-        images = decoder.decode([data.numpy() for data in encoded], params=params, cuda_stream=stream)
-        if any(image is None for image in images):  # a file nvImageCodec could not decode: the batch via nvjpeg
-            return fallback(encoded)
-        return [torch.as_tensor(image, device=device).permute(2, 0, 1) for image in images]  # HWC -> CHW view
+        if not state["broken"]:
+            try:
+                stream = torch.cuda.current_stream(device).cuda_stream
+                images = decoder.decode([data.numpy() for data in encoded], params=params, cuda_stream=stream)
+                if all(image is not None for image in images):  # else: the batch via nvjpeg
+                    return [torch.as_tensor(image, device=device).permute(2, 0, 1) for image in images]
+            except Exception as error:  # noqa: BLE001 - keep training: torchvision decodes from now on
+                state["broken"] = True
+                warnings.warn(f"nvImageCodec failed ({type(error).__name__}: {error}); torchvision's nvjpeg "
+                              "decodes the JPEGs from now on", stacklevel=2)
+        return fallback(encoded)
 
     return decode
 

@@ -319,3 +319,44 @@ def test_decoded_batches_say_which_decoder_ran(jpeg_tree):
     batches = jpeg.GpuDecodedBatches(loader, "cpu", 16, train=False, prefetch=0)
     (images, labels), = list(batches)
     assert images.shape == (2, 3, 16, 16) and batches.decoder_name == "torchvision"
+
+
+def test_nvimgcodec_path_decodes_in_rgb_chw_and_falls_back_on_failure(jpeg_tree, monkeypatch):
+    """The hardware path's plumbing, with a stand-in for nvImageCodec (PIL decodes): HWC images come back
+    as (3, H, W) like torchvision's; an image it cannot decode sends the batch to torchvision."""
+    import io as pyio
+    import sys
+    import types
+
+    from PIL import Image
+
+    calls = {"decode": 0}
+
+    class Decoder:
+        fail = False
+
+        def __init__(self, device_id, backends):
+            pass
+
+        def decode(self, sources, params=None, cuda_stream=0):
+            calls["decode"] += 1
+            if self.fail:
+                return [None for _ in sources]
+            return [np.array(Image.open(pyio.BytesIO(s.tobytes())).convert("RGB")) for s in sources]
+
+    fake = types.SimpleNamespace(
+        Decoder=Decoder, Backend=lambda kind: kind, BackendKind=types.SimpleNamespace(HW_GPU_ONLY=4, GPU_ONLY=2),
+        DecodeParams=lambda **kw: kw, ColorSpec=types.SimpleNamespace(SRGB=1), SampleFormat=types.SimpleNamespace(I_RGB=2))
+    monkeypatch.setitem(sys.modules, "nvidia.nvimgcodec", fake)
+    monkeypatch.setitem(sys.modules, "nvidia", types.SimpleNamespace(nvimgcodec=fake))
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: types.SimpleNamespace(cuda_stream=0))
+    decode = jpeg.nvimgcodec_decoder(CPU)
+    files = sorted((jpeg_tree / "train").glob("*/*.jpg"))[:2]
+    encoded = [jpeg.read_bytes(str(f)) for f in files]
+    images = decode(encoded)
+    reference = jpeg.torchvision_decoder(CPU)(encoded)
+    assert calls["decode"] == 1 and [i.shape for i in images] == [r.shape for r in reference]
+    assert all(torch.equal(i, r) for i, r in zip(images, reference, strict=True))
+    assert jpeg.choose_decoder(CPU)[0] == "nvimgcodec"
+    Decoder.fail = True  # an image it cannot decode: the batch goes through torchvision
+    assert all(torch.equal(i, r) for i, r in zip(decode(encoded), reference, strict=True)) and calls["decode"] == 2
