@@ -95,9 +95,11 @@ CELLS = [
     5. print on rank 0 only; save the checkpoint on rank 0 only (the model inside DDP: `model.module`);
     6. sum the loss and the correct predictions over the ranks with `dist.all_reduce` before printing.
 
-    `--batch-size` is now the batch of one process: with N processes the global batch is N times larger.
-    `labs.check_ddp_script(path)` runs your script on 2 processes beside the serial one and tells you, in
-    plain words, what is wrong.
+    Your copy of `ddp/train_ddp.py` is the serial script with a `TODO` where each of these steps goes:
+    fill them in (or convert a script of your own), then set `my_script` to its path. `--batch-size` is
+    now the batch of one process: with N processes the global batch is N times larger.
+    `labs.check_ddp_script(my_script)` runs your script on 2 processes beside the serial one and tells
+    you, in plain words, what is wrong.
     """, tags=("exercise",)),
     code("""
     ### BEGIN SOLUTION
@@ -118,15 +120,15 @@ CELLS = [
     code("""
     out = course_dir() / "checkpoints"
     global_batch = 64
-    common = f"--epochs 2 --data-size 1024 --seed 0"
+    common = "--epochs 2 --data-size 1024 --seed 0"
     runs = {
         "serial": coursekit.gpu_jobs_submitter(f"{s.scripts['serial']} --batch-size {global_batch} {common} --out {out}/serial",
                                                n_gpu=1, name=labs.job_name(pseudo, "serial"), **s.job),
         "ddp-srun": coursekit.gpu_jobs_submitter(
-            f"{s.scripts['ddp']} --batch-size {global_batch // 2} {common} --out {out}/ddp-srun",
+            f"{my_script} --batch-size {global_batch // 2} {common} --out {out}/ddp-srun",
             n_gpu=2, name=labs.job_name(pseudo, "ddp"), **s.job),
         "ddp-torchrun": coursekit.gpu_jobs_submitter(
-            f"{s.scripts['ddp']} --batch-size {global_batch // 2} {common} --out {out}/ddp-torchrun",
+            f"{my_script} --batch-size {global_batch // 2} {common} --out {out}/ddp-torchrun",
             n_gpu=2, launcher="torchrun", name=labs.job_name(pseudo, "ddpt"), **s.job),
     }
     jobs = {label: coursekit.get_job(ids[0]) for label, ids in runs.items()}
@@ -265,6 +267,26 @@ CELLS = [
     """, tags=IGNORE),
     code("""
     display(dp.rich(strong, note=f"measured here, {unit}"), dp.rich(weak, note=f"measured here, {unit}"))
+    """, tags=IGNORE),
+    md("""
+    **Two nodes.** On a cluster the same two processes can sit on two nodes (one task per node): the
+    all-reduce then crosses the network between them instead of staying inside one machine. In the gpu
+    profile the sweep's 8-GPU jobs span two nodes of 4 GPUs; in the cpu profile on Slurm one extra job
+    runs the weak-scaling configuration on 2 nodes (the CI's local cluster has two).
+    """),
+    code("""
+    two_nodes = dp.two_node_options(site) if profile.is_cpu else None
+    if two_nodes is None:
+        print("no separate 2-node job here (one machine, or the gpu profile's sweep already spans nodes)")
+    else:
+        across = labs.run_sweep([s.scaling_base.replace(batch_size=s.batch_per_gpu)], name=labs.job_name(pseudo, "nodes"),
+                                **two_nodes, **s.job, timeout_s=s.timeout_s)
+        one_node = weak.one(n_gpu=2)
+        display(labs.ResultsTable([
+            {"processes": 2, "nodes": 1, "img_s": one_node["img_s"], "efficiency": one_node["efficiency"]},
+            {"processes": 2, "nodes": 2, "img_s": across[0]["images_per_s_median"],
+             "efficiency": across[0]["images_per_s_median"] / (2 * weak.one(n_gpu=1)["img_s"])}],
+            title=f"weak scaling at batch {s.batch_per_gpu} per process: one node vs two"))
     """, tags=IGNORE),
     md("""
     In the cpu profile these "GPUs" are processes sharing two cores: two processes do not get more
