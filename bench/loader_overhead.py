@@ -1,0 +1,99 @@
+"""Where a loader setting's wall time goes: process start, build, steps, epoch boundaries, the end, exit.
+
+Issue 12 saw lab 05's ``workers=16 + persistent + prefetch 4`` run take 191 s of wall time for 30 steps
+that ran at 1,147 img/s (about 7 s). Each configuration here runs the engine in its own process, as a
+job would, with ``--log-every 1``; the metrics' timestamps split the wall time into phases::
+
+    python bench/loader_overhead.py --jpeg-dir /tmp/jpegs --out bench/results/loader_overhead.json   # GPU
+    python bench/loader_overhead.py --cpu --out /tmp/loader_overhead.json                            # CPU
+
+``epoch_gaps_s`` is the time between steps beyond the median step (epoch ends, validation, worker
+starts); ``exit_s`` is what the process takes after its summary (worker shutdown, CUDA teardown).
+Measured on this repository's 2-core CPU machine (16 workers on a 264-image tree, batch 16, MLP):
+the phases stay in seconds; the GPU figure is for the lead's run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+GPU_RUN = ["--model", "resnet50", "--image-size", "224", "--batch-size", "256", "--precision", "bf16",
+           "--channels-last", "--steps", "30"]
+CPU_RUN = ["--model", "mlp", "--image-size", "32", "--batch-size", "16", "--steps", "45"]
+LOADERS = {
+    "workers=0": [],
+    "workers=8 +pin +non_blocking": ["--workers", "8", "--pin-memory", "--non-blocking"],
+    "workers=16 +persistent +prefetch4": ["--workers", "16", "--persistent-workers", "--prefetch-factor", "4"],
+    "workers=16 +pin +persistent +prefetch4": ["--workers", "16", "--pin-memory", "--non-blocking",
+                                               "--persistent-workers", "--prefetch-factor", "4"],
+}
+
+
+def phases(records: list[dict[str, Any]], started: float, ended: float) -> dict[str, Any]:
+    """Split a run's wall time with its records' timestamps."""
+    start = next(r for r in records if r["kind"] == "start")["time"]
+    steps = [r for r in records if r["kind"] == "step"]
+    final = next(r for r in records if r["kind"] == "summary")
+    step_times = [r["data_time_s"] + r["compute_time_s"] for r in steps]
+    gaps = [b["time"] - a["time"] for a, b in zip(steps, steps[1:], strict=False)]
+    typical = statistics.median(gaps) if gaps else 0.0
+    return {"wall_s": ended - started, "process_start_s": start - started,
+            "build_and_first_step_s": steps[0]["time"] - start if steps else None,
+            "steps_s": sum(step_times), "epoch_gaps_s": sum(max(0.0, g - typical) for g in gaps),
+            "end_s": final["time"] - steps[-1]["time"] if steps else None, "exit_s": ended - final["time"],
+            "images_per_s": final.get("images_per_s"), "status": final.get("status")}
+
+
+def run(data_dir: Path, common: list[str], extra: list[str], device: str) -> dict[str, Any]:
+    from coursekit.metrics import read_metrics
+
+    with tempfile.TemporaryDirectory() as out:
+        command = [sys.executable, "-m", "coursekit.train", "--dataset", "jpeg_folder", "--data-dir", str(data_dir),
+                   "--device", device, "--log-every", "1", "--progress", "off", "--out", out, *common, *extra]
+        started = time.time()
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
+        ended = time.time()
+        if done.returncode != 0:
+            return {"status": "failed", "returncode": done.returncode, "stderr": done.stderr[-2000:]}
+        return phases(read_metrics(out), started, ended)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jpeg-dir", type=Path, help="a JPEG tree (written there when empty)")
+    parser.add_argument("--cpu", action="store_true", help="a small CPU run (MLP, 160x120 JPEGs)")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    from coursekit.train.jpeg import write_synthetic_jpeg_tree
+
+    root = args.jpeg_dir or Path(tempfile.mkdtemp(prefix="coursekit-loader-"))
+    if not (root / "train").is_dir():  # the issue's tree: 2,400 training JPEGs (ImageNet-sized on a GPU)
+        size = (160, 120) if args.cpu else (500, 375)
+        write_synthetic_jpeg_tree(root, 8 if not args.cpu else 4, 300 if not args.cpu else 60, size=size,
+                                  workers=os.cpu_count() or 1)
+    rows = {}
+    for name, extra in LOADERS.items():
+        rows[name] = run(root, CPU_RUN if args.cpu else GPU_RUN, extra, "cpu" if args.cpu else "cuda")
+        row = rows[name]
+        print(f"{name:<40} " + (" ".join(f"{k} {v:.1f}" for k, v in row.items() if isinstance(v, float))
+                                 if row.get("status") != "failed" else f"FAILED: {row['stderr'][-300:]}"), flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"command": "python bench/loader_overhead.py " + " ".join(sys.argv[1:]),
+                                    "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "rows": rows}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
