@@ -31,7 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -177,20 +177,38 @@ def engine_run(name: str, profile: Profile, world: int, batch: int, env: dict[st
     return row
 
 
-def scaling(profile: Profile, worlds: list[int], env: dict[str, str], logs: Path, scratch: Path) -> list[dict[str, Any]]:
-    rows = []
-    for world in worlds:
-        for mode in ("weak", "strong"):
-            if world == 1 and mode == "strong":
-                continue  # the same run as weak at 1 GPU
+def scaling(profile: Profile, worlds: list[int], env: dict[str, str], logs: Path, scratch: Path,
+            repeats: int = 1, modes: tuple[str, ...] = ("weak", "strong")) -> list[dict[str, Any]]:
+    """Weak and strong scaling; with ``repeats`` > 1 the configurations are run in turn (1, 2, 4, 1, 2, 4,
+    ...) so that drift hits them alike, and each row holds the mean and sample std of its repeats."""
+    configs = [(mode, world) for world in worlds for mode in ("weak", "strong")
+               if (mode in modes or world == 1) and not (world == 1 and mode == "strong")]  # 1 GPU: the base
+    runs: dict[tuple[str, int], list[dict[str, Any]]] = {c: [] for c in configs}
+    for repeat in range(repeats):
+        for mode, world in configs:
             batch = profile.batch_per_gpu if mode == "weak" else profile.batch_per_gpu // world
-            row = engine_run(f"scaling_{mode}_{world}", profile, world, batch, env, logs, scratch)
-            rows.append({**row, "mode": mode})
+            suffix = f"_r{repeat + 1}" if repeats > 1 else ""
+            runs[(mode, world)].append(engine_run(f"scaling_{mode}_{world}{suffix}", profile, world, batch, env,
+                                                  logs, scratch))
+    rows = []
+    for (mode, world), done in runs.items():
+        row = {**done[0], "mode": mode, "name": f"scaling_{mode}_{world}", "repeats": len(done),
+               "ok": all(r["ok"] for r in done)}
+        if row["ok"]:
+            row["img_s_runs"] = [r["img_s"] for r in done]
+            row["img_s"] = statistics.fmean(row["img_s_runs"])
+            row["img_s_std"] = statistics.stdev(row["img_s_runs"]) if len(done) > 1 else 0.0
+            row["img_s_per_gpu"] = statistics.fmean(r["img_s_per_gpu"] for r in done)
+            row["step_ms"] = statistics.fmean(r["step_ms"] for r in done)
+        rows.append(row)
     base = next((r for r in rows if r["world_size"] == 1 and r["ok"]), None)
     for row in rows:
         if base and row["ok"]:
             row["speedup"] = row["img_s"] / base["img_s"]
             row["efficiency"] = row["speedup"] / row["world_size"]
+            if len(row["img_s_runs"]) > 1:  # efficiency of each repeat against the 1-GPU run of the same round
+                per_round = [r / b / row["world_size"] for r, b in zip(row["img_s_runs"], base["img_s_runs"], strict=True)]
+                row["efficiency_std"] = statistics.stdev(per_round)
     return rows
 
 
@@ -339,6 +357,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="result JSON (default bench/results/ddp_gpu.json)")
     parser.add_argument("--report", type=Path, default=None, help="Markdown report (default bench/REPORT-ddp.md)")
     parser.add_argument("--parts", default=",".join(PARTS), help=f"which parts to run (default all: {','.join(PARTS)})")
+    parser.add_argument("--repeats", type=int, default=1, help="runs of each scaling configuration (mean ± std)")
+    parser.add_argument("--scaling-modes", default="weak,strong", help="weak, strong or both (default)")
+    parser.add_argument("--steps", type=int, default=None, help="engine steps per run (default: the profile's)")
     parser.add_argument("--allreduce-worker", type=Path, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--device", default="cuda", help=argparse.SUPPRESS)
     parser.add_argument("--sizes", default="", help=argparse.SUPPRESS)
@@ -348,6 +369,12 @@ def main(argv: list[str] | None = None) -> int:
         allreduce_worker([int(s) for s in args.sizes.split(",")], args.iters, args.device, args.allreduce_worker)
         return 0
     profile = CPU_SMOKE if args.cpu_smoke else GPU
+    if args.repeats < 1:
+        parser.error(f"--repeats {args.repeats}: use 1 or more")
+    if args.steps is not None:
+        if args.steps <= profile.warmup_steps:
+            parser.error(f"--steps {args.steps}: use more than the {profile.warmup_steps} warm-up steps")
+        profile = replace(profile, steps=args.steps)
     parts = [part.strip() for part in args.parts.split(",") if part.strip()]
     if not parts or any(part not in PARTS for part in parts):
         parser.error(f"--parts {args.parts!r}: use a comma-separated subset of {','.join(PARTS)}")
@@ -367,7 +394,8 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine(profile), "nccl_env": {k: env.get(k) for k in NCCL_ENV}, "profile": asdict(profile),
         "targets": {str(k): v for k, v in TARGET_EFFICIENCY.items()}}
     pair = min(2, most)  # binding and buckets: the lab's 2-GPU machine
-    steps = {"scaling": ("(a) scaling on {worlds} processes", lambda: scaling(profile, worlds, env, logs, scratch)),
+    steps = {"scaling": ("(a) scaling on {worlds} processes", lambda: scaling(profile, worlds, env, logs, scratch, args.repeats,
+                                                                  tuple(args.scaling_modes.split(",")))),
              "busbw": ("(b) all-reduce bus bandwidth", lambda: [busbw(f"busbw_{w}", profile, w, env, logs, scratch)
                                                             for w in worlds if w > 1]),
              "binding": ("(c, e) node vs task binding, NCCL_DEBUG=INFO",

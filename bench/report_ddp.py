@@ -38,15 +38,23 @@ def _check(value: float | None, target: float | None) -> str:
     return "met" if value >= target else "**missed**"
 
 
+def _pm(std: float | None, spec: str = ",.0f") -> str:
+    """`` ± std`` of repeated runs (nothing for a single run)."""
+    return f" ± {format(std, spec)}" if std else ""
+
+
 def scaling_table(rows: list[dict[str, Any]], targets: dict[str, float]) -> list[str]:
-    lines = ["| scaling | GPUs | batch per GPU | global batch | images/s | per GPU | step (ms) | speed-up "
+    repeats = max((r.get("repeats", 1) for r in rows), default=1)
+    note = [f"Mean ± sample std over {repeats} runs of each configuration, run in turn.", ""] if repeats > 1 else []
+    lines = [*note, "| scaling | GPUs | batch per GPU | global batch | images/s | per GPU | step (ms) | speed-up "
              "| efficiency | target |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         target = targets.get(str(r["world_size"])) if r["mode"] == "weak" else None
         verdict = f"≥ {target} {_check(r.get('efficiency'), target)}" if target else ""
         lines.append(f"| {r['mode']} | {r['world_size']} | {r['batch_per_gpu']} | {r['global_batch']} | "
-                     f"{_num(r.get('img_s'))} | {_num(r.get('img_s_per_gpu'))} | {_num(r.get('step_ms'), '.1f')} | "
-                     f"{_num(r.get('speedup'), '.2f')} | {_num(r.get('efficiency'), '.3f')} | {verdict} |"
+                     f"{_num(r.get('img_s'))}{_pm(r.get('img_s_std'))} | {_num(r.get('img_s_per_gpu'))} | "
+                     f"{_num(r.get('step_ms'), '.1f')} | {_num(r.get('speedup'), '.2f')} | "
+                     f"{_num(r.get('efficiency'), '.3f')}{_pm(r.get('efficiency_std'), '.3f')} | {verdict} |"
                      + ("" if r["ok"] else " (failed: see its log)"))
     return lines
 
