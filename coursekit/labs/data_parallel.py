@@ -490,15 +490,17 @@ class NcclReport:
         return Counter(c["transport"] for c in self.connections)
 
     def summary(self) -> str:
+        """A few lines: who talks, the rings and trees (channels with the same shape grouped), the links."""
         lines = [f"NCCL {self.version or '?'}, {self.nranks or '?'} ranks on {len(self.hosts) or '?'} host(s) "
                  f"({', '.join(self.hosts)}), network for inter-node traffic: {self.network or '?'}"]
         if self.rings:
+            shapes = _grouped({c: " -> ".join(map(str, r)) for c, r in self.rings.items()})
             lines.append(f"{len(self.rings)} ring channel(s): "
-                         + "; ".join(f"{c}: {' -> '.join(map(str, r))}" for c, r in sorted(self.rings.items())))
+                         + "; ".join(f"{_channels(cs)}: {shape}" for shape, cs in shapes.items()))
         for rank, channels in sorted(self.trees.items()):
-            shown = "; ".join(f"[{c}] parent {parent if parent >= 0 else '-'}, children "
-                              f"{', '.join(map(str, kids)) or '-'}" for c, (kids, parent) in sorted(channels.items()))
-            lines.append(f"tree of rank {rank}: {shown}")
+            roles = _grouped({c: f"parent {parent if parent >= 0 else '- (root)'}, children "
+                                 f"{', '.join(map(str, kids)) or '-'}" for c, (kids, parent) in channels.items()})
+            lines.append(f"trees of rank {rank}: " + "; ".join(f"{_channels(cs)}: {role}" for role, cs in roles.items()))
         for transport, count in sorted(self.transports.items()):
             lines.append(f"{count} connection(s) via {TRANSPORTS.get(transport, transport)}: "
                          + ", ".join(sorted({c['via'] for c in self.connections if c['transport'] == transport})))
@@ -508,6 +510,26 @@ class NcclReport:
 
     def __repr__(self) -> str:
         return self.summary()
+
+
+def _grouped(by_channel: dict[int, str]) -> dict[str, list[int]]:
+    """{shape: [channels]} from {channel: shape}, in channel order."""
+    groups: dict[str, list[int]] = {}
+    for channel, shape in sorted(by_channel.items()):
+        groups.setdefault(shape, []).append(channel)
+    return groups
+
+
+def _channels(channels: list[int]) -> str:
+    """``channels 0-5, 12-17`` (runs of consecutive numbers joined)."""
+    runs: list[list[int]] = []
+    for c in channels:
+        if runs and c == runs[-1][-1] + 1:
+            runs[-1].append(c)
+        else:
+            runs.append([c])
+    text = ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
+    return f"channel{'s' if len(channels) > 1 else ''} {text}"
 
 
 def _tree(msg: str) -> dict[int, tuple[list[int], int]]:
