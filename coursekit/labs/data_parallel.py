@@ -391,8 +391,8 @@ def load_ddp_recording(path: str | os.PathLike | None = None, verbose: bool = Tr
     return data
 
 
-def describe_recording(recording: dict[str, Any]) -> str:
-    """One line naming the machine, the software, the date and the command behind the recorded figures."""
+def describe_recording(recording: dict[str, Any], command: bool = False) -> str:
+    """One line naming the machine, the software and the date (and ``command``: the command) of the figures."""
     machine = recording.get("machine") or {}
     gpus = machine.get("gpus")
     parts = [f"recorded on {f'{gpus} x ' if gpus else ''}{machine.get('device_name') or 'an unnamed machine'}"]
@@ -401,7 +401,7 @@ def describe_recording(recording: dict[str, Any]) -> str:
     if recording.get("date"):
         parts.append(str(recording["date"])[:10])
     line = ", ".join(parts)
-    return line + (f" by `{recording['command']}`" if recording.get("command") else "")
+    return line + (f" by `{recording['command']}`" if command and recording.get("command") else "")
 
 
 def recorded_scaling_table(recording: dict[str, Any]) -> ResultsTable | None:
