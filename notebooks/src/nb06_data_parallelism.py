@@ -299,7 +299,8 @@ CELLS = [
     recording = dp.load_ddp_recording()
     recorded = dp.recorded_scaling_tables(recording) if recording else None
     if recorded is not None:
-        display(dp.scaling_figure(*recorded, title="recorded on GPUs (not in this kernel): " + dp.describe_recording(recording)[:60]))
+        print(dp.describe_recording(recording, command=True))
+        display(dp.scaling_figure(*recorded, title=dp.describe_recording(recording) + " (not in this kernel)"))
         for table in (*recorded, dp.recorded_busbw_table(recording)):
             if table is not None:
                 display(dp.rich(table, note="recorded on GPUs, not in this kernel"))
@@ -309,13 +310,15 @@ CELLS = [
 
     With `NCCL_DEBUG=INFO` in a job's environment, NCCL writes, while it sets up a communicator, which
     **rings** and **trees** it built over the ranks and which **transport** each link uses: `P2P` (GPU
-    to GPU over NVLink or PCIe), `SHM` (through host memory, when peer access is not possible — e.g. when
-    each task sees only its own GPU), `NET` (InfiniBand or sockets, between nodes). `dp.parse_nccl_log`
+    to GPU over NVLink or PCIe), `SHM` (through host memory, when peer access is not possible — older NCCL
+    versions fell back to it when each task saw only its own GPU), `NET` (InfiniBand or sockets, between
+    nodes). `dp.parse_nccl_log`
     reads it. On GPUs the job below prints it; gloo on a CPU writes nothing of the kind, so in the cpu
     profile we read an example written in NCCL's format (2 GPUs of one node joined by NVLink) and, when
     the benchmark recorded them, the real logs of a 2-GPU machine with every task seeing the node's GPUs
     (`node` binding, coursekit's default for multi-GPU jobs) and with each task seeing only its own
-    (`task` binding).
+    (`task` binding). Read the transports: on that machine NCCL 2.28 found GPU-to-GPU links (P2P through
+    CUDA memory handles) with either binding — check yours, as its version and your cluster may differ.
     """),
     code("""
     if profile.is_gpu:
