@@ -232,10 +232,12 @@ CELLS = [
     What to read in it. `no_sync` always pays: the accumulated step communicates once instead of once per
     micro-batch. The bucket sizes are another matter on a CPU: with two processes sharing two cores,
     DDP's copies of the gradients into its buckets and the noise of the shared cores are as large as what
-    the overlap saves, so the bucket rows differ by little and not always in the same order — that is the
-    honest CPU result. (The engine's benchmark, with the backward emulated on an idle machine and one
-    64 MB all-reduce of 111 ms, measured 8 MB buckets hiding about 60 % of it.) On GPUs with NCCL the
-    communication runs on its own stream beside the backward kernels, and smaller buckets do hide it.
+    the overlap saves. On an idle machine the small buckets hid about half of the all-reduce; on a busy
+    one (other jobs on the same cores) the bucket rows differed by little and not always in the same
+    order — that is the honest CPU result, so the claim about buckets is checked on GPUs only. (The
+    engine's benchmark, with the backward emulated and one 64 MB all-reduce of 111 ms, measured 8 MB
+    buckets hiding about 60 % of it.) On GPUs with NCCL the communication runs on its own stream beside
+    the backward kernels, and smaller buckets do hide it.
     """),
     md("""
     ## 6. Scaling: strong and weak, from one sweep
