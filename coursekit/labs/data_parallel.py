@@ -135,6 +135,7 @@ def ddp_equivalence(steps: int = 5, global_batch: int = 32, features: int = 16, 
             averaged /= world
         del model, optimizers
         gc.collect()  # free DDP's reducer (reference cycles) before the process group goes
+        distributed.barrier(ctx)  # leave the group together (a rank leaving alone can make gloo abort)
         return {"rank": rank, "world_size": world, "steps": steps, "global_batch": global_batch,
                 "batch_per_rank": shard, "max_abs_dw": max_dw, "local_acc": local_acc.item(),
                 "averaged_acc": averaged.item(), "global_acc": global_acc}
@@ -247,7 +248,8 @@ def bucket_overlap(bucket_caps_mb: Sequence[float] = (ONE_BUCKET_MB, 25.0, 4.0),
             row.update({"rank": ctx.rank, "world_size": ctx.world_size, "params": params,
                         "device": str(ctx.device), "backward_ms_per_layer": backward_ms_per_layer})
         base = model = accumulate = None  # drop every DDP wrapper (the closures hold some) ...
-        gc.collect()  # ... and free their reducers (reference cycles) (reference cycles) before the process group goes
+        gc.collect()  # ... and free their reducers (reference cycles)
+        distributed.barrier(ctx)  # leave the group together (a rank leaving alone can make gloo abort)
         return rows
 
 

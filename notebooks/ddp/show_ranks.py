@@ -44,6 +44,7 @@ def main() -> None:
         dist.all_reduce(total)  # every rank sends its rank and receives the sum
     expected = info.world_size * (info.world_size - 1) / 2
     print(f"{tag} all_reduce(sum of ranks) = {total.item():g} (expected {expected:g})", flush=True)
+    distributed.barrier(ctx)  # leave together: a rank that leaves while another still uses the group can abort it
     distributed.cleanup()
 
 

@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> None:
     ### BEGIN SOLUTION
     if rank == 0:
         save_checkpoint(model.module, args.out, args.epochs, correct / total)
-    del model  # DDP's reducer holds work of the group: free it first (else gloo may abort at exit)
+    dist.barrier()  # leave together: a rank that leaves while another still uses the group can abort it
     dist.destroy_process_group()
     ### END SOLUTION
 
