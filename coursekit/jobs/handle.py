@@ -40,6 +40,7 @@ MIN_SLEEP_S = 0.05
 CONTROLLER_DOWN_GRACE_S = 30.0  # wait() raises when Slurm stays unreachable this long
 TAIL_BLOCK_BYTES = 8192
 TAIL_SCAN_FACTOR = 4  # tail(n) reads this many times n lines, to have n left once submitit's are dropped
+MAX_TAIL_SCAN_LINES = 100_000  # the window tail() reads stops growing here
 EXIT_CODE_IN_RESULT = re.compile(r"exited with code (\d+)")
 ENDED_BY_SLURM = {"CANCELLED": "was cancelled", "TIMEOUT": "reached its time limit",
                   "OUT_OF_MEMORY": "ran out of memory", "NODE_FAIL": "lost its node", "PREEMPTED": "was preempted",
@@ -73,6 +74,19 @@ def tail_lines(path: Path, n: int) -> list[str]:
             handle.seek(position)
             data = handle.read(step) + data
     return list(deque(data.decode("utf-8", errors="replace").splitlines(), maxlen=n))
+
+
+def _own_last_lines(path: Path, n: int) -> list[str]:
+    """The job's own last ``n`` lines: the window read grows until it holds ``n`` of them (srun and
+    slurmstepd may end a log with several lines of their own) or the file has no more."""
+    scan = n * TAIL_SCAN_FACTOR
+    while n > 0:
+        raw = tail_lines(path, scan)
+        own = job_output(raw)
+        if len(own) >= n or len(raw) < scan or scan >= MAX_TAIL_SCAN_LINES:
+            return own[-n:]
+        scan *= TAIL_SCAN_FACTOR
+    return []
 
 
 class Job:
@@ -172,7 +186,7 @@ class Job:
         path = self._log(stream, rank)
         if raw:
             return "\n".join(tail_lines(path, n))
-        lines = job_output(tail_lines(path, n * TAIL_SCAN_FACTOR))[-n:] if n > 0 else []
+        lines = _own_last_lines(path, n)
         state = self._final or (self.state if self.scheduler == "local" or path.exists() else None)
         ending = ENDED_BY_SLURM.get(state or "")
         last = lines[-1].lower() if lines else ""
@@ -242,6 +256,9 @@ class Job:
         None while it runs or when nothing tells."""
         if not self.done():
             return None
+        recorded = self._commands_exit_code()
+        if recorded is not None:  # srun reports 15 for a step whose peer tasks it stopped after a failure
+            return recorded
         if self.scheduler != "local":
             code = self._details().get("exit_code", "").split(":")[0]
             if code.isdigit():
@@ -283,6 +300,19 @@ class Job:
         if self.time_limit_min is None:
             return False
         return self._ended_at() - self.submitted_at >= self.time_limit_min * 60
+
+    def _commands_exit_code(self) -> int | None:
+        """The exit code a task recorded for its own command (the first task whose command failed)."""
+        for task in range(max(1, self.num_tasks)):
+            path = JobPaths(self.folder, job_id=self.job_id, task_id=task).result_pickle
+            try:
+                outcome = pickle_load(path) if path.exists() else None
+            except Exception:  # noqa: BLE001 - half-written or unreadable: nothing recorded
+                outcome = None
+            found = EXIT_CODE_IN_RESULT.search(str(outcome[1])) if outcome and outcome[0] == "error" else None
+            if found:
+                return int(found.group(1))
+        return None
 
     def _outcome(self) -> tuple[str, Any] | None:
         path = self.paths.result_pickle

@@ -45,7 +45,9 @@ INDEX_VERSION = 1
 SUBMITIT_CHATTER = re.compile(r"submitit (INFO|DEBUG|WARNING|ERROR) \(")
 SRUN_CHATTER = re.compile(r"srun: (error: \S+: tasks? [\d,\-]+: (Exited with exit code|Killed|Terminated)"
                           r"|launch/slurm: _step_signal|Job step aborted|got SIGCONT|forcing job termination"
-                          r"|Terminating StepId|Complete StepId|Force Terminated)")
+                          r"|Terminating StepId|Complete StepId|Force Terminated)"
+                          # slurmstepd's note when srun --kill-on-bad-exit ends the step of a failed task
+                          r"|slurmstepd(-[\w.-]+)?: error: \*\*\* STEP \S+ ON \S+ CANCELLED AT")
 
 def looks_like_job_id(text: str) -> bool:
     """``1234`` or ``1234_5`` (an array task)."""

@@ -38,12 +38,30 @@ def shim(folder: Path, command: str, body: str) -> Path:
     return folder
 
 
-def test_a_failing_command_reports_its_own_exit_code_and_last_lines(course: Path) -> None:
-    (job,) = coursekit.submit_jobs(FAIL_3, n_gpu=2, name="fails")
+def test_one_tasks_failing_command_gives_slurm_its_own_exit_code(course: Path) -> None:
+    (job,) = coursekit.submit_jobs(FAIL_3, n_gpu=1, name="fails1")
     assert job.wait(END_S) == "FAILED"
     row = slurm_cli.row_for(slurm_cli.sacct([job.job_id]), job.job_id)
     assert row is not None and row["exit_code"] == "3:0"  # the command's code, not srun's 1
     assert job.exit_code == 3
+
+
+RANK_0_FAILS = ("-c 'import os, sys, time; rank = os.environ[\"SLURM_PROCID\"]; print(\"rank\", rank, flush=True); "
+                "rank == \"0\" and sys.exit(\"RuntimeError: the data is missing\"[:0] or 3); time.sleep(60)'")
+
+
+def test_a_rank_that_fails_gives_the_job_its_exit_code_though_srun_stops_the_others(course: Path) -> None:
+    (job,) = coursekit.submit_jobs(RANK_0_FAILS, n_gpu=2, name="fails2")
+    assert job.wait(END_S) == "FAILED"
+    assert job.exit_code == 3  # sacct says 15: srun --kill-on-bad-exit stopped rank 1 with SIGTERM
+    assert job.tail(1, "err").startswith("coursekit: the command exited with code 3"), job.tail(20, "err", raw=True)
+    assert "stopped by SIGTERM" in job.tail(1, "err", rank=1)
+
+
+def test_a_failing_command_reports_its_own_exit_code_and_last_lines(course: Path) -> None:
+    (job,) = coursekit.submit_jobs(FAIL_3, n_gpu=2, name="fails")
+    assert job.wait(END_S) == "FAILED"
+    assert job.exit_code == 3  # both ranks fail; the first to end has srun stop the other
     last = job.tail(2, "err").splitlines()
     assert last[0] == "RuntimeError: the data is missing", job.tail(20, "err", raw=True)
     assert last[1].startswith("coursekit: the command exited with code 3")
