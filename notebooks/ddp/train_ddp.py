@@ -13,6 +13,7 @@ Check it with ``labs.check_ddp_script("ddp/train_ddp.py")``.
 from __future__ import annotations
 
 import argparse
+import gc
 import math
 import os
 import subprocess
@@ -194,6 +195,7 @@ def main(argv: list[str] | None = None) -> None:
         save_checkpoint(model.module, args.out, args.epochs, correct / total)
     dist.barrier()  # leave together: a rank that leaves while another still uses the group can abort it
     dist.destroy_process_group()
+    gc.collect()  # free the tensors gloo's threads still hold now, not while Python shuts down (it can abort)
     ### END SOLUTION
 
 
