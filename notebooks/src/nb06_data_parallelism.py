@@ -236,8 +236,11 @@ CELLS = [
     one (other jobs on the same cores) the bucket rows differed by little and not always in the same
     order — that is the honest CPU result, so the claim about buckets is checked on GPUs only. (The
     engine's benchmark, with the backward emulated and one 64 MB all-reduce of 111 ms, measured 8 MB
-    buckets hiding about 60 % of it.) On GPUs with NCCL the communication runs on its own stream beside
-    the backward kernels, and smaller buckets do hide it.
+    buckets hiding about 60 % of it.) Between the GPUs of one node the link is so fast that there is
+    little to hide: on 2×H200 with NVLink (gpu profile, 512 MB of gradients) the all-reduce alone took
+    1.8 ms of a 19 ms step, and one bucket, 25 MB and 4 MB buckets all ran in 18.8–18.9 ms — the claim
+    below checks exactly that. Buckets pay where the link is slow next to the compute: between nodes over
+    the network, GPUs on PCIe, CPUs.
     """),
     md("""
     ## 6. Scaling: strong and weak, from one sweep
@@ -347,8 +350,9 @@ CELLS = [
     first = equivalence[0]
     local_accs = equivalence.column("local_acc")
     no_sync_rows = {r["no_sync"]: r["step_ms"] for r in buckets if r.get("no_sync") is not None}
-    one_bucket = buckets.one(bucket_cap_mb=1000.0)["step_ms"]
-    best_buckets = min(r["step_ms"] for r in buckets if r.get("bucket_cap_mb") and r["bucket_cap_mb"] < 1000.0)
+    bucket_steps = [r["step_ms"] for r in buckets if r.get("bucket_cap_mb")]
+    allreduce_alone = next(r["step_ms"] for r in buckets if r["setting"].startswith("all-reduce only"))
+    bucket_spread = (max(bucket_steps) - min(bucket_steps)) / min(bucket_steps)
     strong_last = strong[-1]
     weak_two = next((r for r in weak if r["n_gpu"] == 2), None)
     verdicts = [
@@ -372,8 +376,11 @@ CELLS = [
             no_sync_rows[True] < no_sync_rows[False],
             f"{no_sync_rows[False]:.0f} ms -> {no_sync_rows[True]:.0f} ms per optimizer step"),
         labs.check_claim(
-            "buckets smaller than the whole model start the all-reduce during backward: a step is faster than with one bucket",
-            best_buckets < one_bucket, f"one bucket {one_bucket:.0f} ms, best smaller buckets {best_buckets:.0f} ms",
+            "between GPUs of one node the all-reduce is a small part of a step (under 15 %), so the bucket size "
+            "changes a step by less than 5 %",
+            allreduce_alone < 0.15 * min(bucket_steps) and bucket_spread < 0.05,
+            f"all-reduce alone {allreduce_alone:.1f} ms of a {min(bucket_steps):.1f} ms step; "
+            f"bucket sizes {min(bucket_steps):.1f}-{max(bucket_steps):.1f} ms ({100 * bucket_spread:.1f} %)",
             applies=profile.is_gpu,
             why_not="on two shared CPU cores DDP's copies into its buckets and the noise outweigh the overlap (above)"),
         labs.check_claim(
