@@ -158,10 +158,12 @@ def write_report(result: dict[str, Any], path: Path, logs_dir: Path | str = "ben
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--json", type=Path, default=BENCH / "results" / "ddp_gpu.json")
+    parser.add_argument("--json", type=Path, nargs="+", default=[BENCH / "results" / "ddp_gpu.json"],
+                        help="one or more result files (one section each, in this order)")
     parser.add_argument("--out", type=Path, default=BENCH / "REPORT-ddp.md")
     args = parser.parse_args(argv)
-    write_report(json.loads(args.json.read_text()), args.out)
+    sections = [render(json.loads(path.read_text()), f"bench/results/{path.stem}_logs") for path in args.json]
+    args.out.write_text("\n\n".join(sections))
     print(f"wrote {args.out}")
     return 0
 
