@@ -208,17 +208,27 @@ def _gpu_counts(n_gpu: int | Sequence[int]) -> list[int]:
     return counts
 
 
+def _shares_local_gpus(site: Any) -> bool:
+    """Jobs of a sweep would share GPUs: the local site on a machine with GPUs (a cluster gives each its own)."""
+    from coursekit.sites import Site, load_site, visible_gpu_count
+
+    the_site = site if isinstance(site, Site) else load_site(site)
+    return the_site.is_local and visible_gpu_count() > 0
+
+
 def submit_sweep(configs: Sequence[TrainConfig], *, name: str, n_gpu: int | Sequence[int] = 1,
                  one_at_a_time: bool = False, timeout_s: float | None = DEFAULT_TIMEOUT_S,
                  time_max: str = DEFAULT_TIME_MAX, **submit_options: Any) -> Sweep:
     """Submit one job per configuration under ``name``; ``one_at_a_time`` waits for each before the next.
 
     ``n_gpu`` may be a list: every configuration runs on every GPU count (GPU counts outer, like
-    ``gpu_jobs_submitter``), and the results get an ``n_gpu`` column."""
+    ``gpu_jobs_submitter``), and the results get an ``n_gpu`` column. On the local site of a GPU machine
+    the jobs always run one at a time: side by side they would share the GPUs (and their memory)."""
     from coursekit.jobs import submit_jobs
 
     configs = _validate(configs, name)
     counts = _gpu_counts(n_gpu)
+    one_at_a_time = one_at_a_time or _shares_local_gpus(submit_options.get("site"))
     pairs = [(c, n) for n in counts for c in configs]  # the order submit_jobs returns the jobs in
     sweep = Sweep(name, [c for c, _ in pairs], n_gpus=[n for _, n in pairs] if not isinstance(n_gpu, int) else None)
     if not one_at_a_time:

@@ -123,3 +123,14 @@ def test_a_real_local_job_becomes_a_row(tmp_path, monkeypatch):
     assert table.column("state") == ["COMPLETED", "COMPLETED"]
     assert table.column("status") == ["completed", "completed"]
     assert [len(row["steps"]) for row in table] == [2, 4]
+
+
+def test_a_sweep_on_the_local_site_of_a_gpu_machine_runs_one_job_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    from coursekit.labs import experiments
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # one GPU, as the local site sees it
+    assert experiments._shares_local_gpus("local")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert not experiments._shares_local_gpus("local")  # CPU jobs may share the cores (the cpu profile)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    assert not experiments._shares_local_gpus("slurm")  # a cluster gives every job its own GPUs
