@@ -224,7 +224,9 @@ CELLS = [
     underflow = numerics.underflow_table()
     smallest, halfway = underflow.one(value=numerics.FP16_SMALLEST_SUBNORMAL), underflow.one(value=2.0**-25)
     losses = {row["precision"]: row["train_loss"] for row in table if row["train_loss"] is not None}
-    worst = max(abs(losses[p] / losses["fp32"] - 1) for p in losses) if "fp32" in losses else None
+    # within 5 % of fp32's loss, or 0.01 apart once training has driven the loss near zero (5 % of 0.004
+    # is noise: the generated stand-in of CIFAR-10 is learned almost perfectly in the gpu profile)
+    near = {p: abs(losses[p] - losses["fp32"]) <= max(0.05 * losses["fp32"], 0.01) for p in losses} if "fp32" in losses else {}
     halves = sorted(set(losses) & {"bf16", "fp16"})
     scaler = numerics.grad_scaler_demo()
     verdicts = [
@@ -234,12 +236,12 @@ CELLS = [
         labs.check_claim("GradScaler skips exactly the steps whose scaled gradient overflows fp16, halving the scale each time",
                          all(r["skipped"] == (not r["fits_fp16"]) for r in scaler),
                          f"{sum(scaler.column('skipped'))} skipped, final scale {scaler[-1]['scale']:g}"),
-        labs.check_claim(" and ".join(halves) + " train like fp32 (final loss within 5 %)"
+        labs.check_claim(" and ".join(halves) + " train like fp32 (final loss within 5 %, or 0.01 near zero)"
                          + (", fp16 with its GradScaler" if "fp16" in halves else ""),
-                         worst is not None and worst < 0.05
+                         bool(near) and all(near.values())
                          and (fp16 is None or fp16["summary"].get("loss_scale") is not None),
                          ", ".join(f"{p}: {v:.4f}" for p, v in losses.items()),
-                         applies=worst is not None and bool(halves),
+                         applies=bool(near) and bool(halves),
                          why_not="the fp32 run or every low-precision run failed (see the failures above)"),
         labs.check_claim("on tensor cores each rung of the ladder is faster than fp32",
                          ladder is not None and all(r["speedup"] > 1 for r in ladder[1:]),
