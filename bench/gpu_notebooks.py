@@ -117,7 +117,7 @@ def write_report(results_files: list[Path], report: Path = REPORT) -> None:
         data = json.loads(results_file.read_text())
         for run in data["notebooks"]:
             runs[run["notebook"]] = {**run, "machine": data["machine"], "command": data["command"],
-                                     "date": data["date"]}
+                                     "date": data["date"], "notes": data.get("notes", "")}
     lines = ["# Labs' gpu profile, run end to end on a GPU machine",
              "",
              "Written by `python bench/gpu_notebooks.py --report <json>` from the runs below (each notebook executed",
@@ -133,6 +133,8 @@ def write_report(results_files: list[Path], report: Path = REPORT) -> None:
                      f"{m.get('torch')}, CUDA {m.get('cuda')} | {run['date']} |")
     for name, run in sorted(runs.items()):
         lines += ["", f"## {name}", "", f"Command: `{run['command']}`", ""]
+        if run["notes"]:
+            lines += [f"Note: {run['notes']}", ""]
         for claim in run["claims"]:
             lines.append(f"- {claim['verdict']}: {claim['statement']} — {claim['detail']}")
         for note in run.get("notes", []):
