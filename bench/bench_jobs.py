@@ -339,7 +339,7 @@ def watcher_section(results: list[dict[str, float]], command: str) -> str:
         lines.append(f"| {r['processes']} | {r['jobs']} | {r['calls']:.1f} | {r['rate']:.3f}, {r['worst']:.3f} | "
                      f"{r['steady']:.3f} | {verdict} |")
     lines += ["", "The watcher (coursekit/jobs/watcher.py) asks at 0, 1, 2, 4, 8, 16 s... after the youngest job's "
-              "submission (half its age, at most every 30 s), one `squeue` for all the jobs the process follows "
+              "submission (half its age, at most every 10 s), one `squeue` for all the jobs the process follows "
               "(and one `sacct` for those that left the queue); `Job.state`, `repr(job)`, `Job.wait`, `wait_all` "
               "and the live view all read it, so the figure does not grow with M nor with the view's timestep.", ""]
     return "\n".join(lines)

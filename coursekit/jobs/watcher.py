@@ -23,7 +23,7 @@ from coursekit.jobs import slurm_cli
 from coursekit.jobs.slurm_cli import TERMINAL_STATES, SlurmError
 
 MIN_DELAY_S = 1.0  # a just-submitted job is asked about after 1 s, 2 s, 4 s, 8 s, ...
-MAX_DELAY_S = 30.0  # ... then every 30 s at most
+MAX_DELAY_S = 10.0  # ... then every 10 s at most: a participant waits at most this long to see a job end
 UNSETTLED_STATES = frozenset({"PREEMPTED", "VANISHED"})  # ended, but may still change (requeue, slow disk)
 
 # Where an observation came from
