@@ -35,7 +35,7 @@ TEMPLATE_TRAIN_ARGS = ("--model", "linear", "--dataset", "generated", "--epochs"
 ONE_GPU_PER_NODE = 'site = "slurm"\n[site_defaults]\ngpus_per_node = 1\ncpus_per_gpu = 1\n'
 
 ALL_REDUCE = '''\
-import os, socket
+import os, socket, sys
 import torch
 import torch.distributed as dist
 
@@ -43,8 +43,9 @@ dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
 total = torch.tensor([float(rank + 1)])
 dist.all_reduce(total)
-print(f"RANK {rank} WORLD {world} HOST {socket.gethostname()} LOCAL {os.environ['LOCAL_RANK']} SUM {total.item():g}",
-      flush=True)
+line = f"RANK {rank} WORLD {world} HOST {socket.gethostname()} LOCAL {os.environ['LOCAL_RANK']} SUM {total.item():g}"
+sys.stdout.write(line + "\\n")  # one write: print() writes the text and its newline apart
+sys.stdout.flush()
 dist.destroy_process_group()
 '''
 
@@ -76,7 +77,8 @@ srun torchrun --nnodes "$SLURM_JOB_NUM_NODES" --nproc_per_node "$SLURM_GPUS_ON_N
     --rdzv_id "$SLURM_JOB_ID" --rdzv_backend c10d --rdzv_endpoint "${JOB_NODES[0]}:$PORT" all_reduce.py
 '''
 
-RANK_LINE = re.compile(r"^RANK (\d+) WORLD (\d+) HOST (\S+) LOCAL (\d+) SUM (\S+)$", re.MULTILINE)
+# not anchored to lines: processes of one node share a stdout, and their lines may interleave
+RANK_LINE = re.compile(r"RANK (\d+) WORLD (\d+) HOST (\S+?) LOCAL (\d+) SUM ([\d.]+)")
 
 
 @dataclass
