@@ -252,8 +252,8 @@ class Job:
 
     @property
     def exit_code(self) -> int | None:
-        """The command's exit code once the job has ended (Slurm's ExitCode, else what its task recorded);
-        None while it runs or when nothing tells."""
+        """The command's exit code once the job has ended (what a failing task recorded, else Slurm's
+        ExitCode, else 0 for a task that succeeded); None while it runs or when nothing tells."""
         if not self.done():
             return None
         recorded = self._commands_exit_code()
@@ -264,12 +264,7 @@ class Job:
             if code.isdigit():
                 return int(code)
         outcome = self._outcome()
-        if outcome is None:
-            return None
-        if outcome[0] == "success":
-            return 0
-        found = EXIT_CODE_IN_RESULT.search(str(outcome[1]))
-        return int(found.group(1)) if found else None
+        return 0 if outcome is not None and outcome[0] == "success" else None
 
     def _local_alive(self) -> bool:
         process = getattr(self._submitit_job, "_process", None)
