@@ -45,7 +45,7 @@ RUN_TIMEOUT_S = 420
 MIB = 2**20
 FLOAT_BYTES = 4
 TRANSPORTS = ("P2P", "SHM", "NET", "CollNet", "NVLS")
-TARGET_EFFICIENCY = {2: 0.93, 4: 0.90}
+TARGET_EFFICIENCY = {2: 0.93, 4: 0.90, 8: 0.85}
 PARTS = ("scaling", "busbw", "binding", "buckets", "script")
 SCRIPT = ROOT / "notebooks" / "ddp" / "train_ddp.py"  # lab 06's participant script, DDP version
 EPOCH_LINE = re.compile(r"^epoch (\d+)/\d+ .*val_acc ([\d.]+)\s+([\d.]+) img/s", re.MULTILINE)
@@ -178,15 +178,22 @@ def engine_run(name: str, profile: Profile, world: int, batch: int, env: dict[st
 
 
 def scaling(profile: Profile, worlds: list[int], env: dict[str, str], logs: Path, scratch: Path,
-            repeats: int = 1, modes: tuple[str, ...] = ("weak", "strong")) -> list[dict[str, Any]]:
+            repeats: int = 1, modes: tuple[str, ...] = ("weak", "strong"),
+            strong_global_batch: int | None = None) -> list[dict[str, Any]]:
     """Weak and strong scaling; with ``repeats`` > 1 the configurations are run in turn (1, 2, 4, 1, 2, 4,
-    ...) so that drift hits them alike, and each row holds the mean and sample std of its repeats."""
-    configs = [(mode, world) for world in worlds for mode in ("weak", "strong")
-               if (mode in modes or world == 1) and not (world == 1 and mode == "strong")]  # 1 GPU: the base
+    ...) so that drift hits them alike, and each row holds the mean and sample std of its repeats.
+
+    Weak scaling keeps ``profile.batch_per_gpu`` per GPU; strong scaling keeps ``strong_global_batch``
+    (default: the same number) as the global batch, with its own 1-GPU run as the base when it differs."""
+    strong_global = strong_global_batch or profile.batch_per_gpu
+    configs = [("weak", 1)] + [(mode, world) for world in worlds for mode in ("weak", "strong")
+                               if mode in modes and world > 1]
+    if "strong" in modes and strong_global != profile.batch_per_gpu:
+        configs.insert(1, ("strong", 1))
     runs: dict[tuple[str, int], list[dict[str, Any]]] = {c: [] for c in configs}
     for repeat in range(repeats):
         for mode, world in configs:
-            batch = profile.batch_per_gpu if mode == "weak" else profile.batch_per_gpu // world
+            batch = profile.batch_per_gpu if mode == "weak" else strong_global // world
             suffix = f"_r{repeat + 1}" if repeats > 1 else ""
             runs[(mode, world)].append(engine_run(f"scaling_{mode}_{world}{suffix}", profile, world, batch, env,
                                                   logs, scratch))
@@ -201,8 +208,11 @@ def scaling(profile: Profile, worlds: list[int], env: dict[str, str], logs: Path
             row["img_s_per_gpu"] = statistics.fmean(r["img_s_per_gpu"] for r in done)
             row["step_ms"] = statistics.fmean(r["step_ms"] for r in done)
         rows.append(row)
-    base = next((r for r in rows if r["world_size"] == 1 and r["ok"]), None)
+    bases = {mode: next((r for r in rows if r["world_size"] == 1 and r["ok"] and r["mode"] == mode), None)
+             for mode in ("weak", "strong")}
+    bases["strong"] = bases["strong"] or bases["weak"]
     for row in rows:
+        base = bases[row["mode"]]
         if base and row["ok"]:
             row["speedup"] = row["img_s"] / base["img_s"]
             row["efficiency"] = row["speedup"] / row["world_size"]
@@ -347,19 +357,21 @@ def gpu_count(profile: Profile, requested: int | None) -> int:
     if available < 2:
         raise SystemExit(f"bench/ddp_gpu.py needs at least 2 GPUs; this machine shows {available} "
                          "(use --cpu-smoke to check the script on CPUs)")
-    return min(requested or available, available, 4)
+    return min(requested or available, available, 8)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cpu-smoke", action="store_true", help="gloo on CPU processes, tiny sizes (a check)")
-    parser.add_argument("--gpus", type=int, default=None, help="most GPUs to use (default: all, at most 4)")
+    parser.add_argument("--gpus", type=int, default=None, help="most GPUs to use (default: all, at most 8)")
     parser.add_argument("--out", type=Path, default=None, help="result JSON (default bench/results/ddp_gpu.json)")
     parser.add_argument("--report", type=Path, default=None, help="Markdown report (default bench/REPORT-ddp.md)")
     parser.add_argument("--parts", default=",".join(PARTS), help=f"which parts to run (default all: {','.join(PARTS)})")
     parser.add_argument("--repeats", type=int, default=1, help="runs of each scaling configuration (mean ± std)")
     parser.add_argument("--scaling-modes", default="weak,strong", help="weak, strong or both (default)")
     parser.add_argument("--steps", type=int, default=None, help="engine steps per run (default: the profile's)")
+    parser.add_argument("--strong-global-batch", type=int, default=None,
+                        help="global batch kept by strong scaling (default: the batch per GPU of weak scaling)")
     parser.add_argument("--allreduce-worker", type=Path, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--device", default="cuda", help=argparse.SUPPRESS)
     parser.add_argument("--sizes", default="", help=argparse.SUPPRESS)
@@ -384,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
     logs = out.parent / f"{out.stem}_logs"
     logs.mkdir(parents=True, exist_ok=True)
     most = gpu_count(profile, args.gpus)
-    worlds = [w for w in (1, 2, 4) if w <= most]
+    worlds = [w for w in (1, 2, 4, 8) if w <= most]
     env = base_env(profile)
     started = time.perf_counter()
     result: dict[str, Any] = {
@@ -395,7 +407,8 @@ def main(argv: list[str] | None = None) -> int:
         "targets": {str(k): v for k, v in TARGET_EFFICIENCY.items()}}
     pair = min(2, most)  # binding and buckets: the lab's 2-GPU machine
     steps = {"scaling": ("(a) scaling on {worlds} processes", lambda: scaling(profile, worlds, env, logs, scratch, args.repeats,
-                                                                  tuple(args.scaling_modes.split(",")))),
+                                                                  tuple(args.scaling_modes.split(",")),
+                                                                  args.strong_global_batch)),
              "busbw": ("(b) all-reduce bus bandwidth", lambda: [busbw(f"busbw_{w}", profile, w, env, logs, scratch)
                                                             for w in worlds if w > 1]),
              "binding": ("(c, e) node vs task binding, NCCL_DEBUG=INFO",
