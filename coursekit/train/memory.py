@@ -234,3 +234,100 @@ def estimate_memory(model: nn.Module, optimizer: str, precision: str, batch_size
         workspace_bytes=workspace,
         optimizer_temporary_bytes=OPTIMIZER_TEMPORARY_BYTES[optimizer] * n_train,
     )
+
+
+# --- sharding: training state per GPU under DDP, ZeRO-1/2/3, tensor and pipeline parallelism -----------
+#
+# The Ultra-Scale Playbook's formulas (Hugging Face, 2025), for Ψ parameters on N GPUs. Mixed precision
+# (bf16/fp16): 2 B of half weights, 2 B of half gradients and k = 12 B of optimizer state per parameter
+# for Adam (fp32 master weights 4 + m 4 + v 4); SGD with momentum: k = 4 + 4 (master + momentum). fp32:
+# weights 4, gradients 4, k = the optimizer's own state (Adam 8, SGD momentum 4, plain SGD 0).
+#   DP     w + g + k            ZeRO-1  w + g + k/N        (optimizer state sharded)
+#   ZeRO-2 w + (g + k)/N        ZeRO-3  (w + g + k)/N      (gradients, then weights sharded too)
+#   TP, PP (w + g + k)/N: each GPU holds 1/N of the layers' weights (TP: of every matrix; PP: of the
+#          layers) - exactly for a model whose every parameter is split; norms and embeddings that a TP
+#          plan replicates, or a first/last stage's embeddings, make a real model's share a little larger.
+# Activations are not in these figures: they depend on the batch, and only PP and TP shrink them.
+
+SHARDING_STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "tp", "pp")
+MASTER_WEIGHT_BYTES = 4  # the fp32 copy mixed-precision training keeps in the optimizer
+
+
+@dataclass(frozen=True)
+class ShardedMemory:
+    """Bytes per GPU of the training state (weights, gradients, optimizer state) under one strategy."""
+
+    strategy: str
+    n: int
+    num_parameters: int
+    optimizer: str
+    precision: str
+    parameters_bytes: float
+    gradients_bytes: float
+    optimizer_state_bytes: float
+
+    @property
+    def total_bytes(self) -> float:
+        return self.parameters_bytes + self.gradients_bytes + self.optimizer_state_bytes
+
+    @property
+    def bytes_per_parameter(self) -> float:
+        """Per parameter of the whole model (Ψ): 16 for mixed-precision Adam under DDP, 16/N under ZeRO-3."""
+        return self.total_bytes / max(self.num_parameters, 1)
+
+    def as_dict(self) -> dict[str, float | int | str]:
+        return {**asdict(self), "total_bytes": self.total_bytes, "bytes_per_parameter": self.bytes_per_parameter}
+
+
+def per_parameter_bytes(optimizer: str, precision: str, momentum: float = 0.9) -> tuple[int, int, int]:
+    """(weights, gradients, optimizer state k) in bytes per parameter, the playbook's convention."""
+    if optimizer not in OPTIMIZER_STATE_BYTES:
+        raise ValueError(f"optimizer={optimizer!r} is unknown; choose one of {', '.join(OPTIMIZER_STATE_BYTES)}")
+    state = 0 if optimizer == "sgd" and momentum == 0 else OPTIMIZER_STATE_BYTES[optimizer]
+    if precision in HALF_PRECISIONS:
+        return HALF_BYTES, HALF_BYTES, state + MASTER_WEIGHT_BYTES
+    return FP32_BYTES, FP32_BYTES, state
+
+
+def sharded_memory(num_parameters: int, strategy: str, n: int = 1, optimizer: str = "adamw",
+                   precision: str = "bf16", momentum: float = 0.9) -> ShardedMemory:
+    """Training-state bytes per GPU for ``strategy`` (one of ``SHARDING_STRATEGIES``) over ``n`` GPUs."""
+    if strategy not in SHARDING_STRATEGIES:
+        raise ValueError(f"strategy={strategy!r} is unknown; choose one of {', '.join(SHARDING_STRATEGIES)}")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n={n!r} must be a number of GPUs >= 1")
+    if num_parameters < 0:
+        raise ValueError(f"num_parameters={num_parameters} must be >= 0")
+    w, g, k = per_parameter_bytes(optimizer, precision, momentum)
+    shard_w = strategy in ("zero3", "tp", "pp")
+    shard_g = strategy in ("zero2", "zero3", "tp", "pp")
+    shard_k = strategy != "ddp"
+    psi = num_parameters
+    return ShardedMemory(strategy=strategy, n=n, num_parameters=psi, optimizer=optimizer, precision=precision,
+                         parameters_bytes=w * psi / (n if shard_w else 1),
+                         gradients_bytes=g * psi / (n if shard_g else 1),
+                         optimizer_state_bytes=k * psi / (n if shard_k else 1))
+
+
+def sharding_table(num_parameters: int, n: int, optimizer: str = "adamw", precision: str = "bf16",
+                   strategies: tuple[str, ...] = ("ddp", "zero1", "zero2", "zero3")) -> list[dict[str, float | int | str]]:
+    """One row per strategy: GB per GPU of weights, gradients, optimizer state and their total."""
+    rows = []
+    for strategy in strategies:
+        m = sharded_memory(num_parameters, strategy, n, optimizer, precision)
+        rows.append({"strategy": strategy, "n_gpu": n, "weights_gb": m.parameters_bytes / 1e9,
+                     "gradients_gb": m.gradients_bytes / 1e9, "optimizer_gb": m.optimizer_state_bytes / 1e9,
+                     "total_gb": m.total_bytes / 1e9, "bytes_per_parameter": m.bytes_per_parameter})
+    return rows
+
+
+def smallest_n_that_fits(num_parameters: int, strategy: str, gpu_bytes: float, optimizer: str = "adamw",
+                         precision: str = "bf16", headroom: float = 0.0, max_n: int = 4096) -> int | None:
+    """The fewest GPUs (powers of two) whose training state fits ``gpu_bytes`` each, keeping ``headroom``
+    (a share of the GPU) for activations and the CUDA context; None when even ``max_n`` do not."""
+    n = 1
+    while n <= max_n:
+        if sharded_memory(num_parameters, strategy, n, optimizer, precision).total_bytes <= gpu_bytes * (1 - headroom):
+            return n
+        n *= 2
+    return None

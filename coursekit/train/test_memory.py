@@ -3,7 +3,7 @@ import torch
 from torch import nn
 
 from coursekit.train.config import TrainConfig
-from coursekit.train.memory import estimate_memory
+from coursekit.train.memory import estimate_memory, sharded_memory, sharding_table, smallest_n_that_fits
 from coursekit.train.models import apply_activation_checkpointing, build_model
 
 # Linear(10, 20) + ReLU + Linear(20, 5): 10*20 + 20 + 20*5 + 5 = 325 parameters
@@ -114,3 +114,45 @@ def test_bad_arguments_are_clear_errors():
         estimate_memory(small_mlp(), "adagrad", "fp32", 8, (10,))
     with pytest.raises(ValueError, match="convention"):
         estimate_memory(small_mlp(), "sgd", "fp32", 8, (10,), convention="deepspeed")
+
+
+# --- sharding (the Ultra-Scale Playbook's formulas) ----------------------------------------------------
+
+def test_playbook_figures_for_mixed_precision_adam():
+    # the playbook: Ψ = 7.5B, N = 64 -> DP 120 GB, ZeRO-1 31.4, ZeRO-2 16.6, ZeRO-3 1.9
+    psi, n = 7_500_000_000, 64
+    got = {s: sharded_memory(psi, s, n, "adamw", "bf16").total_bytes / 1e9 for s in ("ddp", "zero1", "zero2", "zero3")}
+    assert got["ddp"] == pytest.approx(120.0)
+    assert got["zero1"] == pytest.approx(31.4, abs=0.05)
+    assert got["zero2"] == pytest.approx(16.6, abs=0.05)
+    assert got["zero3"] == pytest.approx(1.875)
+
+
+@pytest.mark.parametrize("strategy, per_param", [
+    ("ddp", 4 + 4 + 8), ("zero1", 4 + 4 + 8 / 4), ("zero2", 4 + (4 + 8) / 4), ("zero3", 16 / 4), ("tp", 16 / 4),
+    ("pp", 16 / 4),
+])
+def test_fp32_adam_equivalents(strategy, per_param):
+    m = sharded_memory(1000, strategy, 4, "adamw", "fp32")
+    assert m.bytes_per_parameter == pytest.approx(per_param)
+
+
+def test_sgd_state_and_one_gpu_is_ddp():
+    assert sharded_memory(10, "zero3", 1, "sgd", "fp32").total_bytes == 12 * 10
+    assert sharded_memory(10, "ddp", 1, "sgd", "fp32", momentum=0).total_bytes == 8 * 10
+    assert sharded_memory(10, "ddp", 1, "sgd", "bf16").bytes_per_parameter == 2 + 2 + 4 + 4
+
+
+def test_seven_billion_with_adamw_needs_more_than_one_gpu():
+    rows = {r["strategy"]: r for r in sharding_table(7_000_000_000, 8)}
+    assert rows["ddp"]["total_gb"] == pytest.approx(112.0)
+    assert rows["zero3"]["total_gb"] == pytest.approx(14.0)
+    assert smallest_n_that_fits(7_000_000_000, "ddp", 80e9) is None
+    assert smallest_n_that_fits(7_000_000_000, "zero3", 80e9) == 2
+
+
+@pytest.mark.parametrize("kwargs, word", [({"strategy": "zero4"}, "strategy"), ({"n": 0}, "n="),
+                                          ({"optimizer": "adam"}, "optimizer")])
+def test_sharding_bad_input_names_the_parameter(kwargs, word):
+    with pytest.raises(ValueError, match=word):
+        sharded_memory(10, **{"strategy": "ddp", **kwargs})
