@@ -269,7 +269,36 @@ def _lab06(profile: str) -> dict[str, Any]:
     return values
 
 
-LABS = {"00": _lab00, "01": _lab01, "02": _lab02, "03": _lab03, "04": _lab04, "05": _lab05, "06": _lab06}
+def _lab08(profile: str) -> dict[str, Any]:
+    cpu = profile == "cpu"
+    if cpu:
+        # a GPT of 4 blocks, width 64 (about 0.2 M parameters), fp32 AdamW on gloo processes: seconds per job
+        base = TrainConfig(model="gpt", dataset="tokens", gpt_layers=4, gpt_dim=64, gpt_heads=4, seq_len=32,
+                           vocab_size=32, num_samples=2048, batch_size=16, optimizer="adamw", lr=1e-3, steps=6,
+                           **QUIET)
+        stage_delay_ms, microbatches = 20.0, [1, 2, 4, 8]
+    else:
+        # course size on 2 GPUs: 8 blocks of width 1024 (about 0.1 B parameters), bf16
+        base = TrainConfig(model="gpt", dataset="tokens", gpt_layers=8, gpt_dim=1024, gpt_heads=16, seq_len=512,
+                           vocab_size=8192, num_samples=65536, batch_size=32, optimizer="adamw", lr=3e-4,
+                           precision="bf16", steps=30, **QUIET)
+        stage_delay_ms, microbatches = 0.0, [1, 2, 4, 8, 16]
+    pipeline = {"microbatches": 4}
+    return {
+        "n_processes": 2, "zero_n": [2, 4] if cpu else [2],
+        "base": base,
+        "strategies": ["ddp", "naive", "gpipe", "1f1b", "tensor", "zero1", "zero2", "zero3"],
+        "strategy_options": {"naive": {"pp": 2}, "gpipe": pipeline, "1f1b": pipeline},
+        "tolerance": 1e-5 if cpu else 2e-2,  # max |w - w_serial|: float reordering (fp32) or bf16 rounding
+        "memory_tolerance": 0.10,  # ZeRO memory per rank vs the formula
+        "bubble": {"stages": 2, "microbatches": microbatches, "stage_delay_ms": stage_delay_ms},
+        "bubble_overhead": 0.10,  # measured bubble may exceed (p-1)/(m+p-1) by this much (fixed costs)
+        "checkpointing_batch": base.batch_size,
+        "job": job_options(profile, "00:10:00" if cpu else "00:20:00"), "timeout_s": 300 if cpu else 1200,
+    }
+
+
+LABS = {"00": _lab00, "01": _lab01, "02": _lab02, "03": _lab03, "04": _lab04, "05": _lab05, "06": _lab06, "08": _lab08}
 
 
 def lab_settings(lab: str, profile: str) -> Settings:
