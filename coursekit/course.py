@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 COURSE_DIR_ENV = "COURSEKIT_COURSE_DIR"
@@ -45,6 +46,30 @@ def site_jobs_dir() -> Path:
         return load_site().jobs_root()
     except (ValueError, OSError):
         return jobs_dir()
+
+
+def course_setting(key: str, default: str | None = None) -> str | None:
+    """A top-level value of the course's ``coursekit.toml`` (``data_dir``, ``leaderboard``, ``job_prefix``...),
+    relative paths taken from the course folder's side; ``default`` when the file or the key is absent."""
+    path = course_config_path()
+    if not path.is_file():
+        return default
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        import tomli as tomllib
+    try:
+        with open(path, "rb") as handle:
+            value = tomllib.load(handle).get(key)
+    except tomllib.TOMLDecodeError as error:
+        raise ValueError(f"{path}: not valid TOML ({error})") from error
+    return default if value is None else str(value)
+
+
+def course_path(key: str, default: str) -> Path:
+    """A path setting of the course (``course_setting``), ``$VARS`` and ``~`` expanded, relative to the course."""
+    path = Path(os.path.expandvars(course_setting(key) or default)).expanduser()
+    return path if path.is_absolute() else course_dir() / path
 
 
 if __name__ == "__main__":  # `python -m coursekit.course`: the jobs folder, for shell scripts

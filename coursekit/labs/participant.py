@@ -24,5 +24,9 @@ def choose_pseudonym(pseudonym: str) -> str:
 
 
 def job_name(pseudonym: str, experiment: str) -> str:
-    """The job name of one experiment of one participant: ``<pseudonym>-<experiment>``."""
-    return f"{choose_pseudonym(pseudonym)}-{experiment}"
+    """The job name of one experiment of one participant: ``<pseudonym>-<experiment>``, behind the course's
+    ``job_prefix`` when its coursekit.toml sets one (``coursekit instructor jobs`` finds the room's jobs by it)."""
+    from coursekit.course import course_setting
+
+    prefix = course_setting("job_prefix")
+    return f"{prefix + '-' if prefix else ''}{choose_pseudonym(pseudonym)}-{experiment}"

@@ -103,4 +103,6 @@ def data_dir(default: str = "data") -> str:
     explicit = os.environ.get(DATA_DIR_ENV)
     if explicit:
         return explicit
-    return str(course_config_path().parent / default)
+    from coursekit.course import course_path  # the shared folder `coursekit instructor setup` writes
+
+    return str(course_path("data_dir", default))

@@ -90,6 +90,15 @@ class TrainConfig:
         "help": "ddp: all-reduce after every micro-batch of an accumulation (default: the last only, no_sync)"})
     # reproducibility, output, instrumentation
     seed: int = field(default=0, metadata={"help": "random seed"})
+    data_seed: int | None = field(default=None, metadata={
+        "help": "seed of a generated dataset and of a val split (default: --seed); fix it to vary only the training"})
+    # time to a target accuracy (lab 09's race; coursekit/train/target.py)
+    target_acc: float | None = field(default=None, metadata={
+        "help": "stop when the full validation set reaches this accuracy; the summary gets time_to_target_s"})
+    eval_every: int | None = field(default=None, metadata={
+        "help": "--target-acc: evaluate every N steps (default: at each epoch's end); evaluations are not timed"})
+    timing_warmup: int = field(default=3, metadata={
+        "help": "--target-acc: untimed warm-up steps on random data (compile, cuDNN autotuning), then state reset"})
     device: str = field(default="auto", metadata={"help": "auto, cpu or cuda"})
     out: str | None = field(default=None, metadata={"help": "output folder (metrics, checkpoints, traces)"})
     checkpoint_every: int | None = field(default=None, metadata={"help": "save a checkpoint every N steps"})
@@ -219,11 +228,29 @@ def _static_problems(cfg: TrainConfig) -> list[str]:
                         f"not {cfg.dataset!r}")
     if cfg.workers == 0 and (cfg.prefetch_factor is not None or cfg.persistent_workers):
         problems.append("prefetch_factor and persistent_workers need worker processes: set workers >= 1")
+    if cfg.target_acc is not None:
+        problems += _target_problems(cfg)
     if cfg.resume:
         from coursekit.metrics import default_run_dir
 
         if cfg.out is None and default_run_dir() is None:
             problems.append("resume needs the run folder: give --out (the folder of the run to continue)")
+    return problems
+
+
+def _target_problems(cfg: TrainConfig) -> list[str]:
+    """--target-acc needs an accuracy on a validation set."""
+    problems = []
+    if not 0 < cfg.target_acc <= 1:
+        problems.append(f"target_acc={cfg.target_acc} must be an accuracy in (0, 1], e.g. 0.9")
+    if cfg.test_steps is not None:
+        problems.append("target_acc needs validation: drop --test-steps (it skips the validation set)")
+    if cfg.dataset == "line" or cfg.model == "linear":
+        problems.append(f"target_acc needs a classification task, not model={cfg.model!r} on dataset={cfg.dataset!r}")
+    if cfg.eval_every is not None and cfg.eval_every < 1:
+        problems.append(f"eval_every={cfg.eval_every} must be at least 1 (or left out: at each epoch's end)")
+    if cfg.timing_warmup < 0:
+        problems.append(f"timing_warmup={cfg.timing_warmup} must not be negative")
     return problems
 
 

@@ -213,6 +213,11 @@ def _synthetic(cfg: Any, ctx: RankInfo) -> DataBundle:
     return DataBundle(train, val, cfg.num_classes, shape, "classification", None, len(train))
 
 
+def data_seed(cfg: Any) -> int:
+    """The seed of generated data and of a val split: ``--data-seed``, else ``--seed``."""
+    return cfg.seed if getattr(cfg, "data_seed", None) is None else cfg.data_seed
+
+
 def _generated(cfg: Any, ctx: RankInfo) -> DataBundle:
     n = cfg.num_samples or GENERATED_SAMPLES
     size_bytes = n * GENERATED_CHANNELS * cfg.image_size**2 * 4
@@ -220,7 +225,7 @@ def _generated(cfg: Any, ctx: RankInfo) -> DataBundle:
         raise ValueError(f"the generated set ({n} images of {cfg.image_size} px) would take {size_bytes / 2**30:.1f} "
                          f"GiB of host memory per process; lower --num-samples or --image-size, or use --dataset "
                          "synthetic for throughput runs")
-    images, labels = make_generated_images(n, cfg.num_classes, cfg.image_size, cfg.seed)
+    images, labels = make_generated_images(n, cfg.num_classes, cfg.image_size, data_seed(cfg))
     train, val = _split(images, labels, cfg.val_fraction)
     return _bundle(train, val, cfg, ctx, cfg.num_classes, tuple(images.shape[1:]))
 
@@ -278,7 +283,7 @@ def _image_folder(cfg: Any, ctx: RankInfo) -> DataBundle:
     if val_dir is not None:
         val_set = jpeg.image_folder(val_dir, cfg.image_size, train=False, raw_bytes=cfg.gpu_decode)
     else:  # one folder: split it by val_fraction (same files, different transforms)
-        order = torch.randperm(len(train_set), generator=torch.Generator().manual_seed(cfg.seed)).tolist()
+        order = torch.randperm(len(train_set), generator=torch.Generator().manual_seed(data_seed(cfg))).tolist()
         n_val = int(len(order) * cfg.val_fraction)
         val_set = Subset(jpeg.image_folder(train_dir, cfg.image_size, train=False, raw_bytes=cfg.gpu_decode),
                          order[:n_val])

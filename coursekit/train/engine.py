@@ -230,6 +230,8 @@ def _summary(cfg: TrainConfig, ctx: DistContext, trainer: Trainer, status: str, 
         "memory_estimate_total_mb": parts["memory_estimate"].get("total_bytes", 0) / MIB or None}
     if trainer.nan_message:
         summary["message"] = trainer.nan_message
+    if trainer.target is not None:  # --target-acc: time to target, seed, hashes, GPUs (train/target.py)
+        summary.update(trainer.target.summary(ctx.world_size))
     if ctx.device.type == "cuda":
         peaks = reduce_values([torch.cuda.max_memory_allocated(ctx.device), torch.cuda.max_memory_reserved(ctx.device)],
                               ctx, op="max")

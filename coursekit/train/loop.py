@@ -28,6 +28,7 @@ from coursekit.train.checkpoint import (
 from coursekit.train.probes import grad_noise_variance, parameter_values
 from coursekit.train.profiling import StepTimer, TraceRecorder
 from coursekit.train.report import Console
+from coursekit.train.target import TargetRun
 
 CHECKPOINT_FORMAT = 1
 MIB = 2**20
@@ -74,6 +75,7 @@ class Trainer:
         self.throughputs: list[dict[str, Any]] = []  # step records' throughput, for the steady state
         self.last_epoch_record: dict[str, Any] = {}
         self.nan_message: str | None = None
+        self.target = TargetRun(cfg, self.device, len(data.train_loader)) if cfg.target_acc is not None else None
         self.lr = optimizer.param_groups[0]["lr"]
         self._zeros = lambda: torch.zeros((), dtype=torch.float64, device=self.device)
         self._reset_epoch()
@@ -103,6 +105,8 @@ class Trainer:
 
     def run(self) -> str:
         self.console.advance(0, start=self.pos.step)
+        if self.target is not None:  # untimed warm-up, then the clock starts
+            self.target.begin(self)
         try:
             while self.pos.epoch < self.epochs and self.pos.step < self.total_steps:
                 if not self._epoch():
@@ -157,6 +161,8 @@ class Trainer:
                 return False
             if self.cfg.checkpoint_every and self.pos.step % self.cfg.checkpoint_every == 0:
                 self.save()
+            if self.target is not None and self.target.due(self.pos.step):
+                self.target.validate(self)  # outside the clock; reaching the target ends the loop
         del iterator
         finished = self.pos.batch >= len(self.data.train_loader)  # else the step budget ended it early
         ok = self._end_epoch(time.perf_counter() - started, self.epoch_samples - samples_before)
@@ -251,7 +257,8 @@ class Trainer:
         train_loss = loss_sum / max(samples, 1)
         if not math.isfinite(train_loss):
             return self._stop_on_nan(train_loss)
-        val_loss, val_acc = (None, None) if self.cfg.test_steps else self.evaluate()
+        val_loss, val_acc = (None, None) if self.cfg.test_steps else (
+            self.target.validate(self) if self.target is not None else self.evaluate())
         record = {"epoch": self.pos.epoch + 1, "step": self.pos.step, "train_loss": train_loss,
                   "train_acc": correct / max(samples, 1) if self.classification else None,
                   "val_loss": val_loss, "val_acc": val_acc,
