@@ -5,10 +5,14 @@ ResNet-50 bf16 + channels_last, batch 256, the engine (``--gpu-decode``); the de
 ``$COURSEKIT_JPEG_DECODER`` (``coursekit/train/jpeg.py``). Target: JPEG / synthetic >= 0.9. On the GPU
 machine, with the nvImageCodec wheel carried along (``pip download nvidia-nvimgcodec-cu13`` here)::
 
-    pip install nvidia_nvimgcodec_cu13-*.whl
-    python bench/gpu_jpeg_decode.py --jpeg-dir /tmp/jpegs --out bench/results/gpu_jpeg_decode.json
+    source bench/device_setup.sh        # installs .whl/nvidia_nvimgcodec_cu13-*.whl among others
+    python bench/gpu_jpeg_decode.py --jpeg-dir /tmp/jpegs --out bench/results/gpu_jpeg_decode.json   # ~6 min
 
-Written without a GPU at hand: not yet run.
+Each row also says which decoder ran (the summary's ``jpeg_decoder``) and each decoder's rate decoding alone
+(the same batches, decode + crop + resize, no training), so that a shortfall reads as decode-bound (alone
+below synthetic) or overlap-bound (alone well above it). ``--cpu-smoke`` runs the same script on this CPU
+machine with an MLP on a small tree (PIL workers stand in for the GPU decode, which needs CUDA), to try it.
+Written without a GPU at hand: not yet run on one.
 """
 
 from __future__ import annotations
@@ -34,6 +38,9 @@ WORKERS = 16
 WINDOW_STEPS = 20
 WARMUP_WINDOWS = 1
 WINDOWS = 3
+SMOKE_WINDOW = 4
+SMOKE_CLASSES, SMOKE_IMAGES_PER_CLASS, SMOKE_SIZE = 4, 24, (160, 120)
+DECODE_ALONE_BATCHES = 10
 
 
 def config(**changes: Any) -> TrainConfig:
@@ -43,13 +50,53 @@ def config(**changes: Any) -> TrainConfig:
     return base.replace(**changes)
 
 
+def smoke_config(**changes: Any) -> TrainConfig:
+    """--cpu-smoke: a tiny MLP on the CPU, same windows."""
+    base = TrainConfig(model="mlp", image_size=32, num_classes=4, batch_size=16, device="cpu", progress="off",
+                       log_every=SMOKE_WINDOW, test_steps=(WARMUP_WINDOWS + WINDOWS) * SMOKE_WINDOW)
+    return base.replace(**changes)
+
+
+def decode_alone(root: Path, decoder: str, device: str, image_size: int, batch: int, batches: int) -> dict[str, Any]:
+    """Images/s of the decoder by itself (decode, crop, resize, normalise; no training): the ceiling of a row."""
+    import random
+    import time
+
+    import torch
+
+    from coursekit.train import jpeg
+
+    files = sorted((root / "train").glob("*/*.jpg"))[:batch * (batches + 1)]
+    encoded = [jpeg.read_bytes(str(f)) for f in files]
+    if device == "cuda":
+        os.environ["COURSEKIT_JPEG_DECODER"] = decoder
+        try:
+            name, decode = jpeg.choose_decoder(torch.device("cuda"))
+        except ValueError as error:
+            return {"status": "not run", "error": str(error)}
+        finally:
+            os.environ.pop("COURSEKIT_JPEG_DECODER", None)
+    else:
+        name, decode = "torchvision", jpeg.torchvision_decoder(torch.device("cpu"))
+    rng = random.Random(0)
+    chunks = [encoded[i:i + batch] for i in range(0, len(encoded), batch)]
+    jpeg.decode_batch(chunks[0], device, image_size, True, rng, decode)  # warm-up (decoder state, kernels)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    sync()
+    start = time.perf_counter()
+    for chunk in chunks[1:]:
+        jpeg.decode_batch(chunk, device, image_size, True, rng, decode)
+    sync()
+    return {"decoder": name, "img_s": sum(map(len, chunks[1:])) / (time.perf_counter() - start)}
+
+
 def run(cfg: TrainConfig, decoder: str | None = None) -> dict[str, Any]:
     """Images/s over the timed windows of one engine run (the first window is warm-up)."""
     import torch
 
     from coursekit.train.engine import train
 
-    if decoder:
+    if decoder is not None:
         os.environ["COURSEKIT_JPEG_DECODER"] = decoder
     try:
         with tempfile.TemporaryDirectory() as out:
@@ -59,40 +106,56 @@ def run(cfg: TrainConfig, decoder: str | None = None) -> dict[str, Any]:
         os.environ.pop("COURSEKIT_JPEG_DECODER", None)
         torch.cuda.empty_cache()
     return {"status": summary["status"], "img_s": statistics.fmean(rates),
-            "img_s_std": statistics.stdev(rates) if len(rates) > 1 else 0.0}
+            "img_s_std": statistics.stdev(rates) if len(rates) > 1 else 0.0,
+            "decoder": summary.get("jpeg_decoder"), "loader_phases": summary.get("loader_phases")}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jpeg-dir", type=Path, help="a JPEG tree (written there when empty)")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--cpu-smoke", action="store_true", help="try the script on a CPU (MLP, small tree)")
     args = parser.parse_args(argv)
     import torch
 
     from coursekit.train.jpeg import write_synthetic_jpeg_tree
 
+    smoke = args.cpu_smoke
     root = args.jpeg_dir or Path(tempfile.mkdtemp(prefix="coursekit-jpeg-"))
     if not (root / "train").is_dir():
-        write_synthetic_jpeg_tree(root, CLASSES, IMAGES_PER_CLASS, workers=os.cpu_count() or 1)
-    jpeg = dict(dataset="jpeg_folder", data_dir=str(root), gpu_decode=True, workers=WORKERS, pin_memory=True,
-                non_blocking=True, persistent_workers=True)
-    rows = {"synthetic": run(config(dataset="synthetic", gpu_resident=True)),
-            "torchvision nvjpeg": run(config(**jpeg), "torchvision")}
-    try:
-        rows["nvimgcodec hardware"] = run(config(**jpeg), "nvimgcodec")
-    except Exception as error:  # noqa: BLE001 - the package or the hardware decoder may be absent: say so
-        rows["nvimgcodec hardware"] = {"status": "not run", "error": f"{type(error).__name__}: {error}"}
+        if smoke:
+            write_synthetic_jpeg_tree(root, SMOKE_CLASSES, SMOKE_IMAGES_PER_CLASS, size=SMOKE_SIZE)
+        else:
+            write_synthetic_jpeg_tree(root, CLASSES, IMAGES_PER_CLASS, workers=os.cpu_count() or 1)
+    make = smoke_config if smoke else config
+    loader = dict(dataset="jpeg_folder", data_dir=str(root), workers=1 if smoke else WORKERS,
+                  pin_memory=not smoke, non_blocking=not smoke, persistent_workers=True)
+    rows = {"synthetic": run(make(dataset="synthetic", gpu_resident=True))}
+    if smoke:  # no CUDA: PIL in the workers stands in for the GPU decode; the decoder alone on the CPU
+        rows["jpeg, PIL workers (stand-in)"] = run(make(**loader))
+        rows["jpeg, PIL workers (stand-in)"]["decode_alone"] = decode_alone(root, "torchvision", "cpu", 32, 16, 2)
+    else:
+        for name, decoder in (("torchvision nvjpeg", "torchvision"), ("nvimgcodec hardware", "nvimgcodec")):
+            try:
+                rows[name] = run(make(**loader, gpu_decode=True), decoder)
+            except Exception as error:  # noqa: BLE001 - the package or the hardware decoder may be absent: say so
+                rows[name] = {"status": "not run", "error": f"{type(error).__name__}: {error}"}
+            rows[name]["decode_alone"] = decode_alone(root, decoder, "cuda", 224, BATCH, DECODE_ALONE_BATCHES)
     synthetic = rows["synthetic"]["img_s"]
     for name, row in rows.items():
         if row.get("img_s"):
             row["ratio_to_synthetic"] = row["img_s"] / synthetic
-        print(f"{name:<22} {row.get('img_s', 0):8.0f} img/s  x{row.get('ratio_to_synthetic', 0):.2f}  "
-              f"{row.get('error', '')}", flush=True)
-    result = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "cuda": torch.version.cuda,
-              "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        alone = row.get("decode_alone", {}).get("img_s")
+        print(f"{name:<30} {row.get('img_s', 0):8.0f} img/s  x{row.get('ratio_to_synthetic', 0):.2f}  decoder "
+              f"{row.get('decoder')}  decoding alone {alone or 0:,.0f} img/s  {row.get('error', '')}", flush=True)
+    best = max((row.get("ratio_to_synthetic", 0) for name, row in rows.items() if name != "synthetic"), default=0)
+    print(f"best JPEG / synthetic = {best:.2f} (target >= 0.9: {'met' if best >= 0.9 else 'missed'})")
+    cuda = torch.cuda.is_available() and not smoke
+    result = {"device": torch.cuda.get_device_name(0) if cuda else "cpu", "torch": torch.__version__,
+              "cuda": torch.version.cuda, "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
               "command": "python bench/gpu_jpeg_decode.py " + " ".join(sys.argv[1:]), "batch": BATCH,
               "jpeg_tree": {"classes": CLASSES, "images_per_class": IMAGES_PER_CLASS}, "workers": WORKERS,
-              "rows": rows}
+              "cpu_smoke": smoke, "rows": rows, "best_ratio": best}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     return 0

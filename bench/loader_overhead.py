@@ -8,9 +8,13 @@ job would, with ``--log-every 1``; the metrics' timestamps split the wall time i
     python bench/loader_overhead.py --cpu --out /tmp/loader_overhead.json                            # CPU
 
 ``epoch_gaps_s`` is the time between steps beyond the median step (epoch ends, validation, worker
-starts); ``exit_s`` is what the process takes after its summary (worker shutdown, CUDA teardown).
-Measured on this repository's 2-core CPU machine (16 workers on a 264-image tree, batch 16, MLP):
-the phases stay in seconds; the GPU figure is for the lead's run.
+starts); ``exit_s`` is what the process takes after its summary (CUDA teardown; before the fix also the
+persistent workers: torch 2.11 joins each pinned persistent worker at exit with a 5 s timeout,
+pytorch/pytorch#81794, so 16 + 16 workers cost 160 s). The engine's own phases come from the summary's
+``loader_phases``: ``loader_build_s``, ``first_batch_s`` (first epoch: workers start),
+``later_epoch_starts_s``, ``validation_s`` and ``loader_shutdown_s`` (the engine now stops the workers
+itself at the end of the run). Expected on the GPU after the fix: ``exit_s`` a few seconds at most for
+every setting, ``loader_shutdown_s`` well under a second.
 """
 
 from __future__ import annotations
@@ -53,7 +57,17 @@ def phases(records: list[dict[str, Any]], started: float, ended: float) -> dict[
             "build_and_first_step_s": steps[0]["time"] - start if steps else None,
             "steps_s": sum(step_times), "epoch_gaps_s": sum(max(0.0, g - typical) for g in gaps),
             "end_s": final["time"] - steps[-1]["time"] if steps else None, "exit_s": ended - final["time"],
-            "images_per_s": final.get("images_per_s"), "status": final.get("status")}
+            **loader_phases(final), "images_per_s": final.get("images_per_s"), "status": final.get("status")}
+
+
+def loader_phases(summary: dict[str, Any]) -> dict[str, Any]:
+    """The engine's own loader timings (summary ``loader_phases``): building the datasets, each epoch's wait
+    for its first batch (worker start), validation passes, the workers' shutdown at the end of the run."""
+    phases = summary.get("loader_phases") or {}
+    first = phases.get("first_batch_s") or []
+    return {"loader_build_s": phases.get("build_s"), "first_batch_s": first[0] if first else None,
+            "later_epoch_starts_s": sum(first[1:]) if first else None, "epochs_started": len(first),
+            "validation_s": phases.get("validation_s"), "loader_shutdown_s": phases.get("shutdown_s")}
 
 
 def run(data_dir: Path, common: list[str], extra: list[str], device: str) -> dict[str, Any]:
@@ -87,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, extra in LOADERS.items():
         rows[name] = run(root, CPU_RUN if args.cpu else GPU_RUN, extra, "cpu" if args.cpu else "cuda")
         row = rows[name]
-        print(f"{name:<40} " + (" ".join(f"{k} {v:.1f}" for k, v in row.items() if isinstance(v, float))
+        print(f"{name:<40} " + (" ".join(f"{k} {v:.2f}" for k, v in row.items() if isinstance(v, float))
                                  if row.get("status") != "failed" else f"FAILED: {row['stderr'][-300:]}"), flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"command": "python bench/loader_overhead.py " + " ".join(sys.argv[1:]),

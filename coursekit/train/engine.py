@@ -33,7 +33,7 @@ from coursekit.distributed import (
 from coursekit.metrics import MetricsWriter, default_run_dir
 from coursekit.train.checkpoint import load_checkpoint
 from coursekit.train.config import TrainConfig, parse_args, validate
-from coursekit.train.data import build_data
+from coursekit.train.data import build_data, shutdown_workers
 from coursekit.train.loop import Trainer
 from coursekit.train.memory import estimate_memory
 from coursekit.train.models import build_model
@@ -130,6 +130,8 @@ def _run(cfg: TrainConfig, ctx: DistContext) -> dict[str, Any]:
         with warnings.catch_warnings():  # fp16's skipped first steps make torch warn about the LR scheduler order
             warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler.step\(\)`")
             status = trainer.run()
+        # persistent workers stop here, not at interpreter exit (5 s per worker there: data.shutdown_workers)
+        trainer.loader_phases["shutdown_s"] = shutdown_workers(trainer.data.train_loader, trainer.data.val_loader)
         if cfg.checkpoint_every and status == "completed":
             trainer.save()
         summary = _summary(cfg, ctx, trainer, status, parts, monitor, time.perf_counter() - started, run_dir)
@@ -167,7 +169,9 @@ def _build(cfg: TrainConfig, ctx: DistContext) -> dict[str, Any]:
     seed_everything(cfg.seed)
     try:
         pctx = build_context(ctx)
+        data_started = time.perf_counter()
         data = build_data(cfg, pctx.data_shard())  # each data-parallel rank reads its own shard
+        data_build_s = time.perf_counter() - data_started
         model = build_model(cfg, data.num_classes, data.input_shape)
         if cfg.log_params:
             check_loggable(model)
@@ -199,6 +203,7 @@ def _build(cfg: TrainConfig, ctx: DistContext) -> dict[str, Any]:
                         "precision": precision, "data": data, "total_steps": total_steps,
                         "epochs": math.ceil(total_steps / steps_per_epoch)},
             "total_steps": total_steps, "steps_per_epoch": steps_per_epoch, "global_batch": global_batch,
+            "data_build_s": data_build_s,
             "mesh": dict(pctx.sizes),
             "memory_estimate": estimate, "num_parameters": sum(p.numel() for p in model.parameters()),
             "sync_batchnorm_layers": sum(isinstance(m, torch.nn.SyncBatchNorm) for m in wrapped.modules())}
@@ -228,6 +233,10 @@ def _summary(cfg: TrainConfig, ctx: DistContext, trainer: Trainer, status: str, 
         "val_loss": last.get("val_loss"), "val_acc": last.get("val_acc"),
         "memory_estimate": parts["memory_estimate"],
         "memory_estimate_total_mb": parts["memory_estimate"].get("total_bytes", 0) / MIB or None}
+    summary["loader_phases"] = {"build_s": parts["data_build_s"], **trainer.loader_phases}
+    decoder = getattr(trainer.data.train_loader, "decoder_name", None)  # --gpu-decode: which JPEG decoder ran
+    if decoder:
+        summary["jpeg_decoder"] = decoder
     if trainer.nan_message:
         summary["message"] = trainer.nan_message
     if trainer.target is not None:  # --target-acc: time to target, seed, hashes, GPUs (train/target.py)

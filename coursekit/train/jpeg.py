@@ -33,7 +33,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from PIL import Image
 from torchvision import datasets, io, transforms
 
@@ -250,24 +249,41 @@ def choose_decoder(device: torch.device) -> tuple[str, JpegDecoder]:
     return "torchvision", torchvision_decoder(device)
 
 
+def crop_resize(images: list[torch.Tensor], boxes: list[tuple[int, int, int, int]], image_size: int) -> torch.Tensor:
+    """Each ``(3, H, W)`` uint8 image's box ``(top, left, h, w)`` resized to ``image_size``: float ``(B, 3, S, S)``.
+
+    Images of one size go through one ``roi_align`` (bilinear; its adaptive sampling averages over each output
+    pixel's footprint, i.e. antialiased like PIL's resize) instead of a resize per image: a few kernel launches
+    a batch, not hundreds, so the decoding thread holds the GIL briefly beside the training step."""
+    from torchvision.ops import roi_align
+
+    out = torch.empty(len(images), 3, image_size, image_size, device=images[0].device)
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for index, image in enumerate(images):
+        groups.setdefault(tuple(image.shape), []).append(index)
+    for indices in groups.values():
+        stacked = torch.stack([images[i] for i in indices]).float()
+        rois = torch.tensor([[n, boxes[i][1], boxes[i][0], boxes[i][1] + boxes[i][3], boxes[i][0] + boxes[i][2]]
+                             for n, i in enumerate(indices)], dtype=torch.float32).to(stacked.device, non_blocking=True)
+        resized = roi_align(stacked, rois, output_size=(image_size, image_size), spatial_scale=1.0,
+                            sampling_ratio=-1, aligned=True)
+        out[torch.tensor(indices, device=out.device)] = resized
+    return out
+
+
 def decode_batch(encoded: list[torch.Tensor], device: torch.device | str, image_size: int, train: bool,
                  rng: random.Random, decoder: JpegDecoder | None = None) -> torch.Tensor:
     """Decode JPEG bytes on ``device`` (with ``decoder``, default torchvision's nvjpeg) and return normalised
     float images ``(B, 3, size, size)``."""
     images = (decoder or torchvision_decoder(torch.device(device)))(encoded)
-    crops = []
-    for image in images:
-        _, height, width = image.shape
-        top, left, h, w = random_resized_box(height, width, rng) if train else center_box(height, width, image_size)
-        crop = image[:, top:top + h, left:left + w].unsqueeze(0).float()
-        crops.append(F.interpolate(crop, size=(image_size, image_size), mode="bilinear", antialias=True,
-                                   align_corners=False))
-    batch = torch.cat(crops)
+    boxes = [random_resized_box(image.shape[1], image.shape[2], rng) if train
+             else center_box(image.shape[1], image.shape[2], image_size) for image in images]
+    batch = crop_resize(images, boxes, image_size)
     if train:
-        flip = torch.tensor([rng.random() < 0.5 for _ in crops], device=batch.device).view(-1, 1, 1, 1)
-        batch = torch.where(flip, batch.flip(-1), batch)
-    mean = torch.tensor(IMAGENET_MEAN, device=batch.device).view(1, 3, 1, 1) * 255
-    std = torch.tensor(IMAGENET_STD, device=batch.device).view(1, 3, 1, 1) * 255
+        flip = torch.tensor([rng.random() < 0.5 for _ in images]).to(batch.device, non_blocking=True)
+        batch = torch.where(flip.view(-1, 1, 1, 1), batch.flip(-1), batch)
+    mean = torch.tensor(IMAGENET_MEAN).mul(255).view(1, 3, 1, 1).to(batch.device, non_blocking=True)
+    std = torch.tensor(IMAGENET_STD).mul(255).view(1, 3, 1, 1).to(batch.device, non_blocking=True)
     return (batch - mean) / std
 
 

@@ -75,6 +75,8 @@ class Trainer:
         self.throughputs: list[dict[str, Any]] = []  # step records' throughput, for the steady state
         self.last_epoch_record: dict[str, Any] = {}
         self.nan_message: str | None = None
+        # where a loader's time goes beside the steps (summary's loader_phases; lab 05, bench/loader_overhead.py)
+        self.loader_phases: dict[str, Any] = {"first_batch_s": [], "validation_s": 0.0}
         self.target = TargetRun(cfg, self.device, len(data.train_loader)) if cfg.target_acc is not None else None
         self.lr = optimizer.param_groups[0]["lr"]
         self._zeros = lambda: torch.zeros((), dtype=torch.float64, device=self.device)
@@ -146,6 +148,8 @@ class Trainer:
                 batch = next(iterator)
             except StopIteration:
                 break
+            if self.epoch_samples == samples_before:  # the epoch's first batch: worker start or resume included
+                self.loader_phases["first_batch_s"].append(time.perf_counter() - started)
             inputs, targets = self._to_device(batch)
             self.timer.batch_ready()
             self._train_step(inputs, targets)
@@ -257,8 +261,10 @@ class Trainer:
         train_loss = loss_sum / max(samples, 1)
         if not math.isfinite(train_loss):
             return self._stop_on_nan(train_loss)
+        val_started = time.perf_counter()
         val_loss, val_acc = (None, None) if self.cfg.test_steps else (
             self.target.validate(self) if self.target is not None else self.evaluate())
+        self.loader_phases["validation_s"] += time.perf_counter() - val_started
         record = {"epoch": self.pos.epoch + 1, "step": self.pos.step, "train_loss": train_loss,
                   "train_acc": correct / max(samples, 1) if self.classification else None,
                   "val_loss": val_loss, "val_acc": val_acc,

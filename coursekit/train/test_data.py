@@ -296,6 +296,38 @@ def test_loader_start_epochs_and_shutdown_cost_little_beside_the_steps(jpeg_tree
     assert wall - epoch_s < 2 * epoch_s + 10.0, f"{wall:.1f} s for {epoch_s:.1f} s of epochs"
 
 
+class _ThreadCount(torch.utils.data.Dataset):
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, index: int) -> int:
+        return torch.get_num_threads()
+
+
+def test_loader_workers_compute_with_one_torch_thread():
+    """16 workers with 16 torch threads each would oversubscribe a 16-core node: torch gives each one."""
+    loader = torch.utils.data.DataLoader(_ThreadCount(), batch_size=2, num_workers=2)
+    assert [int(x) for batch in loader for x in batch] == [1, 1, 1, 1]
+
+
+def test_run_stops_persistent_workers_and_records_loader_phases(jpeg_tree, tmp_path):
+    """Persistent (pinned) workers stop when the run ends, not at interpreter exit where torch 2.11 joins
+    each with a 5 s timeout (lab 05: 191 s for a 30-step run); the summary says where loader time went."""
+    import multiprocessing
+
+    from coursekit.train.engine import train
+
+    cfg = TrainConfig(model="mlp", dataset="jpeg_folder", data_dir=str(jpeg_tree), image_size=16, batch_size=4,
+                      steps=5, workers=4, persistent_workers=True, prefetch_factor=4, pin_memory=True,
+                      progress="off", out=str(tmp_path / "run"))
+    summary = train(cfg)
+    assert multiprocessing.active_children() == []
+    phases = summary["loader_phases"]
+    assert set(phases) == {"build_s", "first_batch_s", "validation_s", "shutdown_s"}
+    assert len(phases["first_batch_s"]) == 3  # 2 batches an epoch, 5 steps: 3 epochs started
+    assert phases["validation_s"] > 0 and all(v >= 0 for v in (phases["build_s"], phases["shutdown_s"]))
+
+
 def test_gpu_jpeg_decoder_choice_and_fallback(monkeypatch):
     """nvImageCodec (hardware JPEG engines) where installed, torchvision's nvjpeg otherwise; a forced choice
     that cannot be honoured is a clear error. (The hardware path itself needs a GPU: bench/gpu_jpeg_decode.py.)"""
