@@ -11,15 +11,17 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, get_args, get_origin
 
-MODELS = ("linear", "mlp", "resnet18", "resnet34", "resnet50", "wide_resnet", "pointnet")
-DATASETS = ("synthetic", "generated", "line", "jpeg_folder", "cifar10", "imagefolder", "pointclouds")
+MODELS = ("linear", "mlp", "resnet18", "resnet34", "resnet50", "wide_resnet", "pointnet", "gpt")
+DATASETS = ("synthetic", "generated", "line", "jpeg_folder", "cifar10", "imagefolder", "pointclouds", "tokens")
 OPTIMIZERS = ("sgd", "adamw", "lars", "lamb")
 LR_SCALINGS = ("none", "linear", "sqrt")
 SCHEDULES = ("constant", "step", "cosine", "onecycle")
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 DEVICES = ("auto", "cpu", "cuda")
 PROGRESS_MODES = ("auto", "on", "off")
-PARALLEL_STRATEGIES = ("ddp",)  # one module each in coursekit/train/parallel/
+# one module each in coursekit/train/parallel/ (zero1/zero2/zero3 in zero.py and fsdp.py, fsdp_tp in fsdp.py)
+PARALLEL_STRATEGIES = ("ddp", "naive", "pipeline", "tensor", "zero1", "zero2", "zero3", "fsdp_tp")
+PIPELINE_SCHEDULES = ("gpipe", "1f1b")
 
 CHOICES: dict[str, tuple[str, ...]] = {
     "model": MODELS,
@@ -31,6 +33,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "device": DEVICES,
     "progress": PROGRESS_MODES,
     "parallel": PARALLEL_STRATEGIES,
+    "pipeline_schedule": PIPELINE_SCHEDULES,
 }
 
 
@@ -48,6 +51,11 @@ class TrainConfig:
     val_fraction: float = field(default=0.2, metadata={"help": "share of a generated dataset kept for validation"})
     num_classes: int = field(default=10, metadata={"help": "classes of a generated dataset"})
     image_size: int = field(default=32, metadata={"help": "image side in pixels"})
+    seq_len: int = field(default=32, metadata={"help": "tokens: sequence length (inputs) of the token task and gpt"})
+    vocab_size: int = field(default=32, metadata={"help": "tokens: vocabulary size of the token task and gpt"})
+    gpt_layers: int = field(default=4, metadata={"help": "gpt: transformer blocks"})
+    gpt_dim: int = field(default=64, metadata={"help": "gpt: model width (embedding size)"})
+    gpt_heads: int = field(default=4, metadata={"help": "gpt: attention heads (divide gpt_dim)"})
     # run length
     batch_size: int = field(default=64, metadata={"help": "batch size per GPU (per process)"})
     epochs: int = field(default=1, metadata={"help": "epochs to run"})
@@ -88,6 +96,16 @@ class TrainConfig:
         "help": "ddp: gradient bucket size in MiB (small: all-reduce starts early, more messages)"})
     sync_every_micro_batch: bool = field(default=False, metadata={
         "help": "ddp: all-reduce after every micro-batch of an accumulation (default: the last only, no_sync)"})
+    tp: int | None = field(default=None, metadata={
+        "help": "tensor-parallel size (default: every process for tensor, 2 for fsdp_tp, else 1)"})
+    pp: int | None = field(default=None, metadata={
+        "help": "pipeline stages (default: every process for pipeline, the visible GPUs or 2 for naive, else 1)"})
+    pipeline_schedule: str = field(default="gpipe", metadata={"help": "pipeline: gpipe or 1f1b"})
+    microbatches: int = field(default=1, metadata={"help": "pipeline: micro-batches per batch (divide batch_size)"})
+    stage_delay_ms: float = field(default=0.0, metadata={
+        "help": "pipeline/naive: CPU emulation of stage compute, forward sleeps X ms and backward 2X per stage"})
+    save_weights: str | None = field(default=None, metadata={
+        "help": "write the full (gathered) model state dict to this file at the end (torch.save)"})
     # reproducibility, output, instrumentation
     seed: int = field(default=0, metadata={"help": "random seed"})
     data_seed: int | None = field(default=None, metadata={
@@ -172,8 +190,9 @@ JPEG_DATASETS = ("jpeg_folder", "imagefolder")
 REGRESSION_MODELS = ("linear", "mlp")
 AT_LEAST_ONE = ("batch_size", "epochs", "steps", "test_steps", "accumulation_steps", "checkpoint_every",
                 "profile_steps", "log_every", "num_samples", "base_batch", "step_every_epochs", "image_size",
-                "prefetch_factor", "ghost_batch_size")
-AT_LEAST_ZERO = ("workers", "grad_noise_batches", "weight_decay", "warmup_epochs")
+                "prefetch_factor", "ghost_batch_size", "seq_len", "vocab_size", "gpt_layers", "gpt_dim",
+                "gpt_heads", "tp", "pp", "microbatches")
+AT_LEAST_ZERO = ("workers", "grad_noise_batches", "weight_decay", "warmup_epochs", "stage_delay_ms")
 
 
 def _static_problems(cfg: TrainConfig) -> list[str]:
@@ -205,6 +224,12 @@ def _static_problems(cfg: TrainConfig) -> list[str]:
                         "use one of them")
     if cfg.model == "pointnet" and cfg.dataset != "pointclouds":
         problems.append(f"model='pointnet' needs dataset='pointclouds' (got {cfg.dataset!r})")
+    if (cfg.model == "gpt") != (cfg.dataset == "tokens"):
+        problems.append(f"model='gpt' and dataset='tokens' go together (got model={cfg.model!r}, "
+                        f"dataset={cfg.dataset!r}): use --model gpt --dataset tokens")
+    if cfg.model == "gpt" and cfg.gpt_heads >= 1 and cfg.gpt_dim % cfg.gpt_heads:
+        problems.append(f"gpt_heads={cfg.gpt_heads} does not divide gpt_dim={cfg.gpt_dim}: every head gets "
+                        "gpt_dim / gpt_heads features; pick a divisor")
     if cfg.model in IMAGE_MODELS and cfg.dataset not in IMAGE_DATASETS:
         problems.append(f"model={cfg.model!r} needs an image dataset ({', '.join(IMAGE_DATASETS)}), "
                         f"not {cfg.dataset!r}")
@@ -228,6 +253,10 @@ def _static_problems(cfg: TrainConfig) -> list[str]:
                         f"not {cfg.dataset!r}")
     if cfg.workers == 0 and (cfg.prefetch_factor is not None or cfg.persistent_workers):
         problems.append("prefetch_factor and persistent_workers need worker processes: set workers >= 1")
+    if not problems:
+        from coursekit.train.parallel.context import parallel_problems
+
+        problems += parallel_problems(cfg)
     if cfg.target_acc is not None:
         problems += _target_problems(cfg)
     if cfg.resume:
@@ -294,6 +323,9 @@ def validate(cfg: TrainConfig, ctx: Any = None) -> None:
             problems.append("sync_batchnorm: torch's SyncBatchNorm runs on GPUs only; on CPUs drop --sync-batchnorm")
         if cfg.gpu_decode and ctx.device.type != "cuda":
             problems.append("gpu_decode decodes JPEGs with nvjpeg on a GPU; this run is on the CPU: drop --gpu-decode")
+        from coursekit.train.parallel.context import parallel_problems
+
+        problems += parallel_problems(cfg, ctx.world_size, ctx.device.type)
         if cfg.num_samples is not None:
             train_samples = int(cfg.num_samples * (1 - cfg.val_fraction))
             if train_samples < ctx.world_size:

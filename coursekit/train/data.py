@@ -11,7 +11,10 @@
 - ``jpeg_folder`` / ``imagefolder``: an ImageFolder at ``data_dir`` (``train/`` + ``val/`` inside, or
   the classes directly), decoded by PIL in the workers or, with ``--gpu-decode``, by nvjpeg;
 - ``cifar10``: torchvision's CIFAR-10 under ``data_dir`` (downloaded only with ``--download``);
-- ``pointclouds``: generated tree point clouds with species classes (``pointclouds.py``).
+- ``pointclouds``: generated tree point clouds with species classes (``pointclouds.py``);
+- ``tokens``: ``num_samples`` (2048) token sequences of ``seq_len`` over ``vocab_size`` tokens whose next
+  token follows a hidden seeded rule (``make_tokens``): a language-model task the ``gpt`` learns in a
+  few dozen steps; targets are the next tokens (``(seq_len,)`` per sample).
 
 Sampling: every map-style train set uses a ``DistributedSampler`` seeded by ``cfg.seed``, also with a
 single process, so that the order of samples depends on the seed and epoch only: a run on ``k``
@@ -47,6 +50,8 @@ GENERATED_NOISE_STD = 3.0  # noise std relative to the (unit-variance) prototype
 GENERATED_MAX_BYTES = 4 * 2**30  # the set is held in memory (float32) by every process
 LINE_POINTS = 100
 LINE_SLOPE, LINE_INTERCEPT, LINE_NOISE_STD = 10.0, 2.0, 1.0
+TOKENS_SAMPLES = 2048  # sequences of the token task
+TOKENS_NOISE = 0.1  # share of next tokens drawn at random instead of by the hidden rule (the loss floor)
 CIFAR10_FOLDER = "cifar-10-batches-py"
 CIFAR10_CLASSES = 10
 CIFAR10_SIZE = 32
@@ -249,6 +254,28 @@ def _generated(cfg: Any, ctx: RankInfo) -> DataBundle:
     return _bundle(train, val, cfg, ctx, cfg.num_classes, tuple(images.shape[1:]))
 
 
+def make_tokens(num_sequences: int, seq_len: int, vocab_size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token sequences whose next token follows a hidden rule: ``next = rule[previous]`` (a random
+    permutation of the vocabulary drawn from ``seed``), replaced by a uniformly random token with
+    probability ``TOKENS_NOISE``. Inputs ``(n, seq_len)`` and targets (the inputs shifted by one)."""
+    g = torch.Generator().manual_seed(seed)
+    rule = torch.randperm(vocab_size, generator=g)
+    tokens = torch.empty(num_sequences, seq_len + 1, dtype=torch.long)
+    tokens[:, 0] = torch.randint(vocab_size, (num_sequences,), generator=g)
+    noise = torch.rand(num_sequences, seq_len, generator=g) < TOKENS_NOISE
+    random_tokens = torch.randint(vocab_size, (num_sequences, seq_len), generator=g)
+    for t in range(seq_len):
+        tokens[:, t + 1] = torch.where(noise[:, t], random_tokens[:, t], rule[tokens[:, t]])
+    return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+
+
+def _tokens(cfg: Any, ctx: RankInfo) -> DataBundle:
+    seed = cfg.seed if getattr(cfg, "data_seed", None) is None else cfg.data_seed
+    inputs, targets = make_tokens(cfg.num_samples or TOKENS_SAMPLES, cfg.seq_len, cfg.vocab_size, seed)
+    train, val = _split(inputs, targets, cfg.val_fraction)
+    return _bundle(train, val, cfg, ctx, cfg.vocab_size, (cfg.seq_len,))
+
+
 def _line(cfg: Any, ctx: RankInfo) -> DataBundle:
     n = cfg.num_samples or LINE_POINTS
     train = TensorDataset(*make_line(n, cfg.seed))
@@ -322,7 +349,7 @@ def _image_folder(cfg: Any, ctx: RankInfo) -> DataBundle:
 
 
 BUILDERS = {"synthetic": _synthetic, "generated": _generated, "line": _line, "jpeg_folder": _image_folder,
-            "imagefolder": _image_folder, "cifar10": _cifar10, "pointclouds": _pointclouds}
+            "imagefolder": _image_folder, "cifar10": _cifar10, "pointclouds": _pointclouds, "tokens": _tokens}
 
 
 def build_data(cfg: Any, ctx: RankInfo) -> DataBundle:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime
 import gc
-import importlib
 import math
 import random
 import sys
@@ -38,7 +37,8 @@ from coursekit.train.loop import Trainer
 from coursekit.train.memory import estimate_memory
 from coursekit.train.models import build_model
 from coursekit.train.optim import build_optimizer
-from coursekit.train.parallel import ParallelContext, build_context
+from coursekit.train.parallel import ParallelContext, build_context, mesh_sizes, strategy_module
+from coursekit.train.parallel.summary import parallel_summary
 from coursekit.train.precision import setup_precision
 from coursekit.train.probes import check_loggable
 from coursekit.train.profiling import GpuMonitor
@@ -108,8 +108,9 @@ def _run(cfg: TrainConfig, ctx: DistContext) -> dict[str, Any]:
     if state is not None:
         _check_resume(cfg, state, ctx.world_size)
     started = time.perf_counter()
-    writer = MetricsWriter(run_dir, enabled=ctx.is_main)
-    if ctx.is_main:
+    pctx = build_context(ctx, mesh_sizes(cfg, ctx.world_size))  # the mesh; which rank holds the run's values
+    writer = MetricsWriter(run_dir, enabled=pctx.holds_value)
+    if pctx.holds_value:
         print(f"coursekit.train: metrics -> {writer.path}", flush=True)
     writer.write("start", config=cfg.to_dict(), world_size=ctx.world_size, device=str(ctx.device),
                  launcher=ctx.launcher, run_dir=str(run_dir),
@@ -117,8 +118,8 @@ def _run(cfg: TrainConfig, ctx: DistContext) -> dict[str, Any]:
     console: Console | None = None
     monitor = GpuMonitor(ctx.device)
     try:
-        parts = _build(cfg, ctx)
-        console = Console(ctx.is_main, cfg.progress, parts["total_steps"])
+        parts = _build(cfg, ctx, pctx)
+        console = Console(pctx.holds_value, cfg.progress, parts["total_steps"])
         trainer = Trainer(cfg=cfg, ctx=ctx, writer=writer, console=console, run_dir=run_dir, **parts["trainer"])
         if state is not None:
             trainer.load_state_dict(state)
@@ -160,17 +161,20 @@ def _run(cfg: TrainConfig, ctx: DistContext) -> dict[str, Any]:
 
 def _parallelize(model: torch.nn.Module, pctx: ParallelContext, cfg: TrainConfig) -> torch.nn.Module:
     """The ``--parallel`` strategy's ``apply`` (coursekit/train/parallel/<name>.py)."""
-    strategy = importlib.import_module(f"coursekit.train.parallel.{cfg.parallel}")
+    strategy = strategy_module(cfg.parallel)
     return strategy.apply(model, pctx, cfg)
 
 
-def _build(cfg: TrainConfig, ctx: DistContext) -> dict[str, Any]:
+def _build(cfg: TrainConfig, ctx: DistContext, pctx: ParallelContext) -> dict[str, Any]:
     """Mesh, data, model, precision, parallel strategy, optimizer and schedule; bad input is a ConfigError."""
     seed_everything(cfg.seed)
     try:
-        pctx = build_context(ctx)
+        # a pipeline cuts every batch into equal micro-batches (no short last batch) and has no evaluation pass
+        data_cfg = cfg.replace(drop_last=True) if cfg.parallel == "pipeline" else cfg
         data_started = time.perf_counter()
-        data = build_data(cfg, pctx.data_shard())  # each data-parallel rank reads its own shard
+        data = build_data(data_cfg, pctx.data_shard())  # each data-parallel rank reads its own shard
+        if cfg.parallel == "pipeline":
+            data.val_loader = None
         data_build_s = time.perf_counter() - data_started
         model = build_model(cfg, data.num_classes, data.input_shape)
         if cfg.log_params:
@@ -195,12 +199,15 @@ def _build(cfg: TrainConfig, ctx: DistContext) -> dict[str, Any]:
         raise ConfigError(str(error)) from error
     global_batch = cfg.batch_size * pctx.dp_size
     optimizer = build_optimizer(unwrap_model(wrapped), cfg, global_batch)
+    wrap_optimizer = getattr(strategy_module(cfg.parallel), "wrap_optimizer", None)
+    if wrap_optimizer is not None:  # ZeRO-1: the optimizer state sharded over the data-parallel ranks
+        optimizer = wrap_optimizer(optimizer, pctx)
     steps_per_epoch = len(data.train_loader)
     total_steps = cfg.test_steps or cfg.steps or cfg.epochs * steps_per_epoch
     scheduler = build_scheduler(optimizer, cfg, steps_per_epoch, total_steps)
     run_model = torch.compile(wrapped) if cfg.compile else wrapped
     return {"trainer": {"run_model": run_model, "optimizer": optimizer, "scheduler": scheduler,
-                        "precision": precision, "data": data, "total_steps": total_steps,
+                        "precision": precision, "data": data, "total_steps": total_steps, "pctx": pctx,
                         "epochs": math.ceil(total_steps / steps_per_epoch)},
             "total_steps": total_steps, "steps_per_epoch": steps_per_epoch, "global_batch": global_batch,
             "data_build_s": data_build_s,
@@ -237,6 +244,7 @@ def _summary(cfg: TrainConfig, ctx: DistContext, trainer: Trainer, status: str, 
     decoder = getattr(trainer.data.train_loader, "decoder_name", None)  # --gpu-decode: which JPEG decoder ran
     if decoder:
         summary["jpeg_decoder"] = decoder
+    summary["parallel"] = parallel_summary(cfg, parts["trainer"]["pctx"], trainer, summary)  # a collective
     if trainer.nan_message:
         summary["message"] = trainer.nan_message
     if trainer.target is not None:  # --target-acc: time to target, seed, hashes, GPUs (train/target.py)

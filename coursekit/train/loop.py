@@ -25,6 +25,7 @@ from coursekit.train.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
+from coursekit.train.parallel.measure import gradient_bytes
 from coursekit.train.probes import grad_noise_variance, parameter_values
 from coursekit.train.profiling import StepTimer, TraceRecorder
 from coursekit.train.report import Console
@@ -45,7 +46,17 @@ class Position:
 
 
 def classification_loss(output: torch.Tensor, target: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+    if output.dim() == 3:  # token logits (batch, length, vocab): a sample's loss is the mean over its tokens
+        per_token = F.cross_entropy(output.float().flatten(0, 1), target.flatten(), reduction="none")
+        per_sample = per_token.view(target.shape).mean(1)
+        return {"mean": per_sample.mean, "sum": per_sample.sum}.get(reduction, lambda: per_sample)()
     return F.cross_entropy(output.float(), target, reduction=reduction)
+
+
+def correct_count(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Correct predictions; for token logits each sample counts the share of its tokens predicted right."""
+    hits = (output.argmax(-1) == target).float()
+    return hits.reshape(len(target), -1).mean(1).sum()
 
 
 def regression_loss(output: torch.Tensor, target: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
@@ -57,12 +68,17 @@ class Trainer:
 
     def __init__(self, *, cfg: Any, ctx: DistContext, run_model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                  scheduler: Any, precision: Any, data: Any, writer: MetricsWriter, console: Console,
-                 run_dir: Any, total_steps: int, epochs: int) -> None:
+                 run_dir: Any, total_steps: int, epochs: int, pctx: Any = None) -> None:
         self.cfg, self.ctx, self.run_model, self.model = cfg, ctx, run_model, unwrap_model(run_model)
         self.optimizer, self.scheduler, self.precision, self.data = optimizer, scheduler, precision, data
         self.writer, self.console, self.run_dir = writer, console, run_dir
         self.total_steps, self.epochs = total_steps, epochs
         self.device = ctx.device
+        # --parallel: tp copies of the loss and earlier pipeline stages (no loss) do not count samples
+        self.counts_samples = pctx is None or pctx.counts_samples
+        self.pipeline_step = getattr(run_model, "pipeline_step", None)  # parallel/pipeline.py: the schedule
+        self.sync_gradients = getattr(run_model, "sync_gradients", None)  # tensor/pipeline with dp > 1
+        self.grad_bytes: int | None = None  # local gradient bytes of the last step (the summary's parallel block)
         self.classification = data.task == "classification"
         self.loss_fn = classification_loss if self.classification else regression_loss
         self.timer = StepTimer(self.device)
@@ -156,8 +172,9 @@ class Trainer:
             self.timer.step_done()
             self.pos.step += 1
             self.pos.batch += 1
-            self.window_samples += len(inputs)
-            self.epoch_samples += len(inputs)
+            counted = len(inputs) if self.counts_samples else 0
+            self.window_samples += counted
+            self.epoch_samples += counted
             if self.trace is not None:
                 self.trace.step()
             self.console.advance()
@@ -196,15 +213,25 @@ class Trainer:
         for index, (x, y) in enumerate(pieces):
             skip_sync = index < len(pieces) - 1 and not self.cfg.sync_every_micro_batch
             with no_sync(self.run_model, skip_sync=skip_sync):
-                with self.precision.autocast():
-                    output = self.run_model(x)
-                loss = self.loss_fn(output, y)
-                self.precision.backward(loss if len(pieces) == 1 else loss * (len(x) / total))
+                if self.pipeline_step is not None:  # the schedule runs forward and backward of every stage
+                    with self.precision.autocast():
+                        loss, output = self.pipeline_step(x, y, self.loss_fn, len(x) / total)
+                else:
+                    with self.precision.autocast():
+                        output = self.run_model(x)
+                    loss = self.loss_fn(output, y)
+                    self.precision.backward(loss if len(pieces) == 1 else loss * (len(x) / total))
+            if loss is None or not self.counts_samples:
+                continue
             batch_loss = loss.detach().double() * len(x)
             self.window_loss += batch_loss
             self.epoch_loss += batch_loss
             if self.classification:
-                self.epoch_correct += (output.detach().argmax(1) == y).sum()
+                self.epoch_correct += correct_count(output.detach(), y)
+        if self.sync_gradients is not None:
+            self.sync_gradients()
+        if self.pos.step + 1 >= self.total_steps:
+            self.grad_bytes = gradient_bytes(self.model)
         self.precision.step(self.optimizer)
         self.optimizer.zero_grad(set_to_none=True)
         self.lr = self.optimizer.param_groups[0]["lr"]  # the LR this step used
@@ -291,7 +318,7 @@ class Trainer:
                     output = self.run_model(inputs)
                 loss_sum += self.loss_fn(output, targets, reduction="sum").double()
                 if self.classification:
-                    correct += (output.argmax(1) == targets).sum()
+                    correct += correct_count(output, targets)
                 count += len(inputs)
         finally:
             self.run_model.train()

@@ -4,12 +4,18 @@
 
 - ``linear``: one neuron ``y = w x + b`` for the regression set ``line`` (input shape ``(1,)``),
   else a flatten + linear classifier (logistic regression);
-- ``mlp``: flatten + two hidden layers of ``MLP_HIDDEN`` units;
+- ``mlp``: flatten + two hidden layers of ``MLP_HIDDEN`` units; ``mlp_bn``: the same with batch norm
+  before each ReLU (the small model of lab 07's ghost batch norm);
 - ``resnet18/34/50``: torchvision's models (``weights=None``). Images of at least ``CIFAR_STEM_BELOW``
   pixels get torchvision's standard model unchanged (so GPU benchmarks compare with a plain
   torchvision loop); smaller images get the CIFAR stem (3x3 stride-1 conv, no max-pool);
 - ``wide_resnet``: WRN-16-4 (~2.7 M parameters) for small images, see ``wide_resnet.py``;
-- ``pointnet``: a PointNet classifier for ``(num_points, 3)`` clouds, see ``pointnet.py``.
+- ``pointnet``: a PointNet classifier for ``(num_points, 3)`` clouds, see ``pointnet.py``;
+- ``gpt``: a small GPT for token sequences ``(seq_len,)`` (``--gpt-layers/--gpt-dim/--gpt-heads``),
+  logits ``(seq_len, vocab)`` per sample, see ``gpt.py``.
+
+Each name is a :class:`ModelSpec` in ``MODEL_SPECS``, which also declares what the parallel strategies
+need: the tensor-parallel plan of a block and the pipeline split (only ``gpt`` has them).
 
 Memory savers (``build_model`` applies them from the config; both are idempotent, so calling them
 again from the engine is harmless):
@@ -24,6 +30,8 @@ again from the engine is harmless):
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -33,6 +41,7 @@ from torchvision.models import resnet18, resnet34, resnet50
 from torchvision.models.resnet import BasicBlock, Bottleneck
 
 from coursekit.train.config import MODELS
+from coursekit.train.gpt import GPT, block_tp_plan, split_gpt
 from coursekit.train.pointnet import PointNet
 from coursekit.train.wide_resnet import WideResNet
 
@@ -50,13 +59,14 @@ class DenseBlock(nn.Sequential):
 
     checkpoint_unit = True
 
-    def __init__(self, in_features: int, out_features: int) -> None:
-        super().__init__(nn.Linear(in_features, out_features), nn.ReLU())
+    def __init__(self, in_features: int, out_features: int, batchnorm: bool = False) -> None:
+        norm = [nn.BatchNorm1d(out_features)] if batchnorm else []
+        super().__init__(nn.Linear(in_features, out_features), *norm, nn.ReLU())
 
 
-def _mlp(num_classes: int, input_shape: tuple[int, ...]) -> nn.Module:
+def _mlp(num_classes: int, input_shape: tuple[int, ...], batchnorm: bool = False) -> nn.Module:
     widths = (math.prod(input_shape), *MLP_HIDDEN)
-    blocks = [DenseBlock(a, b) for a, b in zip(widths[:-1], widths[1:], strict=True)]
+    blocks = [DenseBlock(a, b, batchnorm) for a, b in zip(widths[:-1], widths[1:], strict=True)]
     return nn.Sequential(nn.Flatten(), *blocks, nn.Linear(widths[-1], num_classes))
 
 
@@ -96,21 +106,53 @@ def _pointnet(num_classes: int, input_shape: tuple[int, ...]) -> nn.Module:
     return PointNet(num_classes)
 
 
+def _gpt(cfg: Any, num_classes: int, input_shape: tuple[int, ...]) -> nn.Module:
+    if len(input_shape) != 1:
+        raise ValueError(f"model='gpt' needs token sequences of shape (seq_len,) but the dataset gives "
+                         f"{tuple(input_shape)}; use --dataset tokens")
+    return GPT(num_classes, input_shape[0], cfg.gpt_dim, cfg.gpt_heads, cfg.gpt_layers)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A model of the engine and what the parallel strategies need to know about it (torchtitan style).
+
+    ``build(cfg, num_classes, input_shape)``; ``tp_plan()``: the tensor-parallel plan of one repeated
+    block (names relative to the block), applied to every module of ``blocks(model)``; ``split(model,
+    stages)``: the pipeline cut into stage modules (None: the model cannot be split)."""
+
+    name: str
+    build: Callable[[Any, int, tuple[int, ...]], nn.Module]
+    tp_plan: Callable[[], dict[str, Any]] | None = None
+    split: Callable[[nn.Module, int], list[nn.Module]] | None = None
+    blocks: Callable[[nn.Module], list[nn.Module]] | None = None
+
+
+def _gpt_blocks(model: nn.Module) -> list[nn.Module]:
+    """The GPT's blocks (inside their ``ActivationCheckpoint`` wrapper when there is one)."""
+    return [getattr(b, "block", b) for b in model.blocks.values()]
+
+
+MODEL_SPECS: dict[str, ModelSpec] = {spec.name: spec for spec in (
+    ModelSpec("linear", lambda cfg, n, shape: _linear(n, shape)),
+    ModelSpec("mlp", lambda cfg, n, shape: _mlp(n, shape)),
+    ModelSpec("mlp_bn", lambda cfg, n, shape: _mlp(n, shape, batchnorm=True)),
+    *(ModelSpec(name, lambda cfg, n, shape, name=name: _resnet(name, n, shape)) for name in TORCHVISION_RESNETS),
+    ModelSpec("wide_resnet", lambda cfg, n, shape: _wide_resnet(n, shape)),
+    ModelSpec("pointnet", lambda cfg, n, shape: _pointnet(n, shape)),
+    ModelSpec("gpt", _gpt, tp_plan=block_tp_plan, split=split_gpt, blocks=_gpt_blocks),
+)}
+
+
+def model_spec(name: str) -> ModelSpec:
+    if name not in MODEL_SPECS:
+        raise ValueError(f"model={name!r} is unknown; choose one of {', '.join(MODELS)}")
+    return MODEL_SPECS[name]
+
+
 def build_model(cfg: Any, num_classes: int, input_shape: tuple[int, ...]) -> nn.Module:
     """The model named by ``cfg.model`` for samples of ``input_shape``, with the memory savers of ``cfg``."""
-    name = cfg.model
-    if name == "linear":
-        model = _linear(num_classes, input_shape)
-    elif name == "mlp":
-        model = _mlp(num_classes, input_shape)
-    elif name in TORCHVISION_RESNETS:
-        model = _resnet(name, num_classes, input_shape)
-    elif name == "wide_resnet":
-        model = _wide_resnet(num_classes, input_shape)
-    elif name == "pointnet":
-        model = _pointnet(num_classes, input_shape)
-    else:
-        raise ValueError(f"model={name!r} is unknown; choose one of {', '.join(MODELS)}")
+    model = model_spec(cfg.model).build(cfg, num_classes, input_shape)
     if getattr(cfg, "ghost_batch_size", None):
         convert_to_ghost_batchnorm(model, cfg.ghost_batch_size)
     if getattr(cfg, "activation_checkpointing", False):
@@ -230,5 +272,5 @@ def num_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-__all__ = ["ActivationCheckpoint", "GhostBatchNorm1d", "GhostBatchNorm2d", "apply_activation_checkpointing",
+__all__ = ["MODEL_SPECS", "ActivationCheckpoint", "ModelSpec", "model_spec", "GhostBatchNorm1d", "GhostBatchNorm2d", "apply_activation_checkpointing",
            "build_model", "convert_to_ghost_batchnorm", "count_checkpointed_blocks", "num_parameters"]

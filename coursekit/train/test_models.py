@@ -28,7 +28,7 @@ def tiny_input(model_name: str) -> tuple[tuple[int, ...], int]:
     return TINY_IMAGE, CLASSES
 
 
-@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("name", [m for m in MODELS if m != "gpt"])  # gpt: token input, test_parallel_models.py
 def test_every_model_runs_forward_and_backward_on_cpu(name):
     torch.manual_seed(0)
     shape, classes = tiny_input(name)

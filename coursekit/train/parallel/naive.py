@@ -1,0 +1,106 @@
+"""Naive model parallelism: one process, the model's layers split over several devices.
+
+Stage ``i`` (a run of blocks, ``ModelSpec.split``) lives on device ``i``; the activations are copied
+from device to device in forward, the gradients back in backward. Only one device works at any time:
+with p stages each is idle (p-1)/p of the step. That idle time is measured here per stage: its forward
+time plus its backward time (from the moment the gradient reaches the stage's output to the moment the
+last gradient of its parameters is written), against the wall time of forward + backward.
+
+On a CPU the stages are two "cpu" stages (``--pp`` to change), and ``--stage-delay-ms`` emulates their
+compute (forward X ms, backward 2X ms): the measurement shows the idle time, the devices being one.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+from torch import nn
+
+from coursekit.train.models import model_spec
+from coursekit.train.parallel.context import naive_stages
+from coursekit.train.parallel.measure import DelayedStage, StageClock
+
+
+class _BackwardStart(torch.autograd.Function):
+    """Identity that notes when the gradient reaches a stage's output (its backward begins)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, runner: Any, stage: int) -> torch.Tensor:
+        ctx.runner, ctx.stage = runner, stage
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        ctx.runner.backward_started[ctx.stage] = time.perf_counter()
+        return grad, None, None
+
+
+class NaiveSplit(nn.Module):
+    """The whole model (``self.model``: state-dict keys unchanged) run stage by stage over ``devices``."""
+
+    def __init__(self, model: nn.Module, parts: list[nn.Module], devices: list[torch.device], delay_ms: float) -> None:
+        super().__init__()
+        self.model, self.devices = model, devices
+        self._stages = [DelayedStage(p, delay_ms) if delay_ms else p for p in parts]
+        for part, device in zip(parts, devices, strict=True):
+            part.to(device)
+        self.clock = StageClock(len(parts), devices[0])
+        self.backward_started = [0.0] * len(parts)
+        self.backward_ended = [0.0] * len(parts)
+        self._forward_started = 0.0
+        self._forward_busy = [0.0] * len(parts)
+        for index, part in enumerate(parts):
+            for param in part.parameters():
+                param.register_post_accumulate_grad_hook(lambda _p, i=index: self._grad_written(i))
+
+    def _grad_written(self, stage: int) -> None:
+        now = time.perf_counter()
+        self.backward_ended[stage] = max(self.backward_ended[stage], now)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not (self.training and torch.is_grad_enabled()):
+            for stage, device in zip(self._stages, self.devices, strict=True):
+                x = stage(x.to(device))
+            return x.to(self.devices[0])
+        self.finish_step()  # the previous step's backward is over by now
+        self._forward_started = time.perf_counter()
+        for index, (stage, device) in enumerate(zip(self._stages, self.devices, strict=True)):
+            started = time.perf_counter()
+            x = stage(x.to(device))
+            self.clock.sync()
+            self._forward_busy[index] += time.perf_counter() - started
+            x = _BackwardStart.apply(x, self, index)
+        return x.to(self.devices[0])
+
+    def finish_step(self) -> None:
+        """Book the last forward + backward into the clock (called at the next forward and by the summary)."""
+        if not self._forward_started or not all(self.backward_ended):
+            return
+        for index in range(len(self._stages)):
+            backward = max(self.backward_ended[index] - self.backward_started[index], 0.0)
+            self.clock.add(index, self._forward_busy[index] + backward)
+        self.clock.end_step(max(self.backward_ended) - self._forward_started)
+        self._forward_started = 0.0
+        self.backward_ended = [0.0] * len(self._stages)
+        self._forward_busy = [0.0] * len(self._stages)
+
+    def stage_times(self) -> dict[str, Any]:
+        self.finish_step()
+        return {"busy_s": list(self.clock.busy), "wall_s": self.clock.wall, "bubbles": self.clock.bubbles()}
+
+
+def stage_devices(stages: int, device: torch.device) -> list[torch.device]:
+    """One GPU per stage when there are enough, else every stage on ``device`` (the CPU)."""
+    if device.type == "cuda" and torch.cuda.device_count() >= stages:
+        return [torch.device("cuda", i) for i in range(stages)]
+    return [device] * stages
+
+
+def apply(model: nn.Module, ctx: Any, cfg: Any) -> nn.Module:
+    spec = model_spec(cfg.model)
+    if spec.split is None:
+        raise ValueError(f"parallel='naive': model={cfg.model!r} declares no pipeline split points")
+    stages = naive_stages(cfg)
+    return NaiveSplit(model, spec.split(model, stages), stage_devices(stages, ctx.device), cfg.stage_delay_ms)

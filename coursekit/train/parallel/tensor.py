@@ -1,0 +1,41 @@
+"""Tensor parallelism (Megatron) with ``parallelize_module``: each block's matrices split over the tp ranks.
+
+In a block's MLP, ``fc1`` is split by *columns* (each rank computes some hidden units, no communication),
+``fc2`` by *rows* (each rank multiplies its hidden units by its rows: partial sums, one all-reduce). The
+attention is split the same way by heads: q, k, v column-wise (whole heads per rank), the output
+projection row-wise. Per block and step: 2 all-reduces of the activations in forward, 2 in backward.
+The plan is declared with the model (``ModelSpec.tp_plan``); embeddings, norms and the head stay
+replicated. With dp > 1 (``--tp`` smaller than the world) the gradients are averaged over the dp ranks
+before the optimizer step (``sync_gradients``).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor.parallel import parallelize_module
+
+from coursekit.train.models import model_spec
+from coursekit.train.parallel.measure import all_reduce_gradients
+
+
+def apply_plan(model: nn.Module, tp_mesh: DeviceMesh, cfg: Any) -> nn.Module:
+    """Split every block of ``model`` over ``tp_mesh`` with the model spec's plan (in place)."""
+    spec = model_spec(cfg.model)
+    if spec.tp_plan is None or spec.blocks is None:
+        raise ValueError(f"parallel={cfg.parallel!r}: model={cfg.model!r} declares no tensor-parallel plan")
+    for block in spec.blocks(model):
+        parallelize_module(block, tp_mesh, spec.tp_plan())
+    return model
+
+
+def apply(model: nn.Module, ctx: Any, cfg: Any) -> nn.Module:
+    if ctx.mesh is None:
+        return model
+    apply_plan(model, ctx.mesh["tp"], cfg)
+    if ctx.dp_size > 1:
+        model.sync_gradients = partial(all_reduce_gradients, model, ctx.group("dp"), ctx.dp_size)
+    return model

@@ -1,0 +1,31 @@
+"""ZeRO-1: DDP for the gradients, the optimizer state sharded with ``ZeroRedundancyOptimizer``.
+
+Every rank keeps the whole model and the whole gradient (DDP all-reduces it), but only the optimizer
+state of its partition of the parameters (the partition is balanced by size, parameter by parameter, so
+the share is about 1/N, not exactly). After its ``step()`` each rank broadcasts the parameters it updated.
+Memory per rank with Adam in fp32: 4Ψ + 4Ψ + 8Ψ/N (Ultra-Scale Playbook: 2Ψ + 2Ψ + kΨ/N in mixed precision).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+from torch.distributed.optim import ZeroRedundancyOptimizer
+
+from coursekit.train.parallel import ddp
+
+
+def apply(model: nn.Module, ctx: Any, cfg: Any) -> nn.Module:
+    """DDP over the data-parallel group (the engine then calls :func:`wrap_optimizer`)."""
+    return ddp.apply(model, ctx, cfg)
+
+
+def wrap_optimizer(optimizer: torch.optim.Optimizer, ctx: Any) -> torch.optim.Optimizer:
+    """The same optimizer (class, groups, hyper-parameters) with its state sharded over dp; one process: as is."""
+    if ctx.mesh is None:
+        return optimizer
+    groups = [dict(group) for group in optimizer.param_groups]
+    return ZeroRedundancyOptimizer(groups, optimizer_class=type(optimizer), process_group=ctx.group("dp"),
+                                   **optimizer.defaults)
