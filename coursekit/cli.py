@@ -6,6 +6,7 @@
     coursekit logs JOB [-n N] [--err] [--task K]
     coursekit cancel JOB... | --name N
     coursekit sites                          the site profiles, the chosen one marked
+    coursekit instructor ACTION              setup, data, jobs, cancel, results (coursekit/instructor.py)
 """
 
 from __future__ import annotations
@@ -178,6 +179,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--site", default=None, help="site profile (default: local)")
     demo.add_argument("--output", default=None, help="folder for the plot (default: demo-output)")
     demo.set_defaults(handler=cmd_demo)
+
+    from coursekit import instructor
+
+    instructor.add_parser(commands)  # coursekit instructor setup | data | jobs | cancel | results
     return parser
 
 

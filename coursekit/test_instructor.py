@@ -1,0 +1,119 @@
+"""``coursekit instructor``: every command's --help, and each command on the local site (the same commands
+against the CI Slurm: tests/integration/test_instructor_on_slurm.py)."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+import coursekit
+from coursekit import cli, instructor
+from coursekit.labs import datasets
+from coursekit.metrics import MetricsWriter
+
+END_S = 60
+
+
+@pytest.fixture
+def course(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    folder = tmp_path / "course"
+    monkeypatch.setenv("COURSEKIT_COURSE_DIR", str(folder))
+    monkeypatch.setenv("COURSEKIT_SITE", "local")
+    monkeypatch.delenv("COURSEKIT_DATA_DIR", raising=False)
+    return folder
+
+
+@pytest.mark.parametrize("argv", [[], ["setup"], ["data"], ["jobs"], ["cancel"], ["results"]])
+def test_every_command_has_help(argv: list[str], capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as done:
+        cli.main(["instructor", *argv, "--help"])
+    assert done.value.code == 0
+    assert "usage: coursekit instructor" in capsys.readouterr().out
+
+
+def test_setup_writes_the_course_and_notebooks_without_solutions(course: Path, capsys: pytest.CaptureFixture) -> None:
+    assert cli.main(["instructor", "setup", str(course), "--job-prefix", "dl9", "--account", "abc",
+                     "--data-dir", str(course.parent / "shared"), "--no-doctor"]) == 0
+    text = (course / "coursekit.toml").read_text()
+    assert 'job_prefix = "dl9"' in text and 'account = "abc"' in text and 'site = "local"' in text
+    copies = sorted(p.name for p in (course / "notebooks").glob("*.ipynb"))
+    assert "09_race.ipynb" in copies and "00_cluster_from_the_notebook.ipynb" in copies
+    assert not any("### BEGIN SOLUTION" in (course / "notebooks" / name).read_text() for name in copies)
+    from coursekit.labs.participant import job_name
+    from coursekit.labs.profiles import data_dir
+    from coursekit.race import leaderboard_path
+
+    assert job_name("ada", "bs") == "dl9-ada-bs" and data_dir() == str(course.parent / "shared")
+    assert leaderboard_path() == course / "race" / "leaderboard.jsonl" and leaderboard_path().parent.is_dir()
+    assert cli.main(["instructor", "setup", str(course), "--no-doctor"]) == 1
+    assert "--force" in capsys.readouterr().err
+    assert cli.main(["instructor", "setup", str(course), "--job-prefix", "bad-prefix", "--force", "--no-doctor"]) == 1
+
+
+def test_setup_runs_the_doctor(course: Path, capsys: pytest.CaptureFixture) -> None:
+    code = cli.main(["instructor", "setup", str(course)])
+    out = capsys.readouterr().out
+    assert code in (0, 1) and "site" in out.lower() and "python" in out.lower()
+
+
+def test_data_jpeg_writes_lab05s_tree_once_where_lab05_reads_it(course: Path, tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    assert cli.main(["instructor", "data", "jpeg", "--dir", str(shared), "--profile", "cpu", "--workers", "1"]) == 0
+    trees = list(shared.glob("jpeg-*"))
+    assert len(trees) == 1 and (trees[0] / ".complete").exists() and list(trees[0].glob("train/*/*.jpg"))
+    assert cli.main(["instructor", "setup", str(course), "--data-dir", str(shared), "--no-doctor"]) == 0
+    from coursekit.labs.loading import prepare_jpeg_tree
+    from coursekit.labs.settings import lab_settings
+
+    s = lab_settings("05", "cpu")
+    assert prepare_jpeg_tree(s.jpeg_classes, s.jpeg_images_per_class, s.jpeg_size) == trees[0]
+
+
+def test_data_cifar10_without_internet_says_where_to_run_it(course: Path, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture) -> None:
+    def offline(folder: Path) -> Path:
+        raise RuntimeError("no route to host")
+
+    monkeypatch.setattr(datasets, "stage_cifar10", offline)
+    assert cli.main(["instructor", "data", "cifar10", "--dir", str(tmp_path / "c")]) == 1
+    assert "login node with internet" in capsys.readouterr().err
+    assert instructor.verify_cifar10(tmp_path / "c")  # nothing there: every batch reported
+
+
+def test_jobs_cancel_and_results_on_the_local_site(course: Path, capsys: pytest.CaptureFixture) -> None:
+    assert cli.main(["instructor", "setup", str(course), "--job-prefix", "ck", "--no-doctor"]) == 0
+    ours = coursekit.submit_jobs("-c 'import time; time.sleep(120)'", name="ck-ada-sleep", time_max="00:05:00")[0]
+    other = coursekit.submit_jobs("-c 'import time; time.sleep(120)'", name="other-x", time_max="00:05:00")[0]
+    try:
+        capsys.readouterr()
+        assert cli.main(["instructor", "jobs"]) == 0
+        out = capsys.readouterr().out
+        assert "ck-ada-sleep" in out and "other-x" not in out
+        assert cli.main(["instructor", "cancel", "--course"]) == 0
+        assert ours.job_id in capsys.readouterr().out
+        assert ours.wait(END_S) == "CANCELLED" and not other.done()
+        assert cli.main(["instructor", "jobs"]) == 0
+        assert "ck-ada-sleep" not in capsys.readouterr().out
+        assert cli.main(["instructor", "jobs", "--all"]) == 0
+        assert "CANCELLED" in capsys.readouterr().out
+    finally:
+        other.cancel()
+    for name, job_id, acc in (("ck-ada-bs", "11", 0.5), ("ck-bob-bs", "12", 0.75), ("x-eve-bs", "13", 0.9)):
+        writer = MetricsWriter(course / "jobs" / name / job_id)
+        writer.write("summary", status="completed", val_acc=acc, config={"model": "mlp", "batch_size": 64},
+                     total_time_s=1.0)
+        writer.close()
+    assert cli.main(["instructor", "results", "--out", str(course / "r.csv")]) == 0
+    rows = list(csv.DictReader(open(course / "r.csv")))
+    assert [(r["participant"], r["experiment"], r["val_acc"]) for r in rows] == [("ada", "bs", "0.5"),
+                                                                                  ("bob", "bs", "0.75")]
+    assert "2 participant(s)" in capsys.readouterr().out
+
+
+def test_jobs_without_a_prefix_say_how_to_set_one(course: Path, capsys: pytest.CaptureFixture) -> None:
+    course.mkdir(parents=True)
+    assert cli.main(["instructor", "jobs"]) == 1
+    assert "job_prefix" in capsys.readouterr().err
