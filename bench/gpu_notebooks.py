@@ -3,9 +3,17 @@
 Every notebook is executed with nbclient from ``notebooks/`` (``COURSEKIT_PROFILE=gpu``, the local site
 unless ``COURSEKIT_SITE`` is set, a throw-away course folder), and the run is recorded: wall time, each
 claim's verdict (the lines ``labs.check_claim`` prints), the first error, and everything the notebook
-printed. One command on a GPU machine::
+printed. One command on a GPU machine (after ``source bench/device_setup.sh``)::
 
-    python bench/gpu_notebooks.py 06 --out bench/results/gpu_notebooks.json --log-dir bench/results
+    python bench/gpu_notebooks.py --out bench/results/gpu_notebooks.json --log-dir bench/results
+
+runs every notebook present in ``notebooks/`` (or those named: ``06 08``). With several GPUs, independent
+notebooks run at the same time, each in its own process with its own ``CUDA_VISIBLE_DEVICES`` (and an equal
+share of the CPU cores): one GPU each, two for the multi-GPU labs (``MULTI_GPU``), multi-GPU ones started
+first. ``--notebook-timeout`` kills a notebook that runs too long, ``--time-limit`` stops the whole run
+(the device tool's command limit is 10 min): notebooks still running are killed and reported, those not
+started are listed as not run. The JSON is rewritten whenever a notebook starts or ends, so a killed run
+still leaves its results.
 
 ``python bench/gpu_notebooks.py --report bench/results/gpu_notebooks.json`` rewrites
 ``bench/REPORT-notebooks-gpu.md`` from the JSON (several JSON files may be given: later runs of a
@@ -18,9 +26,13 @@ import argparse
 import json
 import os
 import platform
+import signal
+import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +41,10 @@ NOTEBOOKS = ROOT / "notebooks"
 REPORT = ROOT / "bench" / "REPORT-notebooks-gpu.md"
 CELL_TIMEOUT_S = 1800
 VERDICTS = ("CLAIM HOLDS", "CLAIM DOES NOT HOLD", "NOT CHECKED HERE")
+MULTI_GPU = {"06": 2, "08": 2}  # notebooks that need this many GPUs; every other one needs one
+NOTEBOOK_TIMEOUT_S = 1500
+TIME_LIMIT_S = 570  # under the device tool's 10 min per command, with time to write the results
+KILL_GRACE_S = 10
 GPU_ENV = {"MPLBACKEND": "Agg", "NCCL_NVLS_ENABLE": "0",
            "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
@@ -145,27 +161,162 @@ def write_report(results_files: list[Path], report: Path = REPORT) -> None:
     print(f"wrote {report}")
 
 
+def gpus_needed(path: Path, available: int) -> int:
+    """GPUs a notebook runs on: ``MULTI_GPU``'s count for the multi-GPU labs, else 1; at most ``available``."""
+    return max(1, min(MULTI_GPU.get(path.name[:2], 1), available))
+
+
+Executor = Callable[[Path, list[int], float], dict[str, Any]]  # (notebook, GPU ids, timeout s) -> result
+
+
+def run_all(notebooks: list[Path], gpu_ids: list[int], execute: Executor, notebook_timeout_s: float,
+            time_limit_s: float, on_change: Callable[[dict[str, dict[str, Any]]], None] = lambda states: None,
+            clock: Callable[[], float] = time.monotonic) -> dict[str, dict[str, Any]]:
+    """Run ``notebooks`` at the same time where GPUs allow: each takes ``gpus_needed`` ids from ``gpu_ids``
+    (multi-GPU ones first), runs through ``execute`` in a thread with the smaller of its timeout and what is
+    left of ``time_limit_s``, then gives its GPUs back. Returns (and hands ``on_change``, whenever a notebook
+    starts or ends) each notebook's state: ``running`` (with its GPUs), its result, or ``not run``."""
+    deadline = clock() + time_limit_s
+    order = sorted(notebooks, key=lambda p: -gpus_needed(p, len(gpu_ids)))  # stable: file order within a size
+    states: dict[str, dict[str, Any]] = {p.name: {"notebook": p.name, "state": "pending"} for p in order}
+    free, done = list(gpu_ids), threading.Condition()
+    pending, threads = list(order), []
+
+    def work(path: Path, gpus: list[int], timeout: float) -> None:
+        try:
+            result = execute(path, gpus, timeout)
+        except Exception as error:  # noqa: BLE001 - the executor's own failure is this notebook's result
+            result = {"notebook": path.name, "passed": False, "error": f"{type(error).__name__}: {error}"}
+        with done:
+            states[path.name] = {**result, "state": "finished", "gpus": gpus}
+            free.extend(gpus)
+            on_change(states)
+            done.notify_all()
+
+    with done:
+        while pending:
+            left = deadline - clock()
+            if left <= 0:
+                break
+            path = next((p for p in pending if gpus_needed(p, len(gpu_ids)) <= len(free)), None)
+            if path is None:  # wait for GPUs to come back
+                done.wait(timeout=min(left, 1.0))
+                continue
+            pending.remove(path)
+            gpus = [free.pop(0) for _ in range(gpus_needed(path, len(gpu_ids)))]
+            states[path.name] = {"notebook": path.name, "state": "running", "gpus": gpus}
+            on_change(states)
+            thread = threading.Thread(target=work, args=(path, gpus, min(notebook_timeout_s, left)), daemon=True)
+            threads.append(thread)
+            thread.start()
+        for path in pending:
+            states[path.name] = {"notebook": path.name, "state": "not run", "passed": False,
+                                 "error": f"not started: the run's time limit ({time_limit_s:.0f} s) was reached"}
+        on_change(states)
+    for thread in threads:
+        thread.join()
+    return states
+
+
+def cpu_share(gpus: list[int], total_gpus: int) -> list[int]:
+    """The CPU cores that go with ``gpus``: the machine's cores split evenly over its GPUs."""
+    cores = sorted(os.sched_getaffinity(0))
+    per_gpu = max(1, len(cores) // max(total_gpus, 1))
+    return [c for g in gpus for c in cores[g * per_gpu:(g + 1) * per_gpu]] or cores
+
+
+def subprocess_executor(log_dir: Path | None, profile: str, total_gpus: int) -> Executor:
+    """Each notebook in its own ``python bench/gpu_notebooks.py --one`` process (own CUDA_VISIBLE_DEVICES,
+    own cores), killed with its kernel and jobs (process group) when it passes its timeout."""
+
+    def execute(path: Path, gpus: list[int], timeout: float) -> dict[str, Any]:
+        with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as handle:
+            result_file = Path(handle.name)
+        cores = cpu_share(gpus, total_gpus) if gpus else sorted(os.sched_getaffinity(0))
+        path_env = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)  # the kernel's too
+        env = {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus)), "OMP_NUM_THREADS": str(len(cores)),
+               "PYTHONPATH": path_env}
+        command = [sys.executable, str(Path(__file__).resolve()), "--one", str(path), "--profile", profile,
+                   "--result", str(result_file)] + (["--log-dir", str(log_dir)] if log_dir else [])
+        start = time.monotonic()
+        process = subprocess.Popen(command, env=env, start_new_session=True,
+                                   preexec_fn=lambda: os.sched_setaffinity(0, cores))
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=KILL_GRACE_S)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+            return {"notebook": path.name, "passed": False, "wall_s": round(time.monotonic() - start, 1),
+                    "claims": [], "notes": [], "error": f"killed after {timeout:.0f} s (timeout)"}
+        if result_file.stat().st_size == 0:
+            return {"notebook": path.name, "passed": False, "wall_s": round(time.monotonic() - start, 1),
+                    "claims": [], "notes": [], "error": f"runner exited with {process.returncode}, no result"}
+        result = json.loads(result_file.read_text())
+        result_file.unlink()
+        return result
+
+    return execute
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("notebooks", nargs="*", help="e.g. 00 06 (default: every lab)")
-    parser.add_argument("--out", type=Path, help="JSON results file")
+    parser.add_argument("notebooks", nargs="*", help="e.g. 00 06 (default: every notebook in notebooks/)")
+    parser.add_argument("--out", type=Path, help="JSON results file, rewritten as notebooks start and end")
     parser.add_argument("--log-dir", type=Path, help="folder for gpu_nbXX.txt (what each notebook printed)")
     parser.add_argument("--profile", default="gpu", help="gpu (default) or cpu, to try the runner itself")
+    parser.add_argument("--gpus", type=int, help="GPUs to use (default: all that torch sees; 0: none)")
+    parser.add_argument("--notebook-timeout", type=float, default=NOTEBOOK_TIMEOUT_S, help="seconds per notebook")
+    parser.add_argument("--time-limit", type=float, default=TIME_LIMIT_S, help="seconds for the whole run")
     parser.add_argument("--report", type=Path, nargs="+", help="only rewrite the report from these JSON files")
+    parser.add_argument("--one", type=Path, help=argparse.SUPPRESS)  # internal: run one notebook in this process
+    parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.report:
         write_report(args.report)
         return 0
-    results = {"machine": machine(), "profile": args.profile, "date": time.strftime("%Y-%m-%d"),
-               "command": "python bench/gpu_notebooks.py " + " ".join(sys.argv[1:]), "notebooks": []}
-    for path in find_notebooks(args.notebooks):
-        run = run_notebook(path, args.log_dir, args.profile)
-        results["notebooks"].append(run)
-        print(f"{path.name}: {'passed' if run['passed'] else 'FAILED'} in {run['wall_s']:.0f} s; "
-              f"{len(run['claims'])} claims; error: {run['error']}", flush=True)
+    if args.one:
+        run = run_notebook(args.one, args.log_dir, args.profile)
+        args.result.write_text(json.dumps(run))
+        return 0
+    info = machine()
+    total = args.gpus if args.gpus is not None else (info.get("gpus") or 0)
+    results = {"machine": info, "profile": args.profile, "date": time.strftime("%Y-%m-%d"),
+               "command": "python bench/gpu_notebooks.py " + " ".join(sys.argv[1:] if argv is None else argv),
+               "notebooks": []}
+
+    def save(states: dict[str, dict[str, Any]]) -> None:
+        results["notebooks"] = [s for s in states.values() if "wall_s" in s]
+        results["states"] = {name: {k: s.get(k) for k in ("state", "gpus", "passed", "wall_s", "error")}
+                             for name, s in states.items()}
         if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps(results, indent=1))
-    return 0 if all(r["passed"] for r in results["notebooks"]) else 1
+
+    def announce(states: dict[str, dict[str, Any]]) -> None:
+        save(states)
+        for name, state in states.items():
+            key = (name, state["state"])
+            if key not in seen and state["state"] != "pending":
+                seen.add(key)
+                detail = ((f"on GPU {state.get('gpus')}" if total else "without a GPU") if state["state"] == "running" else
+                          f"{'passed' if state.get('passed') else 'FAILED'} in {state.get('wall_s', 0):.0f} s; "
+                          f"{len(state.get('claims', []))} claims; error: {state.get('error')}")
+                print(f"{name}: {state['state']} {detail}", flush=True)
+
+    seen: set[tuple[str, str]] = set()
+    gpu_ids = list(range(total)) or [0]  # no GPU (cpu profile): one notebook at a time, no device named
+    execute = subprocess_executor(args.log_dir, args.profile, total)
+    if not total:
+        execute_inner = execute
+        execute = lambda path, gpus, timeout: execute_inner(path, [], timeout)  # noqa: E731
+    states = run_all(find_notebooks(args.notebooks), gpu_ids, execute, args.notebook_timeout, args.time_limit,
+                     announce)
+    save(states)
+    return 0 if all(s.get("passed") for s in states.values()) else 1
 
 
 if __name__ == "__main__":

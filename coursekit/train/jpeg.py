@@ -196,6 +196,21 @@ def torchvision_decoder(device: torch.device) -> JpegDecoder:
     return lambda encoded: list(io.decode_jpeg(encoded, mode=io.ImageReadMode.RGB, device=device))
 
 
+def _preload_nvjpeg() -> None:
+    """nvImageCodec's JPEG extension opens ``libnvjpeg.so.13`` (the nvidia-nvjpeg package, not installed with
+    torch): torchvision's wheel carries one with that soname, and a library already loaded is found by its
+    soname, so loading torchvision's copy first lets nvImageCodec use it."""
+    import ctypes
+    import importlib.util
+
+    spec = importlib.util.find_spec("torchvision")
+    if spec is None or spec.origin is None:
+        return
+    for library in sorted((Path(spec.origin).parent.parent / "torchvision.libs").glob("libnvjpeg*.so*")):
+        with contextlib.suppress(OSError):
+            ctypes.CDLL(str(library), mode=ctypes.RTLD_GLOBAL)
+
+
 def nvimgcodec_decoder(device: torch.device) -> JpegDecoder | None:
     """nvImageCodec on the GPU's hardware JPEG engines (its CUDA decoder where an image needs it); None where
     the package or a GPU decoder is absent. Decodes on the current CUDA stream."""
@@ -203,6 +218,7 @@ def nvimgcodec_decoder(device: torch.device) -> JpegDecoder | None:
         from nvidia import nvimgcodec
     except ImportError:
         return None
+    _preload_nvjpeg()
     try:
         decoder = nvimgcodec.Decoder(device_id=device.index or 0,
                                      backends=[nvimgcodec.Backend(nvimgcodec.BackendKind.HW_GPU_ONLY),
