@@ -7,7 +7,8 @@ A run directory holds ``metrics.jsonl``: one JSON object per line, each with a `
   throughput over the window since the last record: ``images_per_s`` (per GPU), ``images_per_s_global``,
   ``data_time_s`` / ``compute_time_s`` (per-step means), ``lr``; optional ``loss_scale``,
   ``skipped_steps`` (fp16), ``mem_allocated_peak_mb``, ``mem_reserved_peak_mb`` (CUDA), ``params``
-  (``--log-params``), ``grad_noise_var`` (``--grad-noise-batches``)).
+  (``--log-params``), ``grad_noise_var``, ``grad_sq``, ``trace_sigma``, ``b_simple`` (``--grad-noise-batches``),
+  ``trust_ratios``: per layer ``w_norm``, ``g_norm`` (``--trust-ratio-every``)).
 - ``"epoch"``: end of an epoch (``epoch``, ``train_loss``, ``train_acc``, ``val_loss``, ``val_acc``,
   ``images_per_s``, ``images_per_s_global``, ``epoch_time_s``).
 - ``"event"``: ``event`` = ``"nan_loss"`` | ``"resumed"`` | ``"stopped"`` (a requeue: no summary follows,

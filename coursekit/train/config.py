@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, get_args, get_origin
 
-MODELS = ("linear", "mlp", "resnet18", "resnet34", "resnet50", "wide_resnet", "pointnet", "gpt")
+MODELS = ("linear", "mlp", "mlp_bn", "resnet18", "resnet34", "resnet50", "wide_resnet", "pointnet", "gpt")
 DATASETS = ("synthetic", "generated", "line", "jpeg_folder", "cifar10", "imagefolder", "pointclouds", "tokens")
 OPTIMIZERS = ("sgd", "adamw", "lars", "lamb")
 LR_SCALINGS = ("none", "linear", "sqrt")
@@ -69,6 +69,10 @@ class TrainConfig:
     lr_scaling: str = field(default="none", metadata={"help": "scale lr with global batch: none, linear, sqrt"})
     base_batch: int = field(default=256, metadata={"help": "global batch at which lr is the base lr"})
     warmup_epochs: float = field(default=0.0, metadata={"help": "linear warmup length in epochs"})
+    warmup_start_factor: float | None = field(default=None, metadata={
+        "help": "warmup starts at lr * this factor (default: base lr / scaled lr, or 1 / warmup steps)"})
+    trust_coefficient: float = field(default=0.001, metadata={"help": "LARS trust coefficient eta"})
+    label_smoothing: float = field(default=0.0, metadata={"help": "label smoothing of the training loss"})
     schedule: str = field(default="constant", metadata={"help": f"one of {', '.join(SCHEDULES)}"})
     step_every_epochs: int = field(default=30, metadata={"help": "step schedule: decay period in epochs"})
     step_gamma: float = field(default=0.1, metadata={"help": "step schedule: decay factor"})
@@ -125,7 +129,10 @@ class TrainConfig:
     profile_steps: int = field(default=5, metadata={"help": "active steps of the profiler trace"})
     log_every: int = field(default=1, metadata={"help": "write a step record every N steps"})
     log_params: bool = field(default=False, metadata={"help": "put the parameters in step records (tiny models)"})
-    grad_noise_batches: int = field(default=0, metadata={"help": "measure mini-batch gradient variance over N batches"})
+    grad_noise_batches: int = field(default=0, metadata={
+        "help": "measure mini-batch gradient variance and the noise scale B_simple over N batches"})
+    trust_ratio_every: int = field(default=0, metadata={
+        "help": "put per-layer weight and gradient norms (trust ratios) in a step record every N steps"})
     progress: str = field(default="auto", metadata={"help": "progress bar: auto, on, off"})
 
     def to_dict(self) -> dict[str, Any]:
@@ -192,7 +199,8 @@ AT_LEAST_ONE = ("batch_size", "epochs", "steps", "test_steps", "accumulation_ste
                 "profile_steps", "log_every", "num_samples", "base_batch", "step_every_epochs", "image_size",
                 "prefetch_factor", "ghost_batch_size", "seq_len", "vocab_size", "gpt_layers", "gpt_dim",
                 "gpt_heads", "tp", "pp", "microbatches")
-AT_LEAST_ZERO = ("workers", "grad_noise_batches", "weight_decay", "warmup_epochs", "stage_delay_ms")
+AT_LEAST_ZERO = ("workers", "grad_noise_batches", "weight_decay", "warmup_epochs", "stage_delay_ms",
+                 "trust_ratio_every")
 
 
 def _static_problems(cfg: TrainConfig) -> list[str]:
@@ -208,6 +216,12 @@ def _static_problems(cfg: TrainConfig) -> list[str]:
         problems.append(f"bucket_cap_mb={cfg.bucket_cap_mb} must be a positive number of MiB (DDP's default: 25)")
     if not 0 <= cfg.momentum < 1:
         problems.append(f"momentum={cfg.momentum} must be in [0, 1)")
+    if cfg.warmup_start_factor is not None and not 0 < cfg.warmup_start_factor <= 1:
+        problems.append(f"warmup_start_factor={cfg.warmup_start_factor} must be in (0, 1]")
+    if not cfg.trust_coefficient > 0:
+        problems.append(f"trust_coefficient={cfg.trust_coefficient} must be positive (LARS's eta, e.g. 0.001)")
+    if not 0 <= cfg.label_smoothing < 1:
+        problems.append(f"label_smoothing={cfg.label_smoothing} must be in [0, 1)")
     if not 0 <= cfg.val_fraction < 1:
         problems.append(f"val_fraction={cfg.val_fraction} must be in [0, 1)")
     if not 0 < cfg.step_gamma <= 1:

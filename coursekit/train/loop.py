@@ -11,6 +11,7 @@ import math
 import sys
 import time
 from dataclasses import asdict, dataclass
+from functools import partial
 from typing import Any
 
 import torch
@@ -26,7 +27,7 @@ from coursekit.train.checkpoint import (
     set_rng_state,
 )
 from coursekit.train.parallel.measure import gradient_bytes
-from coursekit.train.probes import grad_noise_variance, parameter_values
+from coursekit.train.probes import layer_norms, noise_scale, parameter_values
 from coursekit.train.profiling import StepTimer, TraceRecorder
 from coursekit.train.report import Console
 from coursekit.train.target import TargetRun
@@ -45,12 +46,13 @@ class Position:
     batch: int = 0
 
 
-def classification_loss(output: torch.Tensor, target: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+def classification_loss(output: torch.Tensor, target: torch.Tensor, reduction: str = "mean",
+                        label_smoothing: float = 0.0) -> torch.Tensor:
     if output.dim() == 3:  # token logits (batch, length, vocab): a sample's loss is the mean over its tokens
         per_token = F.cross_entropy(output.float().flatten(0, 1), target.flatten(), reduction="none")
         per_sample = per_token.view(target.shape).mean(1)
         return {"mean": per_sample.mean, "sum": per_sample.sum}.get(reduction, lambda: per_sample)()
-    return F.cross_entropy(output.float(), target, reduction=reduction)
+    return F.cross_entropy(output.float(), target, reduction=reduction, label_smoothing=label_smoothing)
 
 
 def correct_count(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -81,6 +83,10 @@ class Trainer:
         self.grad_bytes: int | None = None  # local gradient bytes of the last step (the summary's parallel block)
         self.classification = data.task == "classification"
         self.loss_fn = classification_loss if self.classification else regression_loss
+        smoothing = getattr(cfg, "label_smoothing", 0.0)
+        self.train_loss_fn = partial(classification_loss, label_smoothing=smoothing) \
+            if self.classification and smoothing else self.loss_fn  # validation and probes: the plain loss
+        self.trust_ratios: list[dict[str, Any]] | None = None  # --trust-ratio-every: for the next step record
         self.timer = StepTimer(self.device)
         self.generators = loader_generators(data.train_loader)
         self.trace = TraceRecorder(run_dir, cfg.profile_steps, self.device.type == "cuda") \
@@ -215,11 +221,11 @@ class Trainer:
             with no_sync(self.run_model, skip_sync=skip_sync):
                 if self.pipeline_step is not None:  # the schedule runs forward and backward of every stage
                     with self.precision.autocast():
-                        loss, output = self.pipeline_step(x, y, self.loss_fn, len(x) / total)
+                        loss, output = self.pipeline_step(x, y, self.train_loss_fn, len(x) / total)
                 else:
                     with self.precision.autocast():
                         output = self.run_model(x)
-                    loss = self.loss_fn(output, y)
+                    loss = self.train_loss_fn(output, y)
                     self.precision.backward(loss if len(pieces) == 1 else loss * (len(x) / total))
             if loss is None or not self.counts_samples:
                 continue
@@ -228,6 +234,10 @@ class Trainer:
             self.epoch_loss += batch_loss
             if self.classification:
                 self.epoch_correct += correct_count(output.detach(), y)
+        every = getattr(self.cfg, "trust_ratio_every", 0)
+        if every and (self.pos.step + 1) % every == 0:  # this step's gradients, before the optimizer uses them
+            scale = self.precision.loss_scale() if self.precision.scaler is not None else None
+            self.trust_ratios = layer_norms(self.model, float(scale) if scale else 1.0)
         if self.sync_gradients is not None:
             self.sync_gradients()
         if self.pos.step + 1 >= self.total_steps:
@@ -258,10 +268,12 @@ class Trainer:
                           mem_reserved_peak_mb=torch.cuda.max_memory_reserved(self.device) / MIB)
         if self.cfg.log_params:
             record["params"] = parameter_values(self.model)
-        if self.cfg.grad_noise_batches:
-            record["grad_noise_var"] = grad_noise_variance(
+        if self.cfg.grad_noise_batches:  # grad_noise_var, grad_sq, trace_sigma, b_simple
+            record.update(noise_scale(
                 self.model, self._train_dataset(), self.loss_fn, self.cfg.batch_size, self.cfg.grad_noise_batches,
-                self.device, seed=self.cfg.seed + self.pos.step)
+                self.device, seed=self.cfg.seed + self.pos.step))
+        if self.trust_ratios is not None:
+            record["trust_ratios"], self.trust_ratios = self.trust_ratios, None
         self.writer.write("step", **record)
         self.throughputs.append({"first_step": self.pos.step - times.steps + 1, "images_per_s": local_rate,
                                  "images_per_s_global": global_rate})

@@ -4,6 +4,13 @@
 mini-batch of B samples and the full-batch gradient g, averaged over N mini-batches. For independent
 samples it is tr(Σ)/B · (n − B)/(n − 1) (n = training-set size): it falls as 1/B — the claim of lab 01.
 It leaves the model's ``.grad`` and every global random generator untouched, so it does not change the run.
+
+``noise_scale`` turns the same measurement into McCandlish et al.'s (2018) simple noise scale
+B_simple = tr(Σ)/|G|² (Σ: covariance of one sample's gradient, G: the full-batch gradient): the
+two-batch estimator of their appendix A with the whole training set as the large batch, so that
+|G|² = ‖g‖² and tr(Σ) = E‖g_B − g‖² · B (n − 1)/(n − B) (sampling without replacement).
+``two_batch_noise_scale`` is the estimator for any two batch sizes (e.g. DDP's local and global
+gradients). ``layer_norms`` gives ‖w‖ and ‖g‖ of every layer that LARS/LAMB adapt (the trust ratio).
 """
 
 from __future__ import annotations
@@ -52,6 +59,41 @@ def _gradient(model: nn.Module, loss_fn: LossFn, batches: DataLoader, device: to
 def grad_noise_variance(model: nn.Module, dataset: Dataset, loss_fn: LossFn, batch_size: int, num_batches: int,
                         device: torch.device, seed: int) -> float:
     """Mean over ``num_batches`` random mini-batches of ‖g_B − g‖² (sum over all parameters)."""
+    return noise_scale(model, dataset, loss_fn, batch_size, num_batches, device, seed)["grad_noise_var"]
+
+
+def two_batch_noise_scale(sq_small: float, sq_big: float, b_small: float, b_big: float) -> dict[str, float]:
+    """McCandlish et al. appendix A: from E|G_B|² at two batch sizes (independent samples), the unbiased
+    |G|² = (b_big |G_big|² − b_small |G_small|²)/(b_big − b_small) and
+    tr(Σ) = (|G_small|² − |G_big|²)/(1/b_small − 1/b_big); B_simple = tr(Σ)/|G|²."""
+    if not 0 < b_small < b_big:
+        raise ValueError(f"two_batch_noise_scale needs 0 < b_small < b_big (got {b_small}, {b_big})")
+    grad_sq = (b_big * sq_big - b_small * sq_small) / (b_big - b_small)
+    trace_sigma = (sq_small - sq_big) / (1 / b_small - 1 / b_big)
+    return {"grad_sq": grad_sq, "trace_sigma": trace_sigma,
+            "b_simple": trace_sigma / grad_sq if grad_sq > 0 else float("inf")}
+
+
+def layer_norms(model: nn.Module, grad_scale: float = 1.0) -> list[dict[str, float | str]]:
+    """‖w‖ and ‖g‖ (gradient divided by ``grad_scale``, fp16's loss scale) of every weight tensor that
+    LARS/LAMB adapt (more than one dimension, not a normalisation layer), in model order."""
+    from coursekit.train.optim import is_no_decay
+
+    rows: list[dict[str, float | str]] = []
+    for module_name, module in model.named_modules():
+        for name, param in module.named_parameters(recurse=False):
+            if param.grad is None or is_no_decay(module, param):
+                continue
+            rows.append({"layer": f"{module_name}.{name}" if module_name else name,
+                         "w_norm": float(torch.linalg.vector_norm(param.detach().float())),
+                         "g_norm": float(torch.linalg.vector_norm(param.grad.detach().float())) / grad_scale})
+    return rows
+
+
+def noise_scale(model: nn.Module, dataset: Dataset, loss_fn: LossFn, batch_size: int, num_batches: int,
+                device: torch.device, seed: int) -> dict[str, float | None]:
+    """``grad_noise_var`` (mean ‖g_B − g‖² over ``num_batches`` batches), ``grad_sq`` (‖g‖²), ``trace_sigma``
+    and ``b_simple`` (None when the batch is the whole set: it has no noise to measure)."""
     was_training = model.training
     model.eval()  # no batch-norm statistics updates, no dropout: the gradient of the loss surface itself
     try:
@@ -65,6 +107,10 @@ def grad_noise_variance(model: nn.Module, dataset: Dataset, loss_fn: LossFn, bat
             batch = DataLoader(Subset(dataset, indices), batch_size=batch_size)
             mini = _gradient(model, loss_fn, batch, device)
             total += float(sum(((m - f) ** 2).sum() for m, f in zip(mini, full, strict=True)))
-        return total / num_batches
+        variance = total / num_batches
+        grad_sq = float(sum((f**2).sum() for f in full))
+        trace_sigma = variance * batch_size * (size - 1) / (size - batch_size) if batch_size < size else None
+        b_simple = trace_sigma / grad_sq if trace_sigma is not None and grad_sq > 0 else None
+        return {"grad_noise_var": variance, "grad_sq": grad_sq, "trace_sigma": trace_sigma, "b_simple": b_simple}
     finally:
         model.train(was_training)

@@ -86,6 +86,8 @@ def build_scheduler(optimizer: Optimizer, cfg: Any, steps_per_epoch: int, total_
                          f"and step_gamma > 0 (got {cfg.step_gamma})")
     warmup_steps = round(cfg.warmup_epochs * steps_per_epoch)
     if warmup_start_factor is None:
+        warmup_start_factor = getattr(cfg, "warmup_start_factor", None)
+    if warmup_start_factor is None:
         lr = optimizer.param_groups[0].get("initial_lr", optimizer.param_groups[0]["lr"])
         warmup_start_factor = default_warmup_start_factor(cfg.lr, lr, warmup_steps)
     factor = partial(lr_factor, schedule=cfg.schedule, steps_per_epoch=steps_per_epoch, total_steps=total_steps,

@@ -20,7 +20,7 @@ from torch import nn
 
 from coursekit.train.config import OPTIMIZERS
 from coursekit.train.optim.lamb import LAMB
-from coursekit.train.optim.lars import LARS
+from coursekit.train.optim.lars import DEFAULT_TRUST_COEFFICIENT, LARS
 
 ADAM_BETA2 = 0.999
 ADAMW_EPS = 1e-8
@@ -79,7 +79,8 @@ def build_optimizer(model: nn.Module, cfg: Any, global_batch: int) -> torch.opti
             g.pop("layer_adaptation")
         return torch.optim.AdamW(groups, lr=lr, betas=(cfg.momentum, ADAM_BETA2), eps=ADAMW_EPS)
     if name == "lars":
-        return LARS(groups, lr=lr, momentum=cfg.momentum)
+        return LARS(groups, lr=lr, momentum=cfg.momentum,
+                    trust_coefficient=getattr(cfg, "trust_coefficient", DEFAULT_TRUST_COEFFICIENT))
     if name == "lamb":
         return LAMB(groups, lr=lr, betas=(cfg.momentum, ADAM_BETA2))
     raise ValueError(f"optimizer={name!r} is unknown; choose one of {', '.join(OPTIMIZERS)}")

@@ -1,0 +1,133 @@
+"""Lab 07: large-batch training — scaling rules, warm-up, LARS/LAMB, ghost BN, the noise scale."""
+
+from cells import code, md
+
+CELLS = [
+    md("""
+    # Lab 07 — Large-batch training
+
+    **Learning goals.** After this lab you can
+
+    1. say why a large batch trained for the same epochs often ends worse (fewer steps; a generalization gap);
+    2. scale the learning rate with the batch (none / square root / linear, Goyal et al.) and explain what
+       warm-up fixes;
+    3. read LARS's and LAMB's trust ratio ‖w‖/‖g‖ per layer from a real run;
+    4. compare an equal-*epochs* with an equal-*steps* budget ("train longer", Hoffer et al.) and ghost batch norm;
+    5. estimate McCandlish et al.'s noise scale B_simple = tr(Σ)/|G|² during training and test whether it
+       predicts the batch beyond which larger batches stop saving steps.
+
+    Every run of the lab goes into **one results table**; every accuracy is a mean ± std over seeds, and every
+    plot and claim below is computed from that table. A claim from the literature that this lab's data
+    contradicts is reported as measured, not asserted.
+    """),
+    code("""
+    %matplotlib inline
+    from coursekit import labs
+    from coursekit.labs import large_batch as lb
+
+    pseudo = labs.choose_pseudonym("ada")
+    profile = labs.choose_profile()
+    print(profile)
+    s = profile.settings("07")
+    print(s)
+    """),
+    md("""
+    ## 1. Every run, planned from the settings
+
+    Each method is the options it adds to the base run: a base learning rate at the small batch and a rule that
+    scales it with the batch (``lr_scaling``), warm-up and a schedule. The runs are tiny in the CPU profile, so
+    several go into one job: ``python -m coursekit.train.sweep`` runs the engine once per group of options,
+    ``--next`` between them (one start-up of Python and torch instead of one per run).
+    """),
+    code("""
+    runs = lb.plan(s)
+    print(len(runs), "runs; the first job's command starts with:")
+    print(lb.sweep_command([r.config for r in runs[:2]])[:300], "...")
+    """),
+    code("""
+    # NBVAL_IGNORE_OUTPUT
+    sweep = lb.submit(runs, name=labs.job_name(pseudo, "large-batch"), runs_per_job=s.runs_per_job, **s.job)
+    table = lb.results(sweep, timeout_s=s.timeout_s)
+    table.with_columns("experiment", "method", "batch_size", "budget", "seed", "status", "val_acc", "total_time_s")
+    """),
+    code("""
+    assert all(r["status"] in ("completed", "nan") for r in table), table.column("status")
+    summary = lb.cells(table)
+    print(len(table), "runs;", len(summary), "cells of", len(s.seeds), "seeds")
+    """),
+    md("""
+    ## 2. The problem, and the table
+
+    Small batch, large batch for the same number of epochs (fewer steps), and the large batch for the same
+    number of *steps* (more epochs: "train longer"). Accuracy and time per run are means ± std over seeds.
+    """),
+    code("""
+    # NBVAL_IGNORE_OUTPUT
+    summary
+    """),
+    code("""
+    # NBVAL_IGNORE_OUTPUT
+    lb.accuracy_figure(summary, s.small_batch, s.large_batch);
+    """),
+    md("""
+    ## 3. Scaling rules and warm-up
+
+    None (the table's plain SGD), square root and linear scaling, each with one epoch of warm-up; then a large
+    linearly scaled learning rate with and without warm-up. Without warm-up the first steps take the full,
+    large step while the weights are still random.
+    """),
+    code("""
+    # NBVAL_IGNORE_OUTPUT
+    lb.cells(table, "scaling")
+    """),
+    code("""
+    # NBVAL_IGNORE_OUTPUT
+    lb.cells(table, "warmup")
+    """),
+    md("""
+    ## 4. LARS and LAMB: one trust ratio per layer
+
+    LARS multiplies each layer's step by η‖w‖/‖g‖: layers whose gradient is small compared with their weights
+    get a larger step. The ratios below come from the LARS run at the large batch (``--trust-ratio-every``).
+    """),
+    code("""
+    # NBVAL_IGNORE_OUTPUT
+    ratios = lb.trust_ratios(table, "lars", s.large_batch)
+    lb.trust_ratio_figure(ratios, f"LARS at batch {s.large_batch}: ‖w‖/‖g‖ per layer");
+    """),
+    md("""
+    ## 5. Ghost batch norm and "train longer"
+
+    Ghost batch norm normalises virtual batches of the small batch's size inside the large batch; the
+    equal-steps column of the table is "train longer".
+    """),
+    code("""
+    # NBVAL_IGNORE_OUTPUT
+    lb.cells(table, "ghost")
+    """),
+    md("""
+    ## 6. How large is too large: the noise scale
+
+    The engine measures B_simple = tr(Σ)/|G|² every few steps of a small-batch run (``--grad-noise-batches``:
+    the full-batch gradient and random mini-batch gradients, the two-batch estimator of McCandlish et al.).
+    The sweep over batch sizes counts the steps to a training loss; McCandlish et al. predict
+    S = S_min (1 + B_crit/B) with B_crit ≈ B_simple.
+    """),
+    code("""
+    # NBVAL_IGNORE_OUTPUT
+    curve = lb.critical_curve(table, s.target_loss)
+    fit = lb.fit_critical_batch(curve)
+    series = lb.noise_scale_series(table)
+    b_predicted = lb.b_simple_at_loss(series, s.target_loss)
+    print("fit:", fit, " B_simple at the target loss:", b_predicted)
+    lb.critical_figure(curve, fit, series, b_predicted);
+    curve
+    """),
+    md("""
+    ## 7. The claims, checked on what was measured
+    """),
+    code("""
+    # NBVAL_IGNORE_OUTPUT
+    claims = lb.check_claims(table, s)
+    """),
+]
