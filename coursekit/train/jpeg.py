@@ -273,18 +273,20 @@ def crop_resize(images: list[torch.Tensor], boxes: list[tuple[int, int, int, int
     a batch, not hundreds, so the decoding thread holds the GIL briefly beside the training step."""
     from torchvision.ops import roi_align
 
-    out = torch.empty(len(images), 3, image_size, image_size, device=images[0].device)
     groups: dict[tuple[int, ...], list[int]] = {}
     for index, image in enumerate(images):
         groups.setdefault(tuple(image.shape), []).append(index)
+    out = torch.empty(len(images), 3, image_size, image_size, device=images[0].device) if len(groups) > 1 else None
     for indices in groups.values():
         stacked = torch.stack([images[i] for i in indices]).float()
         rois = torch.tensor([[n, boxes[i][1], boxes[i][0], boxes[i][1] + boxes[i][3], boxes[i][0] + boxes[i][2]]
                              for n, i in enumerate(indices)], dtype=torch.float32).to(stacked.device, non_blocking=True)
         resized = roi_align(stacked, rois, output_size=(image_size, image_size), spatial_scale=1.0,
                             sampling_ratio=-1, aligned=True)
-        out[torch.tensor(indices, device=out.device)] = resized
-    return out
+        if len(groups) == 1:  # every image of one size (a generated tree, a resized data set): no scatter
+            return resized
+        out[torch.tensor(indices, device=out.device)] = resized  # type: ignore[index]
+    return out  # type: ignore[return-value]
 
 
 def decode_batch(encoded: list[torch.Tensor], device: torch.device | str, image_size: int, train: bool,

@@ -392,3 +392,14 @@ def test_nvimgcodec_path_decodes_in_rgb_chw_and_falls_back_on_failure(jpeg_tree,
     assert jpeg.choose_decoder(CPU)[0] == "nvimgcodec"
     Decoder.fail = True  # an image it cannot decode: the batch goes through torchvision
     assert all(torch.equal(i, r) for i, r in zip(decode(encoded), reference, strict=True)) and calls["decode"] == 2
+
+
+def test_crop_resize_batches_images_by_size_and_keeps_their_order():
+    """One roi_align per image size (few kernel launches in the decoding thread); mixed sizes stay in order."""
+    g = torch.Generator().manual_seed(0)
+    images = [torch.randint(0, 255, shape, dtype=torch.uint8, generator=g) for shape in
+              [(3, 40, 50), (3, 30, 50), (3, 40, 50)]]
+    boxes = [jpeg.center_box(x.shape[1], x.shape[2], 16) for x in images]
+    together = jpeg.crop_resize(images, boxes, 16)
+    alone = torch.cat([jpeg.crop_resize([x], [box], 16) for x, box in zip(images, boxes, strict=True)])
+    assert together.shape == (3, 3, 16, 16) and torch.equal(together, alone)
