@@ -25,7 +25,10 @@ class Attention(nn.Module):
     def __init__(self, dim: int, heads: int) -> None:
         super().__init__()
         self.head_dim = dim // heads
-        self.q, self.k, self.v, self.o = (nn.Linear(dim, dim) for _ in range(4))
+        # no biases in q, k, v (as in LLaMA): a key bias has zero gradient (softmax ignores a constant shift), and
+        # Adam turns its rounding noise into full-size steps, so equal-to-serial checks would see noise
+        self.q, self.k, self.v = (nn.Linear(dim, dim, bias=False) for _ in range(3))
+        self.o = nn.Linear(dim, dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, length, _ = x.shape

@@ -42,7 +42,7 @@ def test_one_process_context_has_no_mesh() -> None:
     with pytest.raises(ValueError, match="multiply to the world size"):
         build_context(d.DistContext(), {"dp": 2})
     with pytest.raises(ValueError, match="not known"):
-        build_context(d.DistContext(), {"tp": 1})
+        build_context(d.DistContext(), {"ep": 1})
 
 
 def test_parallel_options_are_validated() -> None:

@@ -8,6 +8,7 @@ Memory per rank with Adam in fp32: 4Ψ + 4Ψ + 8Ψ/N (Ultra-Scale Playbook: 2Ψ 
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import torch
@@ -27,5 +28,7 @@ def wrap_optimizer(optimizer: torch.optim.Optimizer, ctx: Any) -> torch.optim.Op
     if ctx.mesh is None:
         return optimizer
     groups = [dict(group) for group in optimizer.param_groups]
+    accepted = inspect.signature(type(optimizer).__init__).parameters  # defaults may hold internal keys
+    defaults = {k: v for k, v in optimizer.defaults.items() if k in accepted}
     return ZeroRedundancyOptimizer(groups, optimizer_class=type(optimizer), process_group=ctx.group("dp"),
-                                   **optimizer.defaults)
+                                   **defaults)

@@ -1,0 +1,140 @@
+"""Every --parallel strategy on CPU processes (gloo) equals serial training: loss and weights after a few steps.
+
+One fork of 2 processes runs every 2-process strategy in turn (one port each), one of 4 runs the 2-D
+mesh; the serial references run in this process. Weights come from ``--save-weights`` (gathered, the
+serial model's keys), losses from the step records. SGD with momentum (one state tensor per parameter):
+Adam would turn the rounding differences of near-zero gradients (a different summation order) into
+lr-sized steps, beyond any tight tolerance, in serial-vs-serial comparisons too.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch._dynamo  # noqa: F401 - imported once here, the forked workers start at once
+import torch.multiprocessing as mp
+
+from coursekit.distributed import LOCALHOST
+from coursekit.metrics import read_metrics, steps
+from coursekit.test_distributed import free_port
+from coursekit.train.config import TrainConfig
+from coursekit.train.engine import train
+
+PER_RANK_BATCH = 8
+STEPS = 4
+WEIGHT_ATOL = 1e-5
+LOSS_RTOL = 1e-5
+BASE = {"model": "gpt", "dataset": "tokens", "gpt_layers": 2, "gpt_dim": 32, "gpt_heads": 4, "seq_len": 16,
+        "vocab_size": 32, "num_samples": 256, "steps": STEPS, "test_steps": None, "optimizer": "sgd", "lr": 0.1,
+        "device": "cpu", "progress": "off", "val_fraction": 0.0}
+# name -> (changes, data-parallel size): the serial reference has batch dp x PER_RANK_BATCH
+TWO = {
+    "ddp": ({"parallel": "ddp"}, 2),
+    "zero1": ({"parallel": "zero1"}, 2),
+    "zero2": ({"parallel": "zero2"}, 2),
+    "zero3": ({"parallel": "zero3", "activation_checkpointing": True}, 2),
+    "tensor": ({"parallel": "tensor"}, 1),
+    "gpipe": ({"parallel": "pipeline", "microbatches": 2}, 1),
+    "1f1b": ({"parallel": "pipeline", "pipeline_schedule": "1f1b", "microbatches": 4, "accumulation_steps": 2}, 1),
+}
+FOUR = {"fsdp_tp": ({"parallel": "fsdp_tp", "tp": 2}, 2), "pipeline_dp": ({"parallel": "pipeline", "pp": 2,
+                                                                          "microbatches": 2}, 2)}
+
+
+def _config(root: Path, name: str, changes: dict[str, Any], batch: int) -> TrainConfig:
+    return TrainConfig(**{**BASE, **changes}, batch_size=batch, out=str(root / name),
+                       save_weights=str(root / name / "weights.pt"))
+
+
+def _worker(rank: int, world: int, port: int, root: str, runs: dict, results: Any) -> None:
+    torch.set_num_threads(1)
+    os.environ.update({"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world),
+                       "LOCAL_WORLD_SIZE": str(world), "MASTER_ADDR": LOCALHOST})
+    for offset, (name, (changes, _)) in enumerate(runs.items()):
+        os.environ["MASTER_PORT"] = str(port + offset)
+        results[(rank, name)] = train(_config(Path(root), name, changes, PER_RANK_BATCH))
+
+
+def _launch(world: int, root: Path, runs: dict) -> dict:
+    with mp.Manager() as manager:
+        results = manager.dict()
+        mp.start_processes(_worker, args=(world, free_port(), str(root), runs, results), nprocs=world, join=True,
+                           start_method="fork")
+        return dict(results)
+
+
+@pytest.fixture(scope="module")
+def strategy_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    root = tmp_path_factory.mktemp("strategies")
+    results = {**_launch(2, root, TWO), **_launch(4, root, FOUR)}
+    serial_changes = {"activation_checkpointing": False}
+    for dp in (1, 2):  # the serial references: one process, the global batch
+        cfg = _config(root, f"serial-{dp}", serial_changes, dp * PER_RANK_BATCH)
+        results[(0, f"serial-{dp}")] = train(cfg)
+    accumulated = _config(root, "serial-accumulation", {"accumulation_steps": 2}, PER_RANK_BATCH)
+    results[(0, "serial-accumulation")] = train(accumulated)
+    return root, results
+
+
+def _serial_name(name: str, dp: int) -> str:
+    return "serial-accumulation" if name == "1f1b" else f"serial-{dp}"
+
+
+@pytest.mark.parametrize("name", [*TWO, *FOUR])
+def test_strategy_equals_serial_training(strategy_runs: tuple[Path, dict], name: str) -> None:
+    root, results = strategy_runs
+    dp = {**TWO, **FOUR}[name][1]
+    serial = _serial_name(name, dp)
+    mine, reference = torch.load(root / name / "weights.pt"), torch.load(root / serial / "weights.pt")
+    assert mine.keys() == reference.keys()
+    worst = max((mine[k] - reference[k]).abs().max().item() for k in reference)
+    assert worst < WEIGHT_ATOL, f"{name}: max |w - w_serial| = {worst:.2e}"
+    losses = [r["loss"] for r in steps(read_metrics(root / name))]
+    serial_losses = [r["loss"] for r in steps(read_metrics(root / serial))]
+    assert len(losses) == STEPS and losses == pytest.approx(serial_losses, rel=LOSS_RTOL)
+    block = results[(0, name)]["parallel"]
+    assert block["strategy"] == results[(0, name)]["config"]["parallel"]
+    assert block["final_loss"] == pytest.approx(results[(0, serial)]["train_loss"], rel=LOSS_RTOL)
+
+
+def _bytes(results: dict, name: str, key: str) -> list[int]:
+    return [r[key] for r in results[(0, name)]["parallel"]["ranks"]]
+
+
+def test_sharded_strategies_hold_the_expected_fraction(strategy_runs: tuple[Path, dict]) -> None:
+    _, results = strategy_runs
+    full = _bytes(results, "ddp", "param_bytes")[0]
+    assert _bytes(results, "ddp", "grad_bytes") == [full, full]
+    assert _bytes(results, "ddp", "optimizer_bytes")[0] == full  # SGD: one momentum buffer
+    for name in ("zero2", "zero3"):  # FSDP2: every tensor split in half along dim 0 (all dims are even here)
+        assert _bytes(results, name, "param_bytes") == [full // 2] * 2
+        assert _bytes(results, name, "grad_bytes") == [full // 2] * 2
+        assert _bytes(results, name, "optimizer_bytes") == [full // 2] * 2
+    zero1 = _bytes(results, "zero1", "optimizer_bytes")  # partitioned parameter by parameter: about half
+    assert sum(zero1) == full and max(zero1) < 0.6 * full
+    assert _bytes(results, "zero1", "param_bytes") == [full, full]
+    tensor = _bytes(results, "tensor", "param_bytes")
+    assert tensor[0] == tensor[1] and full / 2 < tensor[0] < full
+    # 2-D: the blocks split over tp and sharded over dp, the rest sharded over dp: half of a tp rank's bytes
+    assert _bytes(results, "fsdp_tp", "param_bytes") == [tensor[0] // 2] * 4
+    for summary in results.values():
+        assert all(r["peak_memory_bytes"] is None for r in summary["parallel"]["ranks"])  # CPU
+
+
+def test_pipeline_reports_bubble_and_mesh(strategy_runs: tuple[Path, dict]) -> None:
+    _, results = strategy_runs
+    for name, m in (("gpipe", 2), ("1f1b", 4)):
+        block = results[(0, name)]["parallel"]
+        assert block["mesh"] == {"dp": 1, "pp": 2} and block["microbatches"] == m
+        assert block["bubble_fraction_theory"] == pytest.approx(1 / (m + 1))
+        assert 0 <= block["bubble_fraction"] < 1 and len(block["stage_busy_s"]) == 2
+    assert results[(0, "pipeline_dp")]["parallel"]["mesh"] == {"dp": 2, "pp": 2}
+    assert results[(0, "fsdp_tp")]["parallel"]["mesh"] == {"dp": 2, "tp": 2}
+    for rank in range(2):  # every rank returns the same summary (values reduced, ranks gathered)
+        assert results[(rank, "gpipe")]["parallel"]["ranks"] == results[(0, "gpipe")]["parallel"]["ranks"]
+    assert math.isfinite(results[(1, "gpipe")]["train_loss"])
