@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -63,12 +64,26 @@ def seven_billion(num_parameters: int = 7_000_000_000, n: int = 8, optimizer: st
 
 # --- sections 2-6: the strategies as engine runs --------------------------------------------------
 
+def data_parallel_size(strategy: str, n: int) -> int:
+    """How many copies of the data-parallel group see different data: N for ddp and ZeRO, N / 2 for the
+    fsdp_tp mesh (tp = 2), 1 where the processes share one batch (tensor, pipelines, serial, naive)."""
+    if strategy in ("ddp", "zero1", "zero2", "zero3"):
+        return n
+    return max(n // 2, 1) if strategy == "fsdp_tp" else 1
+
+
 def strategy_config(base: TrainConfig, strategy: str, weights_dir: str | os.PathLike | None = None,
-                    **options: Any) -> TrainConfig:
-    """``base`` run with ``strategy`` (a key of ``STRATEGIES``), writing its final weights to ``weights_dir``."""
+                    n: int = 1, **options: Any) -> TrainConfig:
+    """``base`` run with ``strategy`` (a key of ``STRATEGIES``) on ``n`` processes, writing its final weights
+    to ``weights_dir``. ``base.batch_size`` is the global batch: data-parallel ranks get their share of it,
+    so that every strategy takes the steps serial training takes."""
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy={strategy!r} is unknown; choose one of {', '.join(STRATEGIES)}")
-    engine_options = dict(STRATEGIES[strategy][0])
+    dp = data_parallel_size(strategy, n)
+    if base.batch_size % dp:
+        raise ValueError(f"batch_size={base.batch_size} does not split over {dp} data-parallel ranks ({strategy}): "
+                         f"choose a multiple of {dp}")
+    engine_options = dict(STRATEGIES[strategy][0], batch_size=base.batch_size // dp)
     if weights_dir is not None:
         engine_options["save_weights"] = str(Path(weights_dir) / f"{strategy}.pt")
     return base.replace(**engine_options, **options)
@@ -95,7 +110,7 @@ def run_strategies(base: TrainConfig, strategies: Sequence[str], n: int, *, name
     for strategy in wanted:
         if strategy not in STRATEGIES:
             raise ValueError(f"strategies: {strategy!r} is unknown; choose among {', '.join(STRATEGIES)}")
-    configs = [strategy_config(base, s, weights_dir, **(options or {}).get(s, {})) for s in wanted]
+    configs = [strategy_config(base, s, weights_dir, n=processes(s, n), **(options or {}).get(s, {})) for s in wanted]
     jobs = []
     for strategy, config in zip(wanted, configs, strict=True):
         shape = ({"n_gpu": naive_gpus, "n_gpu_per_task": naive_gpus} if strategy == "naive"
@@ -153,7 +168,7 @@ def strategy_table(jobs: Sequence[Any], configs: Sequence[TrainConfig], strategi
             "tokens_per_s": block.get("tokens_per_s") or run["summary"].get("tokens_per_s"),
             "train_loss": block.get("final_loss", run["train_loss"]), "max_abs_dw": dw,
             "bubble_measured": block.get("bubble_fraction"), "bubble_theory": block.get("bubble_fraction_theory"),
-            "num_parameters": psi, "job_id": job.job_id, "summary": run["summary"]})
+            "num_parameters": psi, "job_id": job.job_id, "summary": run["summary"], "config": config})
     return table
 
 
@@ -167,7 +182,7 @@ def _normalised(state: dict[str, Any]) -> dict[str, Any]:
 
 
 def weights_difference(reference: str | os.PathLike | None, other: str | os.PathLike | None) -> float | None:
-    """max |w − w_ref| over the parameters both state dicts hold (None when a file is missing)."""
+    """max |w − w_ref| over the parameters (None when a file is missing, inf when the parameters differ)."""
     import torch
 
     if reference is None or other is None or not Path(reference).is_file() or not Path(other).is_file():
@@ -175,9 +190,10 @@ def weights_difference(reference: str | os.PathLike | None, other: str | os.Path
     a = _normalised(torch.load(reference, map_location="cpu", weights_only=True))
     b = _normalised(torch.load(other, map_location="cpu", weights_only=True))
     common = [k for k in a if k in b and torch.is_tensor(a[k]) and a[k].shape == b[k].shape]
-    if not common or len(common) < len(a):
-        missing = sorted(set(a) - set(common))[:5]
-        raise ValueError(f"{other} lacks parameters of {reference} (e.g. {missing}): not the same model")
+    if not common or len(common) < len(a) or len(b) > len(a):
+        missing = sorted(set(a).symmetric_difference(b))[:5]
+        print(f"{other} and {reference} hold different parameters (e.g. {missing}): not the same model")
+        return math.inf
     return max((a[k].float() - b[k].float()).abs().max().item() for k in common)
 
 
@@ -214,7 +230,7 @@ def bubble_configs(base: TrainConfig, microbatches: Sequence[int], stages: int,
     for m in microbatches:
         if base.batch_size % m:
             raise ValueError(f"microbatches={m} does not divide batch_size={base.batch_size}: choose divisors")
-    return [strategy_config(base, schedule, microbatches=m, pp=stages)
+    return [strategy_config(base, schedule, n=stages, microbatches=m, pp=stages)
             for schedule in schedules for m in microbatches if schedule != "1f1b" or m >= stages]
 
 

@@ -336,7 +336,6 @@ def _lab08(profile: str) -> dict[str, Any]:
         "memory_tolerance": 0.10,  # ZeRO memory per rank vs the formula
         "bubble": {"stages": 2, "microbatches": microbatches, "stage_delay_ms": stage_delay_ms},
         "bubble_overhead": 0.10,  # measured bubble may exceed (p-1)/(m+p-1) by this much (fixed costs)
-        "checkpointing_batch": base.batch_size,
         "job": job_options(profile, "00:10:00" if cpu else "00:20:00"), "timeout_s": 300 if cpu else 1200,
     }
 
