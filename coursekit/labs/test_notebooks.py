@@ -11,7 +11,7 @@ from coursekit.labs import exercises
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 NAMES = ["00_cluster_from_the_notebook", "01_gd_vs_sgd", "02_batch_size", "03_gpu_memory",
          "04_mixed_precision", "05_data_loading_profiler", "06_data_parallelism",
-         "07_large_batch", "08_model_parallelism"]
+         "07_large_batch", "08_model_parallelism", "09_race"]
 TRAINING_LOOP_SIGNS = (".backward(", "optimizer.step(", "opt.step(", "zero_grad(")
 
 

@@ -11,6 +11,7 @@
 from coursekit.race.leaderboard import (
            BASELINE,
            append_run,
+           has_baseline,
            leaderboard_path,
            post_runs,
            read_runs,
@@ -22,5 +23,5 @@ from coursekit.race.view import LeaderboardView, live_leaderboard, plot_leaderbo
 from coursekit.train.target import code_hash, config_hash
 
 __all__ = ["BASELINE", "DEFAULT_SEEDS", "LeaderboardView", "Rules", "append_run", "code_hash", "config_hash",
-           "entries", "leaderboard_path", "live_leaderboard", "marks_of", "plot_leaderboard",
+           "entries", "has_baseline", "leaderboard_path", "live_leaderboard", "marks_of", "plot_leaderboard",
            "post_runs", "read_runs", "run_record", "standings"]

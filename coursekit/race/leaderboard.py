@@ -29,7 +29,8 @@ BASELINE = "baseline"  # the submission name of the instructor's baseline
 # the summary fields a run keeps on the leaderboard
 RUN_FIELDS = ("status", "target_acc", "target_reached", "time_to_target_s", "steps_to_target", "epochs_to_target",
               "val_acc_at_target", "seed", "config_hash", "code_hash", "val_samples", "val_hash", "torch_version",
-              "cuda_version", "device_name", "gpu_name", "gpu_count", "world_size", "num_parameters", "config")
+              "cuda_version", "device_name", "gpu_name", "gpu_count", "world_size", "num_parameters", "train_time_s",
+              "total_time_s", "evaluations", "config")
 
 
 def leaderboard_path() -> Path:
@@ -98,6 +99,11 @@ def post_runs(participant: str, submission: str, rows: Any, path: Path | None = 
         append_run(run_record(participant, submission, row["summary"], row.get("job_id"), round_), path)
         posted += 1
     return posted
+
+
+def has_baseline(path: Path | None = None, round_: int = 1) -> bool:
+    """Has the baseline of this round been posted (by the instructor, on the room's hardware)?"""
+    return any(r["participant"] == BASELINE and int(r.get("round") or 1) == round_ for r in read_runs(path))
 
 
 def group_runs(runs: list[dict[str, Any]]) -> dict[tuple[str, str, int], list[dict[str, Any]]]:
