@@ -124,7 +124,24 @@ def run_notebook(path: Path, log_dir: Path | None, profile: str = "gpu") -> dict
     notes = sorted({line.strip() for line in lines if line.startswith("DATASET STAND-IN")
                     or " did not complete:" in line})
     return {"notebook": path.name, "wall_s": round(wall, 1), "passed": error is None and not failed_claims,
-            "error": error, "claims": claims, "notes": notes, "course_dir": course}
+            "error": error, "claims": claims, "notes": notes, "course_dir": course,
+            "slowest_cells": slowest_cells(notebook)}
+
+
+def slowest_cells(notebook: Any, count: int = 5) -> list[dict[str, Any]]:
+    """The notebook's slowest code cells (nbclient's timing): index, seconds and first line."""
+    import datetime as dt
+
+    timed = []
+    for index, cell in enumerate(notebook.cells):
+        timing = cell.get("metadata", {}).get("execution", {})
+        begin, end = timing.get("iopub.execute_input"), timing.get("shell.execute_reply")
+        if cell.cell_type == "code" and begin and end:
+            seconds = (dt.datetime.fromisoformat(end.replace("Z", "+00:00"))
+                       - dt.datetime.fromisoformat(begin.replace("Z", "+00:00"))).total_seconds()
+            timed.append({"cell": index, "s": round(seconds, 1), "first_line": cell.source.splitlines()[0][:80]
+                          if cell.source else ""})
+    return sorted(timed, key=lambda c: -c["s"])[:count]
 
 
 def write_report(results_files: list[Path], report: Path = REPORT) -> None:
