@@ -1,0 +1,37 @@
+"""bench/large_batch_gpu.py --cpu-smoke and its report: the GPU command must work the first time it runs."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+import large_batch_gpu  # noqa: E402
+
+from coursekit.labs.large_batch import load_recorded  # noqa: E402
+
+
+def test_cpu_smoke_writes_the_record_the_report_and_what_the_notebook_reads(tmp_path: Path) -> None:
+    out = tmp_path / "large_batch_gpu.json"
+    assert large_batch_gpu.main(["--cpu-smoke", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    methods = len(result["methods"])
+    assert len(result["runs"]) == methods * 2 * len(large_batch_gpu.SEEDS)
+    assert all(c["seeds"] == len(large_batch_gpu.SEEDS) for c in result["cells"])
+    assert [r["batch_size"] for r in result["throughput"]] == [result["small_batch"], result["large_batch"]]
+    report = (tmp_path / "REPORT-large-batch.md").read_text()
+    assert "not a measurement" in report and "stand-in" in report and "not CIFAR-10's" in report
+    table, where = load_recorded(out)
+    assert len(table) == 2 * methods and "not CIFAR-10" in where
+
+
+def test_without_a_gpu_the_real_run_refuses(capsys) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    assert large_batch_gpu.main([]) == 2
+    assert "--cpu-smoke" in capsys.readouterr().err
