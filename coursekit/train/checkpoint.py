@@ -4,6 +4,9 @@ A checkpoint holds the model, optimizer, scheduler and loss-scaler states, the p
 (epoch, micro-batches already consumed in it, optimiser step), and two snapshots of every random
 generator: at the start of the epoch (so the resumed run rebuilds the same shuffled order and worker
 seeds) and at the moment of saving (so dropout and augmentation continue as if never stopped).
+Where parameters are sharded (``--parallel`` zero2, zero3, fsdp_tp, tensor, pipeline on several processes)
+the model and optimizer state are written by every rank with ``torch.distributed.checkpoint`` into
+``checkpoint_dcp/`` and ``checkpoint.pt`` holds the rest.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ except ImportError:  # submitit is a coursekit dependency; without it (a bare GP
     Checkpointable, DelayedSubmission = object, None
 
 CHECKPOINT_FILE = "checkpoint.pt"
+SHARDED_FOLDER = "checkpoint_dcp"  # sharded model and optimizer state (torch.distributed.checkpoint)
+SHARDED_MARK = "sharded"  # checkpoint.pt's "model"/"optimizer" entry when they live in SHARDED_FOLDER
 DEFAULT_JOB_CHECKPOINT_EVERY = 100  # optimiser steps between checkpoints of a requeueable job
 
 
@@ -104,6 +109,47 @@ def load_checkpoint(run_dir: str | os.PathLike, map_location: str | torch.device
     if not path.exists():
         return None
     return torch.load(path, map_location=map_location, weights_only=False)
+
+
+# ---------------------------------------------------------------- sharded parameters (torch.distributed.checkpoint)
+
+
+def sharded_path(run_dir: str | os.PathLike) -> Path:
+    return Path(run_dir) / SHARDED_FOLDER
+
+
+def save_sharded(run_dir: str | os.PathLike, model: torch.nn.Module, optimizer: Any) -> Path:
+    """Every rank writes the shards it holds of the model and optimizer state (FSDP2, tensor parallel, a
+    pipeline stage) with ``torch.distributed.checkpoint``: no rank ever gathers the whole model. A
+    collective: every rank calls it. The rest of the trainer's state goes into ``checkpoint.pt`` as usual."""
+    from torch.distributed.checkpoint import save
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model_state, optimizer_state = get_state_dict(model, optimizer)
+    path = sharded_path(run_dir)
+    save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=str(path))
+    return path
+
+
+def hyperparameters(optimizer: Any) -> list[dict[str, Any]]:
+    """The optimizer's param groups without their parameters (learning rate, momentum, ... as they are now)."""
+    return [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
+
+
+def load_sharded(run_dir: str | os.PathLike, model: torch.nn.Module, optimizer: Any,
+                 groups: list[dict[str, Any]] | None = None) -> None:
+    """Read back what :func:`save_sharded` wrote, each rank its own shards, into ``model`` and ``optimizer``;
+    ``groups`` (:func:`hyperparameters` at saving) are put back into the param groups (a pipeline stage's
+    groups can come back without them)."""
+    from torch.distributed.checkpoint import load
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    model_state, optimizer_state = get_state_dict(model, optimizer)
+    state = {"model": model_state, "optimizer": optimizer_state}
+    load(state, checkpoint_id=str(sharded_path(run_dir)))
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+    for group, saved in zip(optimizer.param_groups, groups or [], strict=False):
+        group.update(saved)
 
 
 # ---------------------------------------------------------------- position in the data

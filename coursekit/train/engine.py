@@ -52,7 +52,7 @@ MIB = 2**20
 RESUME_MAY_CHANGE = ("out", "resume", "progress", "profile", "profile_steps", "log_every", "epochs", "steps",
                      "test_steps", "checkpoint_every", "workers", "pin_memory", "prefetch_factor",
                      "persistent_workers", "non_blocking", "device", "log_params", "grad_noise_batches",
-                     "trust_ratio_every", "bucket_cap_mb", "sync_every_micro_batch")
+                     "trust_ratio_every", "bucket_cap_mb", "sync_every_micro_batch", "save_weights", "stage_delay_ms")
 
 
 class ConfigError(ValueError):

@@ -20,12 +20,17 @@ import torch.nn.functional as F
 from coursekit.distributed import DistContext, no_sync, reduce_values, unwrap_model
 from coursekit.metrics import MetricsWriter
 from coursekit.train.checkpoint import (
+    SHARDED_MARK,
+    hyperparameters,
+    load_sharded,
     loader_generators,
     remaining_batches,
     rng_state,
     save_checkpoint,
+    save_sharded,
     set_rng_state,
 )
+from coursekit.train.parallel.context import SHARDED_STRATEGIES
 from coursekit.train.parallel.measure import gradient_bytes
 from coursekit.train.probes import layer_norms, noise_scale, parameter_values
 from coursekit.train.profiling import StepTimer, TraceRecorder
@@ -81,6 +86,7 @@ class Trainer:
         self.pipeline_step = getattr(run_model, "pipeline_step", None)  # parallel/pipeline.py: the schedule
         self.sync_gradients = getattr(run_model, "sync_gradients", None)  # tensor/pipeline with dp > 1
         self.grad_bytes: int | None = None  # local gradient bytes of the last step (the summary's parallel block)
+        self.sharded = pctx is not None and pctx.mesh is not None and cfg.parallel in SHARDED_STRATEGIES
         self.classification = data.task == "classification"
         self.loss_fn = classification_loss if self.classification else regression_loss
         smoothing = getattr(cfg, "label_smoothing", 0.0)
@@ -349,13 +355,22 @@ class Trainer:
                 "epoch_rng": self.epoch_rng, "accumulators": self._accumulators()}
 
     def save(self) -> None:
-        """Rank 0 writes the checkpoint (every rank holds the same weights under DDP)."""
+        """Rank 0 writes the checkpoint (every rank holds the same weights under DDP); sharded parameters:
+        every rank writes its shards (``checkpoint.save_sharded``), rank 0 the rest."""
+        if self.sharded:
+            save_sharded(self.run_dir, self.model, self.optimizer)
         if self.ctx.is_main:
-            save_checkpoint(self.run_dir, self.state_dict())
+            state = self.state_dict()
+            if self.sharded:
+                state.update(model=SHARDED_MARK, optimizer={SHARDED_MARK: hyperparameters(self.optimizer)})
+            save_checkpoint(self.run_dir, state)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        if isinstance(state["model"], str) and state["model"] == SHARDED_MARK:
+            load_sharded(self.run_dir, self.model, self.optimizer, state["optimizer"][SHARDED_MARK])
+        else:
+            self.model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.precision.load_state_dict(state["precision"])
         self.pos = Position(**state["position"])

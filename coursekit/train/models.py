@@ -176,6 +176,14 @@ class ActivationCheckpoint(nn.Module):
         self.register_state_dict_post_hook(_drop_block_prefix)
         self.register_load_state_dict_pre_hook(_add_block_prefix)
 
+    def __getattr__(self, name: str) -> Any:
+        """The block's attributes through the wrapper, as the state-dict keys suggest (``torch.distributed.
+        checkpoint`` walks the names of the keys)."""
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(super().__getattr__("block"), name)
+
     def forward(self, *args: torch.Tensor) -> torch.Tensor:
         if self.training and torch.is_grad_enabled():
             return checkpoint(self.block, *args, use_reentrant=False)

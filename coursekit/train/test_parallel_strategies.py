@@ -29,6 +29,9 @@ PER_RANK_BATCH = 8
 STEPS = 4
 WEIGHT_ATOL = 1e-5
 LOSS_RTOL = 1e-5
+STAGE_DELAY_MS = 10.0  # emulated stage compute: forward 10 ms, backward 20 ms per micro-batch
+BUBBLE_MICROBATCHES = 4
+BUBBLE_OVERHEAD = 0.15  # measured minus theory may reach this (a few ms of gloo send/recv per micro-batch)
 BASE = {"model": "gpt", "dataset": "tokens", "gpt_layers": 2, "gpt_dim": 32, "gpt_heads": 4, "seq_len": 16,
         "vocab_size": 32, "num_samples": 256, "steps": STEPS, "test_steps": None, "optimizer": "sgd", "lr": 0.1,
         "device": "cpu", "progress": "off", "val_fraction": 0.0}
@@ -38,15 +41,22 @@ TWO = {
     "zero1": ({"parallel": "zero1"}, 2),
     "zero2": ({"parallel": "zero2"}, 2),
     "zero3": ({"parallel": "zero3", "activation_checkpointing": True}, 2),
-    "tensor": ({"parallel": "tensor"}, 1),
-    "gpipe": ({"parallel": "pipeline", "microbatches": 2}, 1),
+    "tensor": ({"parallel": "tensor", "activation_checkpointing": True}, 1),
+    "gpipe": ({"parallel": "pipeline", "microbatches": 2, "activation_checkpointing": True}, 1),
     "1f1b": ({"parallel": "pipeline", "pipeline_schedule": "1f1b", "microbatches": 4, "accumulation_steps": 2}, 1),
+    "gpipe_delayed": ({"parallel": "pipeline", "microbatches": BUBBLE_MICROBATCHES, "stage_delay_ms": STAGE_DELAY_MS}, 1),
 }
+# sharded checkpoints (torch.distributed.checkpoint): stop after half the steps, resume, end as if never stopped
+RESUMED = {f"{name}_resume{part}": ({**changes, "checkpoint_every": STEPS // 2, "out_name": f"{name}_resume",
+                                     **({"steps": STEPS // 2} if part == "_a" else {"resume": True})}, dp)
+           for name, (changes, dp) in (("zero3", TWO["zero3"]), ("gpipe", TWO["gpipe"])) for part in ("_a", "_b")}
 FOUR = {"fsdp_tp": ({"parallel": "fsdp_tp", "tp": 2}, 2), "pipeline_dp": ({"parallel": "pipeline", "pp": 2,
                                                                           "microbatches": 2}, 2)}
 
 
 def _config(root: Path, name: str, changes: dict[str, Any], batch: int) -> TrainConfig:
+    changes = dict(changes)
+    name = changes.pop("out_name", name)
     return TrainConfig(**{**BASE, **changes}, batch_size=batch, out=str(root / name),
                        save_weights=str(root / name / "weights.pt"))
 
@@ -71,7 +81,7 @@ def _launch(world: int, root: Path, runs: dict) -> dict:
 @pytest.fixture(scope="module")
 def strategy_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     root = tmp_path_factory.mktemp("strategies")
-    results = {**_launch(2, root, TWO), **_launch(4, root, FOUR)}
+    results = {**_launch(2, root, {**TWO, **RESUMED}), **_launch(4, root, FOUR)}
     serial_changes = {"activation_checkpointing": False}
     for dp in (1, 2):  # the serial references: one process, the global batch
         cfg = _config(root, f"serial-{dp}", serial_changes, dp * PER_RANK_BATCH)
@@ -85,10 +95,10 @@ def _serial_name(name: str, dp: int) -> str:
     return "serial-accumulation" if name == "1f1b" else f"serial-{dp}"
 
 
-@pytest.mark.parametrize("name", [*TWO, *FOUR])
+@pytest.mark.parametrize("name", [*TWO, *FOUR, "zero3_resume", "gpipe_resume"])
 def test_strategy_equals_serial_training(strategy_runs: tuple[Path, dict], name: str) -> None:
     root, results = strategy_runs
-    dp = {**TWO, **FOUR}[name][1]
+    dp = {**TWO, **FOUR, **RESUMED}.get(name, RESUMED.get(name + "_b", (None, 1)))[1]
     serial = _serial_name(name, dp)
     mine, reference = torch.load(root / name / "weights.pt"), torch.load(root / serial / "weights.pt")
     assert mine.keys() == reference.keys()
@@ -97,6 +107,9 @@ def test_strategy_equals_serial_training(strategy_runs: tuple[Path, dict], name:
     losses = [r["loss"] for r in steps(read_metrics(root / name))]
     serial_losses = [r["loss"] for r in steps(read_metrics(root / serial))]
     assert len(losses) == STEPS and losses == pytest.approx(serial_losses, rel=LOSS_RTOL)
+    if name.endswith("_resume"):
+        assert (root / name / "checkpoint_dcp").is_dir()  # every rank wrote its shards
+        return
     block = results[(0, name)]["parallel"]
     assert block["strategy"] == results[(0, name)]["config"]["parallel"]
     assert block["final_loss"] == pytest.approx(results[(0, serial)]["train_loss"], rel=LOSS_RTOL)
@@ -133,6 +146,10 @@ def test_pipeline_reports_bubble_and_mesh(strategy_runs: tuple[Path, dict]) -> N
         assert block["mesh"] == {"dp": 1, "pp": 2} and block["microbatches"] == m
         assert block["bubble_fraction_theory"] == pytest.approx(1 / (m + 1))
         assert 0 <= block["bubble_fraction"] < 1 and len(block["stage_busy_s"]) == 2
+    delayed = results[(0, "gpipe_delayed")]["parallel"]
+    theory = 1 / (BUBBLE_MICROBATCHES + 1)
+    assert delayed["bubble_fraction_theory"] == pytest.approx(theory)
+    assert theory - 0.05 < delayed["bubble_fraction"] < theory + BUBBLE_OVERHEAD, delayed
     assert results[(0, "pipeline_dp")]["parallel"]["mesh"] == {"dp": 2, "pp": 2}
     assert results[(0, "fsdp_tp")]["parallel"]["mesh"] == {"dp": 2, "tp": 2}
     for rank in range(2):  # every rank returns the same summary (values reduced, ranks gathered)

@@ -26,6 +26,8 @@ from coursekit.distributed import DistContext
 
 DIMENSIONS = ("dp", "pp", "tp")  # mesh dimension names, outermost first
 NAIVE_CPU_STAGES = 2  # naive split on a CPU: two "cpu" stages in one process
+# parameters sharded over processes: checkpoints through torch.distributed.checkpoint (checkpoint.save_sharded)
+SHARDED_STRATEGIES = ("zero2", "zero3", "fsdp_tp", "tensor", "pipeline")
 
 
 @dataclass(frozen=True)
@@ -196,9 +198,9 @@ def parallel_problems(cfg: Any, world_size: int | None = None, device_type: str 
                         "computes whole heads; pick tp dividing the heads")
     if strategy != "ddp" and cfg.sync_batchnorm:
         problems.append(f"sync_batchnorm applies to parallel 'ddp' only, not {strategy!r}")
-    if strategy not in ("ddp", "zero1", "naive") and (cfg.checkpoint_every or cfg.resume):
-        problems.append(f"checkpoint_every/resume: parallel={strategy!r} writes no resumable checkpoint yet; "
-                        "drop --checkpoint-every/--resume (use --save-weights for the final weights)")
+    if strategy == "zero1" and (cfg.checkpoint_every or cfg.resume):
+        problems.append("checkpoint_every/resume: parallel='zero1' writes no resumable checkpoint (its optimizer "
+                        "state would first be consolidated on one rank); use zero2/zero3 or ddp")
     return problems
 
 

@@ -32,8 +32,9 @@ def _bubble(cfg: Any, pctx: Any, ranks: list[dict[str, Any]]) -> dict[str, Any]:
         first_replica.sort(key=lambda s: s["stage"])
         stages, microbatches = pctx.size("pp"), cfg.microbatches
         busy = [s["busy_s"] for s in first_replica]
+        # the pipeline's step lasts until its slowest stage is done (the last stage returns before the drain)
         wall = max((s["wall_s"] for s in first_replica), default=0.0)
-        bubbles = [s["bubble"] for s in first_replica] if all(s["bubble"] is not None for s in first_replica) else None
+        bubbles = [1 - b / wall for b in busy] if wall > 0 else None
     else:
         return none
     if not stages:
