@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from coursekit.labs.claims import mean_std
+from coursekit.labs.datasets import CIFAR10_TRAIN
 from coursekit.labs.experiments import DEFAULT_TIMEOUT_S, summarize_run, wait_all
 from coursekit.labs.progress import JobsBar
 from coursekit.labs.results import ResultsTable
@@ -76,12 +77,14 @@ def plan(s: Any) -> list[Run]:
             add("critical", "sgd+linear+warmup", batch, "epochs", seed, _method(
                 s, "sgd+linear+warmup", batch, seed, epochs=s.critical_epochs, schedule="constant", log_every=1))
     add("noise", "sgd", s.small_batch, "epochs", s.seeds[0], _method(
-        s, "sgd", s.small_batch, s.seeds[0], grad_noise_batches=s.noise_batches, log_every=10))
+        s, "sgd", s.small_batch, s.seeds[0], grad_noise_batches=s.noise_batches, log_every=s.noise_every))
     return runs
 
 
 def train_samples(config: TrainConfig) -> int:
-    """Training samples of a generated set (the cpu profile's data)."""
+    """Training samples of the run's data: CIFAR-10's 50,000, else the generated set's share."""
+    if config.dataset == "cifar10":
+        return CIFAR10_TRAIN
     return int((config.num_samples or 0) * (1 - config.val_fraction))
 
 
@@ -99,11 +102,15 @@ class LabSweep:
 
 
 def submit(runs: Sequence[Run], *, name: str, runs_per_job: int, **submit_options: Any) -> LabSweep:
-    """Submit the runs, about ``runs_per_job`` to a job, dealt round-robin so that the jobs cost alike."""
+    """Submit the runs, about ``runs_per_job`` to a job, dealt round-robin so that the jobs cost alike. On the
+    local site of a GPU machine every run goes into one job: side by side, jobs would share the GPU."""
     from coursekit.jobs import submit_jobs
+    from coursekit.labs.experiments import _shares_local_gpus
 
     if runs_per_job < 1:
         raise ValueError(f"runs_per_job={runs_per_job} must be at least 1")
+    if _shares_local_gpus(submit_options.get("site")):
+        runs_per_job = len(runs)
     n_jobs = math.ceil(len(runs) / runs_per_job)
     chunks = [list(range(len(runs)))[j::n_jobs] for j in range(n_jobs)]
     sweep = LabSweep(list(runs), where=[(0, 0)] * len(runs))
