@@ -50,8 +50,9 @@ TWO = {
 RESUMED = {f"{name}_resume{part}": ({**changes, "checkpoint_every": STEPS // 2, "out_name": f"{name}_resume",
                                      **({"steps": STEPS // 2} if part == "_a" else {"resume": True})}, dp)
            for name, (changes, dp) in (("zero3", TWO["zero3"]), ("gpipe", TWO["gpipe"])) for part in ("_a", "_b")}
-FOUR = {"fsdp_tp": ({"parallel": "fsdp_tp", "tp": 2}, 2), "pipeline_dp": ({"parallel": "pipeline", "pp": 2,
-                                                                          "microbatches": 2}, 2)}
+FOUR = {"fsdp_tp": ({"parallel": "fsdp_tp", "tp": 2}, 2),
+        "pipeline_dp": ({"parallel": "pipeline", "pp": 2, "microbatches": 2}, 2),
+        "tensor_dp": ({"parallel": "tensor", "tp": 2}, 2)}
 
 
 def _config(root: Path, name: str, changes: dict[str, Any], batch: int) -> TrainConfig:
@@ -152,6 +153,7 @@ def test_pipeline_reports_bubble_and_mesh(strategy_runs: tuple[Path, dict]) -> N
     assert theory - 0.05 < delayed["bubble_fraction"] < theory + BUBBLE_OVERHEAD, delayed
     assert results[(0, "pipeline_dp")]["parallel"]["mesh"] == {"dp": 2, "pp": 2}
     assert results[(0, "fsdp_tp")]["parallel"]["mesh"] == {"dp": 2, "tp": 2}
+    assert results[(0, "tensor_dp")]["parallel"]["mesh"] == {"dp": 2, "tp": 2}
     for rank in range(2):  # every rank returns the same summary (values reduced, ranks gathered)
         assert results[(rank, "gpipe")]["parallel"]["ranks"] == results[(0, "gpipe")]["parallel"]["ranks"]
     assert math.isfinite(results[(1, "gpipe")]["train_loss"])

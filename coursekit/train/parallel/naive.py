@@ -8,6 +8,8 @@ last gradient of its parameters is written), against the wall time of forward + 
 
 On a CPU the stages are two "cpu" stages (``--pp`` to change), and ``--stage-delay-ms`` emulates their
 compute (forward X ms, backward 2X ms): the measurement shows the idle time, the devices being one.
+On GPUs the forward times are synchronised per stage; the backward times are taken when autograd reaches
+the stage on the host, an approximation (kernels run asynchronously).
 """
 
 from __future__ import annotations
@@ -69,7 +71,8 @@ class NaiveSplit(nn.Module):
         for index, (stage, device) in enumerate(zip(self._stages, self.devices, strict=True)):
             started = time.perf_counter()
             x = stage(x.to(device))
-            self.clock.sync()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
             self._forward_busy[index] += time.perf_counter() - started
             x = _BackwardStart.apply(x, self, index)
         return x.to(self.devices[0])
