@@ -74,6 +74,22 @@ CELLS = [
                        title="7B parameters, AdamW, bf16: training state per GPU (formula)")
     """),
     md("""
+    **Your turn.** A 70-billion-parameter model, trained with AdamW in bf16 on 80 GB GPUs: keep a fifth of
+    each GPU for activations and the CUDA context. How many GPUs does ZeRO-3 need at least (a power of
+    two)? And plain data parallelism? Use `smallest_n_that_fits` (None: no number of GPUs is enough).
+    """, tags=("exercise",)),
+    code("""
+    from coursekit.train.memory import smallest_n_that_fits
+
+    ### BEGIN SOLUTION
+    zero3_gpus = smallest_n_that_fits(70_000_000_000, "zero3", gpu_bytes=80e9, optimizer="adamw", precision="bf16",
+                                      headroom=0.2)
+    ddp_gpus = smallest_n_that_fits(70_000_000_000, "ddp", gpu_bytes=80e9, optimizer="adamw", precision="bf16",
+                                    headroom=0.2)
+    ### END SOLUTION
+    print(f"ZeRO-3: {zero3_gpus} GPUs; DDP: {ddp_gpus} (a full copy of 1.1 TB never fits one GPU)")
+    """, tags=("exercise",)),
+    md("""
     ## 2. Naive split, then pipelines
 
     The simplest way to hold a model too large for one device is to put its first layers on device 0 and
@@ -94,7 +110,7 @@ CELLS = [
     and the measurement are real. On GPUs nothing sleeps.
     """),
     code("""
-    bubble_base = s.base.replace(stage_delay_ms=s.bubble["stage_delay_ms"])
+    bubble_base = s.base.replace(stage_delay_ms=s.bubble["stage_delay_ms"], steps=s.bubble["steps"])
     bubble_configs = mp.bubble_configs(bubble_base, s.bubble["microbatches"], stages=s.bubble["stages"])
     sweep = labs.run_sweep(bubble_configs, name=labs.job_name(pseudo, "bubble"), n_gpu=s.bubble["stages"],
                            one_at_a_time=True, **s.job, timeout_s=s.timeout_s, title="pipeline sweep")
