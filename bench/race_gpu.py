@@ -1,0 +1,176 @@
+"""Lab 09's race on one GPU: the baseline and one tuned entry, each ``--seeds`` runs of the engine, verified.
+
+Each run is its own ``python -m coursekit.train`` process (as a job would be), with lab 09's gpu settings
+(``_lab09`` in coursekit/labs/settings.py): ResNet-18 to 85 % validation accuracy, evaluated every 50 steps,
+timed by the engine (untimed warm-up, evaluations off the clock). Where CIFAR-10 is not staged (the GPU
+machine has no internet) the settings switch to the generated stand-in of CIFAR-10's shape, and the report
+says so. The runs are posted to a leaderboard file and verified as lab 09 does (rules, validation-set
+hash, code hash, every seed at the target)::
+
+    python bench/race_gpu.py --out bench/results/race_gpu.json          # one H100, <= 5 min
+    python bench/race_gpu.py --report bench/results/race_gpu.json        # rewrite bench/REPORT-race.md
+    python bench/race_gpu.py --cpu-smoke --out /tmp/race_smoke.json      # anywhere: the cpu profile's race
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+REPORT = ROOT / "bench" / "REPORT-race.md"
+RUN_TIMEOUT_S = 240
+DEFAULT_TIME_LIMIT_S = 290  # the whole benchmark on one H100; runs that would start later are skipped
+DEFAULT_SEEDS = 3
+
+
+def machine() -> dict[str, Any]:
+    import torch
+
+    return {"host": platform.node(), "python": platform.python_version(), "torch": torch.__version__,
+            "cuda": torch.version.cuda, "gpus": torch.cuda.device_count(),
+            "gpu_name": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+            "date": time.strftime("%Y-%m-%d")}
+
+
+def run_engine(args: list[str], out: Path) -> dict[str, Any]:
+    """One engine process; its summary record (status "failed" with the error's tail when it has none)."""
+    from coursekit.metrics import read_metrics, summary
+
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "coursekit.train", *args, "--out", str(out)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    final = summary(read_metrics(out)) if (out / "metrics.jsonl").exists() else None
+    if not final:
+        return {"status": "failed", "error": (done.stderr or done.stdout)[-2000:], "exit_code": done.returncode}
+    return {**final, "process_wall_s": time.perf_counter() - started}
+
+
+def run_race(profile: str, seeds: int, time_limit_s: float, work: Path) -> dict[str, Any]:
+    """The baseline and the tuned entry of lab 09 (``profile`` settings), ``seeds`` runs each, verified."""
+    from coursekit import race
+    from coursekit.labs.settings import lab_settings
+
+    os.environ.setdefault("COURSEKIT_COURSE_DIR", str(work))
+    s = lab_settings("09", profile)
+    rules = race.Rules(f"lab 09 ({profile})", s.baseline, models=s.models, max_parameters=s.max_parameters,
+                       max_gpus=s.max_gpus, seeds=seeds)
+    board = work / "leaderboard.jsonl"
+    started = time.perf_counter()
+    entries_in = {("baseline", "baseline"): s.baseline, ("bench", "tuned"): s.baseline.replace(**s.tuned)}
+    skipped = []
+    for (who, name), config in entries_in.items():
+        rows = []
+        for run in rules.submission(config):
+            if time.perf_counter() - started > time_limit_s:
+                skipped.append(f"{who}/{name} seed {run.seed}")
+                continue
+            summary = run_engine(run.to_args(), work / f"{who}-{name}-{run.seed}")
+            print(f"{who}/{name} seed {run.seed}: {summary.get('status')}, reached {summary.get('target_reached')}, "
+                  f"time to target {summary.get('time_to_target_s')}, wall {summary.get('process_wall_s', 0):.1f} s",
+                  flush=True)
+            rows.append({"job_id": f"{who}-{name}-{run.seed}", "summary": summary if "error" not in summary else {},
+                         "error": summary.get("error")})
+        race.post_runs(who if who != "baseline" else race.BASELINE, name, rows, board)
+        for row in rows:
+            if row["error"]:
+                print(f"  failed: {row['error'][-500:]}", file=sys.stderr)
+    table = race.standings(rules, race.code_hash(), board)
+    return {"profile": profile, "machine": machine(), "settings_notice": s.get("dataset_notice"),
+            "rules": rules.text(), "commands": {f"{w}/{n}": "python -m coursekit.train " + " ".join(c.to_args())
+                                                 for (w, n), c in entries_in.items()},
+            "wall_s": time.perf_counter() - started, "skipped": skipped,
+            "entries": [{k: v for k, v in row.items()} for row in table]}
+
+
+def summary_text(result: dict[str, Any]) -> str:
+    lines = []
+    for e in result["entries"]:
+        mean = f"{e['time_to_target_s']:.2f} ± {e['std_s']:.2f} s" if e["time_to_target_s"] is not None else "-"
+        lines.append(f"{e['participant']}/{e['submission']}: {e['reached']}/{e['seeds']} seeds at the target, {mean}, "
+                     + ("counts" if e["counts"] else "MARKED: " + e["marks"]))
+    return "\n".join(lines)
+
+
+def write_report(results: list[dict[str, Any]]) -> None:
+    """bench/REPORT-race.md from result JSON files (one section per file)."""
+    out = ["# Lab 09's race on a GPU: the baseline and one tuned entry",
+           "",
+           "Written by `python bench/race_gpu.py --report ...` from the JSON of `python bench/race_gpu.py --out ...`.",
+           "Each run is one `python -m coursekit.train` process with lab 09's settings; the engine times it",
+           "(untimed warm-up, evaluations of the full validation set off the clock) and the runs are verified as",
+           "in the notebook (rules, validation-set hash, code hash, every seed at the target).", ""]
+    for result in results:
+        m = result["machine"]
+        where = f"{m['gpus']} x {m['gpu_name']}" if m.get("gpu_name") else f"CPU ({m.get('host')})"
+        out += [f"## {result['profile']} profile — {where}, torch {m.get('torch')}, CUDA {m.get('cuda')}, "
+                f"{m.get('date')}", ""]
+        if result["profile"] == "cpu":
+            out += ["A smoke test of the plumbing (`--cpu-smoke`) on the shared 2-core development machine: runs of "
+                    "a few hundredths of a second, whose times are noise (a run stalled by another process shows "
+                    "it); the GPU section is the record.", ""]
+        if result.get("settings_notice"):
+            out += ["**Data: the generated stand-in of CIFAR-10** (CIFAR-10 is not on this machine): "
+                    "10 classes, 32 x 32, 50,000 + 10,000 images made by the engine. The times are real; the "
+                    "accuracies are not CIFAR-10's.", ""]
+        out += ["| entry | seeds at target | time to target (s, mean ± std) | steps to target | hardware | verdict |",
+                "| --- | --- | --- | --- | --- | --- |"]
+        for e in result["entries"]:
+            mean = (f"{e['time_to_target_s']:.2f} ± {e['std_s']:.2f}" if e["time_to_target_s"] is not None else "-")
+            steps = f"{e['steps_to_target']:.0f}" if e.get("steps_to_target") is not None else "-"
+            out.append(f"| {e['participant']}/{e['submission']} | {e['reached']}/{e['seeds']} | {mean} | {steps} | "
+                       f"{e['hardware']} | {'counts' if e['counts'] else 'marked: ' + e['marks']} |")
+        base = next((e for e in result["entries"] if e["participant"] == "baseline"), None)
+        tuned = next((e for e in result["entries"] if e["submission"] == "tuned"), None)
+        if base and tuned and base["time_to_target_s"] and tuned["time_to_target_s"]:
+            out += ["", f"Speed-up of the tuned entry: x{base['time_to_target_s'] / tuned['time_to_target_s']:.2f} "
+                    f"(baseline {base['time_to_target_s']:.2f} s, tuned {tuned['time_to_target_s']:.2f} s)."]
+        out += ["", "Per run (seed: time to target, steps, timed share of the process's wall time):", ""]
+        for e in result["entries"]:
+            for run in e["runs"]:
+                share = (run["train_time_s"] / run["total_time_s"]) if run.get("train_time_s") and run.get("total_time_s") else None
+                out.append(f"- {e['participant']}/{e['submission']} seed {run['seed']}: "
+                           f"{run.get('time_to_target_s') or 0:.2f} s, {run.get('steps_to_target')} steps, "
+                           f"timed {share:.0%} of {run.get('total_time_s') or 0:.1f} s" if share else
+                           f"- {e['participant']}/{e['submission']} seed {run['seed']}: did not finish")
+        out += ["", "Commands:", ""] + [f"- {k}: `{v}`" for k, v in result["commands"].items()]
+        if result.get("skipped"):
+            out += ["", f"Skipped (time limit): {', '.join(result['skipped'])}"]
+        out += ["", "Rules:", "", "```", result["rules"], "```", ""]
+    REPORT.write_text("\n".join(out) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, help="results JSON")
+    parser.add_argument("--report", type=Path, nargs="*", help="rewrite bench/REPORT-race.md from these JSON files")
+    parser.add_argument("--cpu-smoke", action="store_true", help="the cpu profile's race (seconds, no GPU)")
+    parser.add_argument("--seeds", type=int, default=DEFAULT_SEEDS)
+    parser.add_argument("--time-limit-s", type=float, default=DEFAULT_TIME_LIMIT_S)
+    args = parser.parse_args(argv)
+    if args.report:
+        write_report([json.loads(Path(p).read_text()) for p in args.report])
+        print(f"wrote {REPORT}")
+        return 0
+    if not args.out:
+        parser.error("give --out FILE.json (or --report FILE.json ...)")
+    with tempfile.TemporaryDirectory(prefix="coursekit-race-") as work:
+        result = run_race("cpu" if args.cpu_smoke else "gpu", args.seeds, args.time_limit_s, Path(work))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1, default=str))
+    print(f"wrote {args.out}")
+    print(summary_text(result))
+    return 0 if all(e["counts"] for e in result["entries"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
