@@ -47,6 +47,9 @@ def _bubble(cfg: Any, pctx: Any, ranks: list[dict[str, Any]]) -> dict[str, Any]:
 def parallel_summary(cfg: Any, pctx: Any, trainer: Any, summary: dict[str, Any]) -> dict[str, Any]:
     """Every rank's local bytes and peak memory (gathered: a collective), rates, bubble; writes the weights."""
     model = trainer.model
+    for module in model.modules():  # zero2 keeps parameters gathered after a forward without backward (eval)
+        if cfg.parallel in ("zero2", "zero3", "fsdp_tp") and callable(getattr(module, "reshard", None)):
+            module.reshard()
     record: dict[str, Any] = {
         "rank": pctx.dist.rank, "coords": {dim: pctx.rank_in(dim) for dim in pctx.sizes},
         "param_bytes": parameter_bytes(model), "grad_bytes": getattr(trainer, "grad_bytes", None),
