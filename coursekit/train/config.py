@@ -95,7 +95,9 @@ class TrainConfig:
     sync_batchnorm: bool = field(default=False, metadata={"help": "SyncBatchNorm across processes"})
     # parallelism (several processes)
     parallel: str = field(default="ddp", metadata={
-        "help": "how the model is spread over the processes: ddp (data parallel; one process: the model as is)"})
+        "help": "how the model is spread over the processes: ddp (data parallel; one process: the model as is), "
+                "zero1, zero2, zero3 (sharded data parallel), tensor, fsdp_tp (2-D), pipeline, naive (one process); "
+                "see coursekit/train/parallel/__init__.py"})
     bucket_cap_mb: float = field(default=25.0, metadata={
         "help": "ddp: gradient bucket size in MiB (small: all-reduce starts early, more messages)"})
     sync_every_micro_batch: bool = field(default=False, metadata={

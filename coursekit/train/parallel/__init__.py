@@ -32,7 +32,7 @@ naive      naive.py    one process, the layers split over the visible GPUs (on a
 
 Options: ``--tp N`` (default: every process for tensor, 2 for fsdp_tp), ``--pp N`` (default: every process
 for pipeline; naive: the visible GPUs, at least 2), dp = world_size / (tp * pp);
-``--pipeline-schedule {gpipe,1f1b}``, ``--microbatches M`` (pipeline/naive; divides the batch),
+``--pipeline-schedule {gpipe,1f1b}``, ``--microbatches M`` (pipeline only; divides the batch),
 ``--stage-delay-ms X`` (CPU *emulation* of stage compute: every stage's forward sleeps X ms and its
 backward 2X ms per micro-batch, so that 2 cores do not distort the bubble), ``--activation-checkpointing``
 and ``--accumulation-steps`` work with every strategy, ``--save-weights PATH`` writes the full (gathered,

@@ -188,8 +188,11 @@ def parallel_problems(cfg: Any, world_size: int | None = None, device_type: str 
                             f"microbatches={cfg.microbatches} < pp={stages}; raise --microbatches or use gpipe")
         if strategy == "pipeline" and cfg.precision == "fp16":
             problems.append("parallel='pipeline' runs without a loss scaler: use --precision bf16 or fp32, not fp16")
+        if strategy == "naive" and cfg.microbatches != 1:
+            problems.append(f"microbatches={cfg.microbatches}: the naive split runs the whole batch through one "
+                            "stage after the other; micro-batches are for parallel 'pipeline'")
     elif cfg.microbatches != 1:
-        problems.append(f"microbatches={cfg.microbatches} applies to parallel 'pipeline' or 'naive' only "
+        problems.append(f"microbatches={cfg.microbatches} applies to parallel 'pipeline' only "
                         "(for other strategies use --accumulation-steps)")
     if cfg.stage_delay_ms and strategy not in ("pipeline", "naive"):
         problems.append(f"stage_delay_ms emulates pipeline stages: use it with 'pipeline' or 'naive', not {strategy!r}")
