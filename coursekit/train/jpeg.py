@@ -29,12 +29,14 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from PIL import Image
-from torchvision import datasets, io, transforms
+
+if TYPE_CHECKING:  # torchvision is imported where it is used: ~1 s off every job that reads no JPEGs
+    from torchvision import datasets, transforms
 
 JPEG_SIZE = (500, 375)  # width, height
 JPEG_QUALITY = 90
@@ -123,6 +125,8 @@ def split_folders(data_dir: Path) -> tuple[Path, Path | None]:
 
 
 def cpu_transform(image_size: int, train: bool) -> transforms.Compose:
+    from torchvision import transforms
+
     normalize = transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD)
     if train:
         return transforms.Compose([transforms.RandomResizedCrop(image_size, scale=CROP_SCALE, ratio=CROP_RATIO),
@@ -132,11 +136,15 @@ def cpu_transform(image_size: int, train: bool) -> transforms.Compose:
 
 
 def read_bytes(path: str) -> torch.Tensor:
+    from torchvision import io
+
     return io.read_file(path)
 
 
 def image_folder(root: Path, image_size: int, train: bool, raw_bytes: bool) -> datasets.DatasetFolder:
     """An ImageFolder of ``root`` giving decoded, transformed tensors, or the files' raw bytes."""
+    from torchvision import datasets
+
     try:
         if raw_bytes:
             return datasets.DatasetFolder(str(root), loader=read_bytes, extensions=JPEG_EXTENSIONS)
@@ -193,6 +201,8 @@ JpegDecoder = Callable[[list[torch.Tensor]], list[torch.Tensor]]  # JPEG bytes -
 
 def torchvision_decoder(device: torch.device) -> JpegDecoder:
     """torchvision's nvjpeg decoding (CUDA kernels on the SMs)."""
+    from torchvision import io
+
     return lambda encoded: list(io.decode_jpeg(encoded, mode=io.ImageReadMode.RGB, device=device))
 
 
