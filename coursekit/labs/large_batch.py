@@ -73,6 +73,9 @@ def plan(s: Any) -> list[Run]:
                 lr=s.warmup_demo["lr"], lr_scaling="linear", warmup_epochs=warm, batch_size=s.large_batch, seed=seed))
         add("ghost", "sgd+linear+warmup+ghost", s.large_batch, "epochs", seed, _method(
             s, "sgd+linear+warmup", s.large_batch, seed, ghost_batch_size=s.ghost_batch))
+        add("ghost", "sgd+linear+warmup+ghost", s.large_batch, "steps", seed, _method(
+            s, "sgd+linear+warmup", s.large_batch, seed, ghost_batch_size=s.ghost_batch, epochs=longer,
+            steps=steps_small))
         for batch in s.critical_batches:  # steps to a training loss against the batch size
             add("critical", "sgd+linear+warmup", batch, "epochs", seed, _method(
                 s, "sgd+linear+warmup", batch, seed, epochs=s.critical_epochs, schedule="constant", log_every=1))

@@ -319,6 +319,7 @@ def _lab07(profile: str) -> dict[str, Any]:
         values["budget"] = workshop_budget({"table, 3 epochs": (len(LAB07_METHODS) * 3 * 2, 0.2),
                                             "table, equal steps (24 epochs)": (len(LAB07_METHODS) * 3, 1.0),
                                             "scaling, warm-up, ghost BN": (15, 0.2),
+                                            "ghost BN, equal steps": (3, 1.0),
                                             "critical batch sweep": (len(critical) * 3, 0.2),
                                             "noise scale run": (1, 1.0), "job start-ups": (11, 0.5)})
         values = _on_cifar10(values, "base")

@@ -98,12 +98,15 @@ CELLS = [
     md("""
     ## 5. Ghost batch norm and "train longer"
 
-    Ghost batch norm normalises virtual batches of the small batch's size inside the large batch; the
-    equal-steps column of the table is "train longer".
+    Ghost batch norm normalises virtual batches of the small batch's size inside the large batch (the batch-norm
+    noise of the small batch, the step count of the large one); the equal-steps budget is "train longer". Hoffer
+    et al. use both together. Below: SGD + linear scaling + warm-up at the large batch without and with ghost
+    batch norm, in both budgets.
     """),
     code("""
     # NBVAL_IGNORE_OUTPUT
-    lb.cells(table, "ghost")
+    plain = lb.cells(table).where(method="sgd+linear+warmup", batch_size=s.large_batch)
+    lb.ResultsTable([*plain, *lb.cells(table, "ghost")], title="ghost batch norm and train longer")
     """),
     md("""
     ## 6. How large is too large: the noise scale
