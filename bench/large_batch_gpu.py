@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import gc
 import io
 import json
 import platform
@@ -30,6 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -69,6 +72,9 @@ def run_one(config: TrainConfig, out: Path) -> dict[str, Any]:
             summary = train(config.replace(out=str(out)))
         except Exception as error:  # noqa: BLE001 - a failed run is a row of the record, not the end
             summary = {"status": "failed", "error": f"{type(error).__name__}: {error}"}
+    gc.collect()  # the run's model, optimizer and loader workers go before the next run starts
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
     return {"status": summary.get("status"), "val_acc": summary.get("val_acc"),
             "time_s": time.perf_counter() - started, "images_per_s": summary.get("images_per_s"),
             "steps": summary.get("steps"), "error": summary.get("error"), "device": summary.get("device_name")}
@@ -95,8 +101,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-minutes", type=float, default=MAX_MINUTES)
     parser.add_argument("--out", type=Path, default=None, help=f"results JSON (default {RESULTS})")
     args = parser.parse_args(argv)
-    import torch
-
     if not args.cpu_smoke and not torch.cuda.is_available():
         print("large_batch_gpu: no GPU here; use --cpu-smoke to check the script on a CPU", file=sys.stderr)
         return 2
