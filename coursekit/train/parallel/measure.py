@@ -83,12 +83,15 @@ def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
 class StageClock:
     """Busy time of one pipeline stage (or of each naive stage) against the wall time of the steps.
 
-    Steps after ``skip`` warm-up steps count. ``bubble = 1 - busy / wall`` per stage."""
+    Steps after ``skip`` warm-up steps count. ``bubble = 1 - busy / wall`` per stage. On a CPU the busy time
+    is host time; on a GPU it is measured with CUDA events around each chunk's kernels on the compute
+    stream (a synchronisation there would also wait for the peers' send/recv)."""
 
     def __init__(self, stages: int, device: torch.device, skip: int = 1) -> None:
         self.device, self.skip, self.steps = device, skip, 0
         self.busy, self.wall = [0.0] * stages, 0.0
         self._step_busy = [0.0] * stages
+        self._events: list[tuple[int, Any, Any]] = []  # GPU: (stage, start, end) CUDA events of this step
 
     def sync(self) -> None:
         if self.device.type == "cuda":
@@ -100,15 +103,24 @@ class StageClock:
     def timed(self, stage: int, fn: Any) -> Any:
         """``fn`` wrapped so that its duration counts as ``stage``'s busy time."""
         def run(*args: Any, **kwargs: Any) -> Any:
-            self.sync()
+            if self.device.type == "cuda":  # events on the compute stream: no synchronisation, no waiting for
+                start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))  # a peer's send/recv
+                start.record()
+                result = fn(*args, **kwargs)
+                end.record()
+                self._events.append((stage, start, end))
+                return result
             started = time.perf_counter()
             result = fn(*args, **kwargs)
-            self.sync()
             self.add(stage, time.perf_counter() - started)
             return result
         return run
 
     def end_step(self, wall_s: float) -> None:
+        """Close a step of ``wall_s`` seconds (on a GPU: call after synchronising the device)."""
+        for stage, start, end in self._events:
+            self.add(stage, start.elapsed_time(end) / 1000)
+        self._events = []
         self.steps += 1
         if self.steps > self.skip:
             self.busy = [b + s for b, s in zip(self.busy, self._step_busy, strict=True)]
