@@ -81,6 +81,7 @@ def test_naive_split_equals_serial_and_shows_idle_stages(tmp_path) -> None:
     ({"parallel": "zero3", "tp": 2}, 2, "tp=2 applies to parallel 'tensor' or 'fsdp_tp'"),
     ({"parallel": "ddp", "microbatches": 2}, 2, "microbatches=2 applies to parallel 'pipeline'"),
     ({"parallel": "fsdp_tp", "tp": 2}, 2, "leaves dp=1"),
+    ({"parallel": "pipeline", "grad_noise_batches": 2}, 2, "grad_noise_batches: a pipeline has no whole model"),
     ({"parallel": "naive", "microbatches": 2}, 1, "micro-batches are for parallel 'pipeline'"),
     ({"parallel": "pipeline", "precision": "fp16"}, 2, "without a loss scaler"),
     ({"parallel": "zero1", "checkpoint_every": 2}, 2, "no resumable checkpoint"),

@@ -201,6 +201,12 @@ def parallel_problems(cfg: Any, world_size: int | None = None, device_type: str 
                         "computes whole heads; pick tp dividing the heads")
     if strategy != "ddp" and cfg.sync_batchnorm:
         problems.append(f"sync_batchnorm applies to parallel 'ddp' only, not {strategy!r}")
+    if strategy == "pipeline":
+        needs_forward = [name for name in ("grad_noise_batches", "log_params", "target_acc", "trust_ratio_every")
+                         if getattr(cfg, name, None)]
+        if needs_forward:
+            problems.append(f"{', '.join(needs_forward)}: a pipeline has no whole model on one rank to evaluate or "
+                            "probe; use another --parallel strategy for these measurements")
     if strategy == "zero1" and (cfg.checkpoint_every or cfg.resume):
         problems.append("checkpoint_every/resume: parallel='zero1' writes no resumable checkpoint (its optimizer "
                         "state would first be consolidated on one rank); use zero2/zero3 or ddp")
