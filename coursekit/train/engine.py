@@ -220,7 +220,7 @@ def _start_line(cfg: TrainConfig, ctx: DistContext, parts: dict[str, Any]) -> st
     accumulation = f" in {cfg.accumulation_steps} micro-batches" if cfg.accumulation_steps > 1 else ""
     return (f"coursekit.train: {cfg.model} ({parts['num_parameters']:,} parameters) on {cfg.dataset}, "
             f"{ctx.world_size} process(es) on {ctx.device}, {cfg.precision}, batch {cfg.batch_size} x "
-            f"{ctx.world_size} = {parts['global_batch']}{accumulation}, {parts['total_steps']} steps "
+            f"{parts['mesh'].get('dp', ctx.world_size)} = {parts['global_batch']}{accumulation}, {parts['total_steps']} steps "
             f"({parts['steps_per_epoch']} per epoch)")
 
 
