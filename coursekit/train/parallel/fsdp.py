@@ -27,7 +27,7 @@ try:
 except ImportError:  # torch < 2.6
     from torch.distributed._composable.fsdp import fully_shard
 
-from coursekit.train.models import _is_checkpoint_unit, model_spec
+from coursekit.train.models import ActivationCheckpoint, _is_checkpoint_unit, model_spec
 from coursekit.train.parallel import tensor
 
 
@@ -36,7 +36,8 @@ def shard_units(model: nn.Module, cfg: Any) -> list[nn.Module]:
     spec = model_spec(cfg.model)
     if spec.blocks is not None:
         return spec.blocks(model)
-    return [m for m in model.modules() if m is not model and _is_checkpoint_unit(m)]
+    return [m for m in model.modules()  # the blocks, not their checkpointing wrappers (which delegate attributes)
+            if m is not model and not isinstance(m, ActivationCheckpoint) and _is_checkpoint_unit(m)]
 
 
 def apply(model: nn.Module, ctx: Any, cfg: Any) -> nn.Module:
