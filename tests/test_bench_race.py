@@ -1,0 +1,32 @@
+"""bench/race_gpu.py: the --cpu-smoke race end to end in one process, and the report from its JSON."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+import race_gpu  # noqa: E402
+
+SMOKE_RESULT = ROOT / "bench" / "results" / "race_cpu_smoke.json"  # a full --cpu-smoke run, kept as input
+
+
+def test_report_from_the_smoke_result(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(race_gpu, "REPORT", tmp_path / "REPORT-race.md")
+    race_gpu.write_report([json.loads(SMOKE_RESULT.read_text())])
+    text = (tmp_path / "REPORT-race.md").read_text()
+    assert "| baseline/baseline | 3/3 |" in text and "| bench/tuned | 3/3 |" in text and "counts" in text
+    assert "smoke test of the plumbing" in text and "python -m coursekit.train" in text
+
+
+def test_a_short_cpu_race_runs_and_verifies(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COURSEKIT_COURSE_DIR", str(tmp_path))  # run_race would set it for the bench's process
+    result = race_gpu.run_race("cpu", seeds=2, time_limit_s=120, work=tmp_path)
+    assert [e["participant"] for e in result["entries"]] and all(e["counts"] for e in result["entries"])
+    assert {e["seeds"] for e in result["entries"]} == {2}
+    assert "lab 09 (cpu)" in result["rules"]
