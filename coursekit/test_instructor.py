@@ -117,3 +117,24 @@ def test_jobs_without_a_prefix_say_how_to_set_one(course: Path, capsys: pytest.C
     course.mkdir(parents=True)
     assert cli.main(["instructor", "jobs"]) == 1
     assert "job_prefix" in capsys.readouterr().err
+
+
+def test_slurm_branch_reads_every_users_jobs_by_prefix_and_cancels_only_the_active_ones(
+        course: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """The Slurm path with Slurm's answers faked (the real cluster: tests/integration/test_instructor_on_slurm.py)."""
+    from coursekit.jobs import slurm_cli
+
+    monkeypatch.setenv("COURSEKIT_SITE", "slurm")
+    active = [{"job_id": "7", "name": "ck-ada-bs", "user": "u1", "state": "RUNNING", "elapsed": "1:00", "node_list": "n1"},
+              {"job_id": "8", "name": "zz-x", "user": "u2", "state": "PENDING", "elapsed": "0:00", "node_list": ""},
+              {"job_id": "9", "name": "ck-bob-lr", "user": "u2", "state": "PENDING", "elapsed": "0:00", "node_list": ""}]
+    sacct = "5|ck-eve-amp|COMPLETED|0:0|00:01:00|n2|t|t|t|gpu\n6|zz-y|FAILED|1:0|00:00:10|n2|t|t|t|gpu\n"
+    cancelled: list[list[str]] = []
+    monkeypatch.setattr(slurm_cli, "squeue", lambda all_states=True: active)
+    monkeypatch.setattr(slurm_cli, "accounting_enabled", lambda: True)
+    monkeypatch.setattr(slurm_cli, "run", lambda command: sacct)
+    monkeypatch.setattr(slurm_cli, "scancel", lambda ids: cancelled.append(list(ids)))
+    assert [r["job_id"] for r in instructor.course_jobs("ck", finished=False)] == ["7", "9"]
+    assert [r["job_id"] for r in instructor.course_jobs("ck", finished=True)] == ["5", "7", "9"]
+    assert cli.main(["instructor", "cancel", "--course", "--prefix", "ck"]) == 0
+    assert cancelled == [["7", "9"]] and "cancelled 2 job(s)" in capsys.readouterr().out
