@@ -40,9 +40,10 @@ def stage_command(folder: str | Path | None = None) -> str:
 
 def standin_config(config: Any) -> Any:
     """``config`` (a cifar10 TrainConfig) on the generated stand-in of CIFAR-10's shape."""
+    train = config.num_samples or CIFAR10_TRAIN  # a subset of CIFAR-10 keeps its size on the stand-in
     return config.replace(dataset="generated", data_dir=None, download=False, num_classes=CIFAR10_CLASSES,
-                          image_size=CIFAR10_SIZE, num_samples=CIFAR10_TRAIN + CIFAR10_TEST,
-                          val_fraction=CIFAR10_TEST / (CIFAR10_TRAIN + CIFAR10_TEST))
+                          image_size=CIFAR10_SIZE, num_samples=train + CIFAR10_TEST,
+                          val_fraction=CIFAR10_TEST / (train + CIFAR10_TEST))
 
 
 def standin_notice(folder: str | Path) -> str:

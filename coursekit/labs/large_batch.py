@@ -85,9 +85,10 @@ def plan(s: Any) -> list[Run]:
 
 
 def train_samples(config: TrainConfig) -> int:
-    """Training samples of the run's data: CIFAR-10's 50,000, else the generated set's share."""
+    """Training samples of the run's data: CIFAR-10's 50,000 (or its first ``num_samples``), else the
+    generated set's share."""
     if config.dataset == "cifar10":
-        return CIFAR10_TRAIN
+        return config.num_samples or CIFAR10_TRAIN
     return int((config.num_samples or 0) * (1 - config.val_fraction))
 
 

@@ -287,6 +287,9 @@ def _lab07_methods(warmup_epochs: float) -> dict[str, dict[str, Any]]:
             for name, options in LAB07_METHODS.items()}
 
 
+LAB07_GPU_SUBSET = 10_000  # CIFAR-10 training images the gpu profile's runs use
+
+
 def _lab07(profile: str) -> dict[str, Any]:
     cpu = profile == "cpu"
     if cpu:
@@ -298,30 +301,32 @@ def _lab07(profile: str) -> dict[str, Any]:
         values = {"target_loss": 0.7, "critical_epochs": 4, "noise_batches": 20, "noise_every": 10,
                   "runs_per_job": 12, "methods": _lab07_methods(0.5)}
     else:
-        # A room's share of GPUs allows 3 epochs per run and batch 2048 (equal steps = 24 epochs); the
-        # one-GPU record of bench/large_batch_gpu.py has batch 4096 at equal epochs.
-        small, large = 256, 2048
-        base = TrainConfig(model="resnet18", dataset="cifar10", data_dir=data_dir(), epochs=3, lr=0.1,
-                           base_batch=small, log_every=20, workers=8, pin_memory=True, persistent_workers=True,
-                           non_blocking=True, precision="bf16", channels_last=True, **QUIET)
-        critical = [256, 1024, 4096]
-        values = {"target_loss": 1.0, "critical_epochs": 3, "noise_batches": 10, "noise_every": 100,
-                  "runs_per_job": 8, "methods": _lab07_methods(1.0)}
+        # A room's share of GPUs (and an instructor's dry run of minutes): CIFAR-10's first 10,000 images,
+        # 2 epochs, batch 128 vs 1024 (234 vs 30 steps, as the cpu profile's 375 vs 24; equal steps = 16 epochs);
+        # the one-GPU record of bench/large_batch_gpu.py trains on all 50,000 at batch 256 vs 4096.
+        small, large = 128, 1024
+        base = TrainConfig(model="resnet18", dataset="cifar10", data_dir=data_dir(), num_samples=LAB07_GPU_SUBSET,
+                           epochs=2, lr=0.1, base_batch=small, log_every=10, workers=8, pin_memory=True,
+                           persistent_workers=True, non_blocking=True, precision="bf16", channels_last=True, **QUIET)
+        critical = [128, 512, 2048]
+        values = {"target_loss": 1.2, "critical_epochs": 2, "noise_batches": 10, "noise_every": 40,
+                  "runs_per_job": 20, "methods": _lab07_methods(0.5)}
     values.update({
         "base": base, "small_batch": small, "large_batch": large, "seeds": [0, 1, 2],
         "scaling_rules": ["none", "sqrt", "linear"],
         # warm-up demo: a base LR whose linear scaling diverges without warm-up
-        "warmup_demo": {"lr": 0.1, "warmup_epochs": 1.0} if cpu else {"lr": 0.4, "warmup_epochs": 2.0},
+        "warmup_demo": {"lr": 0.1, "warmup_epochs": 1.0} if cpu else {"lr": 0.4, "warmup_epochs": 1.0},
         "ghost_batch": small, "critical_batches": critical, "trust_ratio_every": 5 if cpu else 50,
         "job": job_options(profile, "00:10:00" if cpu else "01:00:00"), "timeout_s": 600 if cpu else 7200})
     if not cpu:
-        # H100, ResNet-18 bf16 on 32 px: ~2.5 s an epoch; 8 runs share a job's ~0.5 min start-up
-        values["budget"] = workshop_budget({"table, 3 epochs": (len(LAB07_METHODS) * 3 * 2, 0.2),
-                                            "table, equal steps (24 epochs)": (len(LAB07_METHODS) * 3, 1.0),
-                                            "scaling, warm-up, ghost BN": (15, 0.2),
-                                            "ghost BN, equal steps": (3, 1.0),
-                                            "critical batch sweep": (len(critical) * 3, 0.2),
-                                            "noise scale run": (1, 1.0), "job start-ups": (11, 0.5)})
+        # H100, ResNet-18 bf16 on 32 px: ~0.5 s an epoch of 10,000 images, ~3 s per run to build and evaluate;
+        # 20 runs share a job's ~0.5 min start-up (on the local site all runs share one job)
+        values["budget"] = workshop_budget({"table, 2 epochs": (len(LAB07_METHODS) * 3 * 2, 0.07),
+                                            "table, equal steps (16 epochs)": (len(LAB07_METHODS) * 3, 0.2),
+                                            "scaling, warm-up, ghost BN": (15, 0.07),
+                                            "ghost BN, equal steps": (3, 0.2),
+                                            "critical batch sweep": (len(critical) * 3, 0.07),
+                                            "noise scale run": (1, 0.1), "job start-ups": (5, 0.5)})
         values = _on_cifar10(values, "base")
     return values
 
@@ -335,7 +340,7 @@ def _lab08(profile: str) -> dict[str, Any]:
                            **QUIET)
         # stage compute emulated by sleeping (forward X ms, backward 2X per micro-batch); 3 values of m keep the
         # notebook under CI's 3 minutes
-        stage_delay_ms, microbatches = 15.0, [1, 2, 4]
+        stage_delay_ms, microbatches = 20.0, [1, 2, 4]
     else:
         # course size on 2 GPUs: 8 blocks of width 1024 (about 0.1 B parameters), bf16
         base = TrainConfig(model="gpt", dataset="tokens", gpt_layers=8, gpt_dim=1024, gpt_heads=16, seq_len=512,

@@ -11,6 +11,14 @@ def test_standin_when_cifar10_is_absent(tmp_path):
     assert notice.startswith(datasets.STANDIN_MARK) and f"--data-dir {tmp_path}" in notice
 
 
+
+def test_standin_keeps_a_subsets_size(tmp_path):
+    config = TrainConfig(model="resnet18", dataset="cifar10", data_dir=str(tmp_path), num_samples=10_000)
+    chosen, _ = datasets.cifar10_or_standin(config)
+    assert round(chosen.num_samples * (1 - chosen.val_fraction)) == 10_000
+    assert round(chosen.num_samples * chosen.val_fraction) == 10_000  # CIFAR-10's whole test set
+
+
 def test_cifar10_kept_when_staged(tmp_path):
     batches = tmp_path / datasets.CIFAR10_FOLDER
     batches.mkdir()

@@ -47,7 +47,7 @@ class TrainConfig:
     data_dir: str | None = field(default=None, metadata={"help": "dataset folder (cifar10, imagefolder, jpeg_folder)"})
     download: bool = field(default=False, metadata={"help": "download CIFAR-10 into data_dir (login node only)"})
     gpu_resident: bool = field(default=False, metadata={"help": "keep synthetic data on the GPU"})
-    num_samples: int | None = field(default=None, metadata={"help": "size of a generated dataset"})
+    num_samples: int | None = field(default=None, metadata={"help": "size of a generated dataset; cifar10: the first N training images"})
     val_fraction: float = field(default=0.2, metadata={"help": "share of a generated dataset kept for validation"})
     num_classes: int = field(default=10, metadata={"help": "classes of a generated dataset"})
     image_size: int = field(default=32, metadata={"help": "image side in pixels"})

@@ -315,6 +315,11 @@ def _cifar10(cfg: Any, ctx: RankInfo) -> DataBundle:
     train = datasets.CIFAR10(str(root), train=True, download=cfg.download,
                              transform=transforms.Compose(augment + resize + tail))
     val = datasets.CIFAR10(str(root), train=False, download=False, transform=transforms.Compose(resize + tail))
+    if cfg.num_samples is not None:  # a course-sized subset: the first N training images (classes are mixed)
+        if cfg.num_samples > len(train):
+            raise ValueError(f"num_samples={cfg.num_samples} is more than CIFAR-10's {len(train):,} training images: "
+                             "lower it, or leave it out to train on all of them")
+        train = torch.utils.data.Subset(train, range(cfg.num_samples))
     return _bundle(train, val, cfg, ctx, CIFAR10_CLASSES, (3, cfg.image_size, cfg.image_size))
 
 

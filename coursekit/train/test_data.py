@@ -168,6 +168,19 @@ def test_cifar10_loads_torchvisions_format(tmp_path, monkeypatch):
     assert x.shape == (8, 3, 32, 32) and y.shape == (8,) and data.num_classes == 10
 
 
+
+def test_cifar10_subset_is_its_first_images_and_too_many_is_refused(tmp_path, monkeypatch):
+    write_fake_cifar10(tmp_path, per_batch=4)
+    import torchvision.datasets.cifar
+
+    monkeypatch.setattr(torchvision.datasets.cifar, "check_integrity", lambda *args: True)
+    full = build_data(TrainConfig(dataset="cifar10", data_dir=str(tmp_path), batch_size=4), SINGLE)
+    part = build_data(TrainConfig(dataset="cifar10", data_dir=str(tmp_path), batch_size=4, num_samples=6), SINGLE)
+    assert len(part.train_loader.dataset) == 6 and len(part.val_loader.dataset) == 4
+    assert list(part.train_loader.dataset.indices) == list(range(6)) and len(full.train_loader.dataset) == 20
+    with pytest.raises(ValueError, match="num_samples=21 is more than"):
+        build_data(TrainConfig(dataset="cifar10", data_dir=str(tmp_path), num_samples=21), SINGLE)
+
 @pytest.fixture(scope="module")
 def jpeg_tree(tmp_path_factory):
     root = tmp_path_factory.mktemp("jpegs")
