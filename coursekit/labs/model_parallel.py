@@ -38,7 +38,9 @@ STRATEGIES: dict[str, tuple[dict[str, Any], str]] = {
     "1f1b": ({"parallel": "pipeline", "pipeline_schedule": "1f1b"}, "pp"),
     "tensor": ({"parallel": "tensor"}, "tp"),
     "zero1": ({"parallel": "zero1"}, "zero1"),
-    "zero2": ({"parallel": "zero2"}, "zero2"),
+    # FSDP2's ZeRO-2 (reshard_after_forward=False) holds the gathered weights only from forward to backward:
+    # between steps, where the engine measures, it holds ZeRO-3's shares (DeepSpeed's ZeRO-2 keeps them whole)
+    "zero2": ({"parallel": "zero2"}, "zero3"),
     "zero3": ({"parallel": "zero3"}, "zero3"),
     "fsdp_tp": ({"parallel": "fsdp_tp"}, "zero3"),
 }

@@ -171,6 +171,12 @@ CELLS = [
     """, tags=IGNORE),
     md("""
     ZeRO with more processes: the sharded parts shrink as 1/N, the replicated ones stay.
+
+    One subtlety: FSDP2's ZeRO-2 (`fully_shard(reshard_after_forward=False)`) is not DeepSpeed's. It keeps
+    the gathered weights from a block's forward until its backward — during that window it holds what the
+    ZeRO-2 formula says — and frees them after the backward. Between steps, where the engine measures, it
+    holds ZeRO-3's shares, so its row is compared with the ZeRO-3 formula. It saves the second all-gather
+    of the weights in the backward, not memory at rest.
     """),
     code("""
     zero = [table.where(lambda r: r["strategy"].startswith("zero"))]
@@ -183,9 +189,9 @@ CELLS = [
     code("""
     labels = [f"{r['strategy']} N={r['n_gpu']}" for r in zero]
     figure, axes = plots.new_figure(ncols=2)
-    plots.bars(labels, zero.column("state_mb_per_rank"), ax=axes[0], ylabel="MB per rank", annotate="{:.2f}",
+    plots.bars(labels, [v or 0 for v in zero.column("state_mb_per_rank")], ax=axes[0], ylabel="MB per rank", annotate="{:.2f}",
                title="measured (largest rank)")
-    plots.bars(labels, zero.column("formula_mb_per_rank"), ax=axes[1], ylabel="MB per rank", annotate="{:.2f}",
+    plots.bars(labels, [v or 0 for v in zero.column("formula_mb_per_rank")], ax=axes[1], ylabel="MB per rank", annotate="{:.2f}",
                title="formula")
     figure
     """, tags=IGNORE),
@@ -220,7 +226,7 @@ CELLS = [
     code("""
     figure, axes = plots.new_figure(ncols=2)
     names = table.column("strategy")
-    plots.bars(names, table.column("state_mb_per_rank"), ax=axes[0], ylabel="training state per rank (MB)",
+    plots.bars(names, [v or 0 for v in table.column("state_mb_per_rank")], ax=axes[0], ylabel="training state per rank (MB)",
                annotate="{:.2f}", title="memory per rank")
     plots.bars(names, [v or 0 for v in table.column("tokens_per_s")], ax=axes[1], ylabel="tokens/s",
                title="throughput")
