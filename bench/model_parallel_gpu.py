@@ -46,6 +46,10 @@ GPU_INIT_THREADS = "8"  # CPU threads per process while the large model is built
 SMOKE = {"gpt_layers": 4, "gpt_dim": 64, "gpt_heads": 4, "seq_len": 32, "vocab_size": 32, "batch_size": 16,
          "num_samples": 2048, "steps": 4, "precision": "fp32"}
 MICROBATCHES = (1, 2, 4, 8)
+# the formula of coursekit.train.memory per --parallel (FSDP2's zero2 holds ZeRO-3's shares between steps, where
+# the engine measures); autocast keeps fp32 weights, gradients and Adam state: the fp32 formula
+FORMULA = {"ddp": "ddp", "zero1": "zero1", "zero2": "zero3", "zero3": "zero3", "tensor": "tp", "pipeline": "pp",
+           "fsdp_tp": "zero3"}
 OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError", "out of memory")
 GIB = 2**30
 
@@ -100,7 +104,12 @@ def run(name: str, world: int, sizes: dict[str, Any], scratch: Path, env: dict[s
     ranks = block.get("ranks") or []
     state = [sum(r.get(k) or 0 for k in ("param_bytes", "grad_bytes", "optimizer_bytes")) for r in ranks]
     peaks = [r.get("peak_memory_bytes") for r in ranks if r.get("peak_memory_bytes")]
-    row = {"name": name, "n_gpu": world, "options": options, "command": " ".join(shlex.quote(c) for c in command),
+    sys.path.insert(0, str(ROOT))
+    from coursekit.train.memory import sharded_memory
+
+    psi = params_of(sizes["gpt_layers"], sizes["gpt_dim"], sizes["vocab_size"], sizes["seq_len"])
+    formula = sharded_memory(psi, FORMULA[options.get("parallel", "ddp")], world, "adamw", "fp32").total_bytes / GIB
+    row = {"name": name, "n_gpu": world, "formula_gb_per_gpu": formula, "options": options, "command": " ".join(shlex.quote(c) for c in command),
            "ok": code == 0, "exit_code": code, "timed_out": code is None, "wall_s": round(time.perf_counter() - started, 1),
            "oom": any(marker in text for marker in OOM_MARKERS),
            "state_gb_per_gpu": max(state) / GIB if state else None, "peak_mem_gb": max(peaks) / GIB if peaks else None,

@@ -45,18 +45,19 @@ def render(result: dict[str, Any]) -> str:
         f"AdamW state 16 B/parameter = {_num(big.get('ddp_state_gib'), '.0f')} GiB on every GPU under DDP, "
         f"{_num(big.get('zero3_state_gib_per_gpu'), '.0f')} GiB per GPU under FSDP2 (ZeRO-3) over 2.",
         "",
-        "| run | GPUs | result | peak memory per GPU (GiB) | state per GPU (GiB) | tokens/s | bubble (measured / theory) |",
-        "|---|---|---|---|---|---|---|",
+        "| run | GPUs | result | peak memory per GPU (GiB) | state per GPU (GiB) | formula (GiB) | tokens/s | bubble (measured / theory) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for run in result.get("runs", []):
         bubble = (f"{_num(run.get('bubble_measured'), '.3f')} / {_num(run.get('bubble_theory'), '.3f')}"
                   if run.get("bubble_theory") is not None else "-")
-        lines.append(f"| {run['name']} | {run.get('n_gpu')} | {_verdict(run)} | {_num(run.get('peak_mem_gb'), '.2f')} | "
-                     f"{_num(run.get('state_gb_per_gpu'), '.2f')} | {_num(run.get('tokens_per_s'), ',.0f')} | {bubble} |")
+        lines.append(f"| {run['name']} | {run.get('n_gpu')} | {_verdict(run)} | {_num(run.get('peak_mem_gb'), '.3g')} | "
+                     f"{_num(run.get('state_gb_per_gpu'), '.3g')} | {_num(run.get('formula_gb_per_gpu'), '.3g')} | "
+                     f"{_num(run.get('tokens_per_s'), ',.0f')} | {bubble} |")
         if run["name"] == "big-zero3":
             lines += ["", "## Per strategy, course-size GPT", "",
-                      "| run | GPUs | result | peak memory per GPU (GiB) | state per GPU (GiB) | tokens/s | "
-                      "bubble (measured / theory) |", "|---|---|---|---|---|---|---|"]
+                      "| run | GPUs | result | peak memory per GPU (GiB) | state per GPU (GiB) | formula (GiB) | "
+                      "tokens/s | bubble (measured / theory) |", "|---|---|---|---|---|---|---|---|"]
     failed = [r for r in result.get("runs", []) if not r.get("ok") and r.get("log_tail")]
     for run in failed:
         lines += ["", f"### {run['name']}: last lines of its log", "", "```", run["log_tail"].strip()[-1200:], "```"]
