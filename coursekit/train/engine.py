@@ -159,6 +159,16 @@ def _run(cfg: TrainConfig, ctx: DistContext) -> dict[str, Any]:
     return summary
 
 
+def _estimate(model: torch.nn.Module, cfg: TrainConfig, micro_batch: int, input_shape: tuple[int, ...]
+              ) -> dict[str, Any]:
+    """The memory calculator's estimate for this run (informative: an error is recorded, never raised)."""
+    try:
+        return estimate_memory(model, cfg.optimizer, cfg.precision, micro_batch, input_shape,
+                               momentum=cfg.momentum).as_dict()
+    except Exception as error:  # noqa: BLE001 - the estimate is informative; never stop a run for it
+        return {"error": f"{type(error).__name__}: {error}"}
+
+
 def _parallelize(model: torch.nn.Module, pctx: ParallelContext, cfg: TrainConfig) -> torch.nn.Module:
     """The ``--parallel`` strategy's ``apply`` (coursekit/train/parallel/<name>.py)."""
     strategy = strategy_module(cfg.parallel)
@@ -183,11 +193,10 @@ def _build(cfg: TrainConfig, ctx: DistContext, pctx: ParallelContext) -> dict[st
     except ValueError as error:
         raise ConfigError(str(error)) from error
     micro_batch = cfg.batch_size // cfg.accumulation_steps
-    try:
-        estimate: dict[str, Any] | None = estimate_memory(model, cfg.optimizer, cfg.precision, micro_batch,
-                                                          data.input_shape, momentum=cfg.momentum).as_dict()
-    except Exception as error:  # noqa: BLE001 - the estimate is informative; never stop a run for it
-        estimate = {"error": f"{type(error).__name__}: {error}"}
+    if cfg.dataset == "tokens":  # the estimate runs the model on float images; a copy of a large GPT costs minutes
+        estimate: dict[str, Any] | None = {"error": "not estimated for token models (see memory.sharded_memory)"}
+    else:
+        estimate = _estimate(model, cfg, micro_batch, data.input_shape)
     model = model.to(ctx.device)
     if ctx.device.type == "cuda":
         torch.backends.cudnn.benchmark = True  # fixed input sizes: let cuDNN pick its fastest kernels
