@@ -119,6 +119,7 @@ def run_notebook(path: Path, log_dir: Path | None, profile: str = "gpu") -> dict
     if log_dir is not None:
         log_dir.mkdir(parents=True, exist_ok=True)
         (log_dir / f"gpu_nb{path.stem[:2]}.txt").write_text(text)
+        nbformat.write(notebook, log_dir / f"gpu_{path.name}")  # the executed notebook: plots and tables too
     failed_claims = [c for c in claims if c["verdict"] == "CLAIM DOES NOT HOLD"]
     # what the labs say about themselves: the CIFAR-10 stand-in, jobs that did not complete (labs.failures)
     notes = sorted({line.strip() for line in lines if line.startswith("DATASET STAND-IN")
