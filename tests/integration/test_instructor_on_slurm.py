@@ -4,6 +4,7 @@ course's job prefix (squeue of every user, sacct for finished ones), cancelling 
 from __future__ import annotations
 
 import csv
+import secrets
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ import coursekit
 from coursekit import cli
 
 END_S = 120
-PREFIX = "ck9"
+PREFIX = f"k{secrets.randbelow(10_000):04d}"  # own prefix: cancel --course hits every user's jobs with it
 SLEEP = "-c 'import time; time.sleep(300)'"
 TINY_RUN = "-m coursekit.train --model mlp --dataset generated --num-samples 200 --image-size 8 --epochs 1 --progress off"
 
@@ -26,12 +27,12 @@ def test_instructor_follows_cancels_and_gathers_the_course_on_slurm(course: Path
 
     run = coursekit.submit_jobs(TINY_RUN, name=f"{PREFIX}-bob-mlp", time_max="00:05:00")[0]
     ours = coursekit.submit_jobs(SLEEP, name=f"{PREFIX}-ada-sleep", time_max="00:10:00")[0]
-    other = coursekit.submit_jobs(SLEEP, name="zz-other", time_max="00:10:00")[0]
+    other = coursekit.submit_jobs(SLEEP, name=f"zz{PREFIX}-other", time_max="00:10:00")[0]
     try:
         assert run.wait(END_S) == "COMPLETED"
         assert cli.main(["instructor", "jobs"]) == 0
         out = capsys.readouterr().out
-        assert f"{PREFIX}-ada-sleep" in out and "zz-other" not in out and ours.job_id in out
+        assert f"{PREFIX}-ada-sleep" in out and f"zz{PREFIX}-other" not in out and ours.job_id in out
 
         assert cli.main(["instructor", "cancel", "--course"]) == 0
         assert ours.job_id in capsys.readouterr().out
