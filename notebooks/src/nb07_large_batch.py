@@ -51,7 +51,13 @@ CELLS = [
     table.with_columns("experiment", "method", "batch_size", "budget", "seed", "status", "val_acc", "total_time_s")
     """),
     code("""
-    assert all(r["status"] in ("completed", "nan") for r in table), table.column("status")
+    failed = [r for r in table if r["status"] not in ("completed", "nan")]
+    for r in failed[:5]:  # what went wrong, in the run's own words
+        print(f"{r['experiment']} {r['method']} batch {r['batch_size']} seed {r['seed']}: {r['status']}: "
+              f"{(r['summary'] or {}).get('error')}")
+    for job in {r["job_id"]: sweep.jobs[[j.job_id for j in sweep.jobs].index(r["job_id"])] for r in failed}.values():
+        print(f"--- job {job.job_id}, last lines of stderr:\\n{job.tail(15, 'err')}")
+    assert not failed, f"{len(failed)} of {len(table)} runs did not complete"
     summary = lb.cells(table)
     print(len(table), "runs;", len(summary), "cells of", len(s.seeds), "seeds")
     """),
@@ -84,6 +90,25 @@ CELLS = [
     # NBVAL_IGNORE_OUTPUT
     lb.cells(table, "warmup")
     """),
+    md("""
+    **Your turn.** DLO-JZ trains ResNet-18 at batch 8192 with a learning rate found for batch 256 (0.1).
+    With the engine's own rule (`scaled_lr`, the rule `--lr-scaling` uses), what learning rate do linear and
+    square-root scaling give at 8192? Goyal et al. warm up for 5 epochs: how many optimizer steps is that on
+    CIFAR-10's 50,000 training images at batch 8192 (the last, short batch counts as a step)?
+    """, tags=("exercise",)),
+    code("""
+    import math
+
+    from coursekit.train.optim import scaled_lr
+
+    ### BEGIN SOLUTION
+    at_256 = s.base.replace(lr=0.1, base_batch=256)
+    linear_lr = scaled_lr(at_256.replace(lr_scaling="linear"), 8192)
+    sqrt_lr = scaled_lr(at_256.replace(lr_scaling="sqrt"), 8192)
+    warmup_steps = 5 * math.ceil(50_000 / 8192)
+    ### END SOLUTION
+    print(f"linear: lr {linear_lr:.2f}, square root: lr {sqrt_lr:.3f}, warm-up: {warmup_steps} steps")
+    """, tags=("exercise",)),
     md("""
     ## 4. LARS and LAMB: one trust ratio per layer
 

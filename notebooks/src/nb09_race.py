@@ -139,7 +139,7 @@ CELLS = [
     race.plot_leaderboard(board)
     """),
     code("""
-    for row in board:
+    for row in sorted(board, key=lambda row: (row["participant"], row["submission"])):
         print(f"{row['participant']}/{row['submission']}: {row['seeds']} seeds, {row['reached']} reached the target, "
               + ("counts" if row["counts"] else "MARKED: " + row["marks"]))
     """),
