@@ -23,6 +23,7 @@ PROFILE_DIR = "profile"
 TOP_OPERATORS_FILE = "top_operators.txt"
 STEP_PREFIX = "ProfilerStep#"
 DATALOADER_MARK = "enumerate(DataLoader)"
+GPU_STEP_CATEGORIES = ("gpu_user_annotation",)  # the GPU's copy of a ProfilerStep (torch 2.x traces)
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 HOST_CATEGORIES = ("cpu_op", "user_annotation")
 US_PER_MS = 1000.0
@@ -107,7 +108,8 @@ def summarize_trace(path: str | Path, top: int = 8) -> dict[str, Any]:
     """Profiled time, the DataLoader's share of it, GPU idle share (None without GPU events), top operators."""
     events = [e for e in json.loads(Path(path).read_text(encoding="utf-8"))["traceEvents"]
               if e.get("ph") == "X" and "dur" in e]
-    steps = [e for e in events if e.get("name", "").startswith(STEP_PREFIX)]
+    # one ProfilerStep per step on the host; with CUDA the trace repeats each on the GPU's timeline
+    steps = [e for e in events if e.get("name", "").startswith(STEP_PREFIX) and e.get("cat") not in GPU_STEP_CATEGORIES]
     if not steps:
         raise ValueError(f"{path}: no {STEP_PREFIX} events (not a torch.profiler trace of training steps?)")
     start = min(e["ts"] for e in steps)

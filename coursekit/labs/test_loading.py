@@ -21,7 +21,10 @@ def write_trace(folder, with_gpu):
     ]
     if with_gpu:
         events += [event("gemm", 60, 30, "kernel", tid=7), event("gemm", 160, 30, "kernel", tid=7),
-                   event("gemm", 170, 10, "kernel", tid=8)]  # overlapping kernels count once
+                   event("gemm", 170, 10, "kernel", tid=8),  # overlapping kernels count once
+                   # the GPU's copy of each step annotation (seen in a torch 2.11 trace on an H100)
+                   event("ProfilerStep#2", 58, 40, "gpu_user_annotation", tid=7),
+                   event("ProfilerStep#3", 158, 40, "gpu_user_annotation", tid=7)]
     path = folder / "profile" / "host_1.123.pt.trace.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"traceEvents": events}))
@@ -41,6 +44,7 @@ def test_trace_summary_without_gpu(tmp_path):
 
 def test_trace_summary_with_gpu(tmp_path):
     summary = loading.summarize_trace(write_trace(tmp_path, with_gpu=True))
+    assert summary["steps"] == 2  # each step once, not once more for its GPU timeline
     assert summary["gpu_busy_ms"] == pytest.approx(0.06)
     assert summary["gpu_idle_share"] == pytest.approx(0.7)
 
