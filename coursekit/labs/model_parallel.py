@@ -331,7 +331,7 @@ def load_recording(path: str | os.PathLike | None = None, verbose: bool = True) 
 
 def recorded_table(recording: dict[str, Any]) -> ResultsTable | None:
     """strategy x (GPUs, memory per GPU, tokens/s, fits) of the recording, naming its machine."""
-    rows = recording.get("runs") or []
+    rows = [r for r in recording.get("runs") or [] if not r.get("skipped")]  # skipped: the bench's time ran out
     if not rows:
         return None
     machine = recording.get("machine") or {}

@@ -81,9 +81,11 @@ def test_recording_absent_is_said_and_present_is_a_table(tmp_path, capsys):
     assert mp.NO_GPU_FIGURES in capsys.readouterr().out
     path = tmp_path / "rec.json"
     path.write_text(json.dumps({"machine": {"gpus": 2, "device_name": "H100"}, "runs": [
-        {"name": "big-ddp", "n_gpu": 2, "ok": False, "oom": True}, {"name": "big-zero3", "n_gpu": 2, "ok": True}]}))
+        {"name": "big-ddp", "n_gpu": 2, "ok": False, "oom": True}, {"name": "big-zero3", "n_gpu": 2, "ok": True},
+        {"name": "tensor", "n_gpu": 2, "ok": False, "skipped": True}]}))
     table = mp.recorded_table(mp.load_recording(path))
     assert table.column("oom") == [True, None] and "H100" in table.title
+    assert "tensor" not in table.column("name")  # a run the bench had no time for is not a failure
 
 
 def test_benchmark_report_renders_a_smoke_result():
