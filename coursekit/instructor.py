@@ -37,17 +37,23 @@ EXIT_OK, EXIT_FAILED = 0, 1
 # ------------------------------------------------------------------------------------------ setup
 
 
+def toml_string(value: str) -> str:
+    """``value`` as a TOML basic string (quotes, backslashes and control characters escaped)."""
+    return json.dumps(value)  # JSON's string escapes are TOML's for basic strings
+
+
 def course_toml(site: str, account: str | None, data_dir: str, leaderboard: str, job_prefix: str,
                 profile: str | None) -> str:
     """The course's coursekit.toml."""
+    q = toml_string
     lines = ["# written by `coursekit instructor setup`; every participant's notebook reads it",
-             f'site = "{site}"', f'data_dir = "{data_dir}"          # CIFAR-10 and lab 05\'s JPEG tree, shared',
-             f'leaderboard = "{leaderboard}"    # lab 09\'s race: a JSON-lines file every participant can append to',
-             f'job_prefix = "{job_prefix}"          # starts every job name: `coursekit instructor jobs` finds them']
+             f"site = {q(site)}", f"data_dir = {q(data_dir)}          # CIFAR-10 and lab 05's JPEG tree, shared",
+             f"leaderboard = {q(leaderboard)}    # lab 09's race: a JSON-lines file every participant can append to",
+             f"job_prefix = {q(job_prefix)}          # starts every job name: `coursekit instructor jobs` finds them"]
     if profile:
-        lines.append(f'profile = "{profile}"')
+        lines.append(f"profile = {q(profile)}")
     if account:
-        lines += ["", "[site_defaults]", f'account = "{account}"']
+        lines += ["", "[site_defaults]", f"account = {q(account)}"]
     return "\n".join(lines) + "\n"
 
 

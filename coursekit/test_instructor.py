@@ -138,3 +138,14 @@ def test_slurm_branch_reads_every_users_jobs_by_prefix_and_cancels_only_the_acti
     assert [r["job_id"] for r in instructor.course_jobs("ck", finished=True)] == ["5", "7", "9"]
     assert cli.main(["instructor", "cancel", "--course", "--prefix", "ck"]) == 0
     assert cancelled == [["7", "9"]] and "cancelled 2 job(s)" in capsys.readouterr().out
+
+
+def test_course_toml_keeps_paths_with_quotes_and_backslashes() -> None:
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
+
+    text = instructor.course_toml("local", 'ab"c', 'C:\\data "shared"', "/race/board.jsonl", "dl9", None)
+    parsed = tomllib.loads(text)
+    assert parsed["data_dir"] == 'C:\\data "shared"' and parsed["site_defaults"]["account"] == 'ab"c'
