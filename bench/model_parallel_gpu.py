@@ -141,7 +141,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cpu-smoke", action="store_true", help="gloo on 2 CPU processes, tiny sizes")
     parser.add_argument("--out", type=Path, default=None, help="JSON file (default: bench/results/...)")
+    parser.add_argument("--complete", type=Path, default=None,
+                        help="an earlier result JSON: keep its runs and run only those it skipped or lacks")
+    parser.add_argument("--budget-s", type=float, default=BUDGET_S, help="no new run after this many seconds")
     args = parser.parse_args(argv)
+    earlier = {}
+    if args.complete is not None:
+        earlier = {r["name"]: r for r in json.loads(args.complete.read_text())["runs"] if not r.get("skipped")}
     import torch
 
     cpu = args.cpu_smoke
@@ -158,12 +164,13 @@ def main(argv: list[str] | None = None) -> int:
     info = machine(cpu)
     started = time.perf_counter()
     result: dict[str, Any] = {"machine": info, "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                              "command": "python bench/model_parallel_gpu.py" + (" --cpu-smoke" if cpu else ""),
+                              "command": "python bench/model_parallel_gpu.py " + " ".join(sys.argv[1:] if argv is None else argv),
+                              "completed_from": str(args.complete) if args.complete else None,
                               "runs": []}
     sizes = SMOKE if cpu else COURSE
 
     def left() -> bool:
-        return time.perf_counter() - started < BUDGET_S
+        return time.perf_counter() - started < args.budget_s
 
     with tempfile.TemporaryDirectory(prefix="mp_bench_") as tmp:
         scratch = Path(tmp)
@@ -181,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"large GPT: {psi / 1e9:.3g} B parameters; fp32 AdamW state 16 B/param = {16 * psi / GIB:.0f} GiB "
               f"(DDP, per GPU) vs {8 * psi / GIB:.0f} GiB per GPU with FSDP2 over 2", flush=True)
         for name, strategy in (("big-ddp", "ddp"), ("big-zero3", "zero3")):
-            result["runs"].append(run(name, 2, big, scratch, env, BIG_TIMEOUT_S, parallel=strategy))
+            result["runs"].append(earlier.get(name) or run(name, 2, big, scratch, env, BIG_TIMEOUT_S, parallel=strategy))
         # 2. per strategy, course-size model
         course_psi = params_of(sizes["gpt_layers"], sizes["gpt_dim"], sizes["vocab_size"], sizes["seq_len"])
         result["course_model"] = {"sizes": sizes, "num_parameters": course_psi}
@@ -198,8 +205,11 @@ def main(argv: list[str] | None = None) -> int:
         if gpus >= 4 and not cpu:
             plan.append(("fsdp_tp 2x2", 4, {"parallel": "fsdp_tp", "tp": 2}))
         for name, world, options in plan:
+            if name in earlier:  # measured by the run given with --complete
+                result["runs"].append(earlier[name])
+                continue
             if not left():
-                print(f"  {name}: skipped (time budget of {BUDGET_S:.0f} s spent)", flush=True)
+                print(f"  {name}: skipped (time budget of {args.budget_s:.0f} s spent)", flush=True)
                 result["runs"].append({"name": name, "n_gpu": world, "options": options, "ok": False, "skipped": True})
                 continue
             result["runs"].append(run(name.replace(" ", "_").replace("=", ""), world, sizes, scratch, env,
