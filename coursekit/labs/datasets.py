@@ -46,10 +46,10 @@ def standin_config(config: Any) -> Any:
                           val_fraction=CIFAR10_TEST / (train + CIFAR10_TEST))
 
 
-def standin_notice(folder: str | Path) -> str:
+def standin_notice(folder: str | Path, train_images: int = CIFAR10_TRAIN) -> str:
     """The one message a lab prints when CIFAR-10 is absent."""
     return (f"{STANDIN_MARK}: CIFAR-10 is not in {folder} (no {CIFAR10_FOLDER}/ there), so this lab trains on "
-            f"the generated stand-in (10 classes, 32 x 32, {CIFAR10_TRAIN:,} + {CIFAR10_TEST:,} images): the code "
+            f"the generated stand-in (10 classes, 32 x 32, {train_images:,} + {CIFAR10_TEST:,} images): the code "
             f"and the claims are the same, the accuracies are not CIFAR-10's.\n"
             f"    To use CIFAR-10, stage it once on a node with internet access: {stage_command(folder)}\n"
             f"    (or set ${DATA_DIR_ENV} to the folder that holds {CIFAR10_FOLDER}/), then restart the kernel.")
@@ -61,7 +61,7 @@ def cifar10_or_standin(config: Any, folder: str | Path | None = None) -> tuple[A
     where = folder or config.data_dir or data_dir()
     if cifar10_present(where):
         return config, None
-    return standin_config(config), standin_notice(where)
+    return standin_config(config), standin_notice(where, config.num_samples or CIFAR10_TRAIN)
 
 
 def stage_cifar10(folder: str | Path) -> Path:
