@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,6 @@ import torch.multiprocessing as mp
 
 from coursekit.distributed import LOCALHOST
 from coursekit.metrics import read_metrics, steps
-from coursekit.test_distributed import free_port
 from coursekit.train.config import TrainConfig
 from coursekit.train.engine import train
 
@@ -62,20 +62,33 @@ def _config(root: Path, name: str, changes: dict[str, Any], batch: int) -> Train
                        save_weights=str(root / name / "weights.pt"))
 
 
-def _worker(rank: int, world: int, port: int, root: str, runs: dict, results: Any) -> None:
+def _worker(rank: int, world: int, ports: list[int], root: str, runs: dict, results: Any) -> None:
     torch.set_num_threads(1)
     os.environ.update({"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world),
                        "LOCAL_WORLD_SIZE": str(world), "MASTER_ADDR": LOCALHOST})
-    for offset, (name, (changes, _)) in enumerate(runs.items()):
-        os.environ["MASTER_PORT"] = str(port + offset)
+    for port, (name, (changes, _)) in zip(ports, runs.items(), strict=True):
+        os.environ["MASTER_PORT"] = str(port)
         results[(rank, name)] = train(_config(Path(root), name, changes, PER_RANK_BATCH))
+
+
+def _free_ports(count: int) -> list[int]:
+    """``count`` distinct ports free right now (all bound at once, then released): one per run, since a port
+    just used by a run's store, or the next one up, may still be busy (EADDRINUSE seen in CI)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind((LOCALHOST, 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
 
 
 def _launch(world: int, root: Path, runs: dict) -> dict:
     with mp.Manager() as manager:
         results = manager.dict()
-        mp.start_processes(_worker, args=(world, free_port(), str(root), runs, results), nprocs=world, join=True,
-                           start_method="fork")
+        mp.start_processes(_worker, args=(world, _free_ports(len(runs)), str(root), runs, results), nprocs=world,
+                           join=True, start_method="fork")
         return dict(results)
 
 
