@@ -33,7 +33,11 @@ def append(record: dict[str, Any], path: Path | None = None) -> None:
         raise ValueError(f"registry event {record.get('event')!r}: use one of {EVENTS}")
     path = path or registry_path()
     path.parent.mkdir(parents=True, exist_ok=True)
-    line = (json.dumps(record, sort_keys=True) + "\n").encode()
+    append_line(path, (json.dumps(record, sort_keys=True) + "\n").encode())
+
+
+def append_line(path: Path, line: bytes) -> None:
+    """Append ``line`` in one ``write`` under an exclusive ``flock`` (the registry, lab 09's leaderboard)."""
     with open(path, "ab") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:

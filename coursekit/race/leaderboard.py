@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import fcntl
 import json
-import os
 import statistics
 import time
 from pathlib import Path
 from typing import Any
 
 from coursekit.course import course_path
+from coursekit.jobs.registry import append_line
 from coursekit.labs.participant import choose_pseudonym
 
 LEADERBOARD_SETTING = "leaderboard"
@@ -42,13 +42,7 @@ def append_run(record: dict[str, Any], path: Path | None = None) -> None:
     """Append one run (one ``write`` under ``flock``: concurrent writers never interleave)."""
     path = Path(path or leaderboard_path())
     path.parent.mkdir(parents=True, exist_ok=True)
-    line = (json.dumps(record, sort_keys=True, default=str) + "\n").encode()
-    with open(path, "ab") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            os.write(handle.fileno(), line)
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    append_line(path, (json.dumps(record, sort_keys=True, default=str) + "\n").encode())
 
 
 def read_runs(path: Path | None = None) -> list[dict[str, Any]]:
