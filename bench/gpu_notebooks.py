@@ -287,6 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log-dir", type=Path, help="folder for gpu_nbXX.txt (what each notebook printed)")
     parser.add_argument("--profile", default="gpu", help="gpu (default) or cpu, to try the runner itself")
     parser.add_argument("--gpus", type=int, help="GPUs to use (default: all that torch sees; 0: none)")
+    parser.add_argument("--gpu-ids", help="which GPUs, e.g. 2,3 (default: the first --gpus): other work can use the rest")
     parser.add_argument("--notebook-timeout", type=float, default=NOTEBOOK_TIMEOUT_S, help="seconds per notebook")
     parser.add_argument("--time-limit", type=float, default=TIME_LIMIT_S, help="seconds for the whole run")
     parser.add_argument("--report", type=Path, nargs="+", help="only rewrite the report from these JSON files")
@@ -327,6 +328,9 @@ def main(argv: list[str] | None = None) -> int:
 
     seen: set[tuple[str, str]] = set()
     gpu_ids = list(range(total)) or [0]  # no GPU (cpu profile): one notebook at a time, no device named
+    if args.gpu_ids:
+        gpu_ids = [int(i) for i in args.gpu_ids.split(",")]
+        total = max(info.get("gpus") or 0, max(gpu_ids) + 1)  # the cores are shared out over all the GPUs
     execute = subprocess_executor(args.log_dir, args.profile, total)
     if not total:
         execute_inner = execute

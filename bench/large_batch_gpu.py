@@ -54,7 +54,10 @@ MAX_MINUTES = 7.0  # no new run starts after this (seeds are the outer loop: fin
 
 def gpu_plan(epochs: int) -> tuple[TrainConfig, dict[str, dict[str, Any]], int, int]:
     s = lab_settings("07", "gpu")
-    base = standin_config(s.base).replace(epochs=epochs, log_every=50, progress="off")
+    # the whole stand-in (50,000 + 10,000), whatever subset the lab's own gpu profile trains on; in memory: no workers
+    full = s.base.replace(dataset="cifar10", num_samples=None, val_fraction=0.0)
+    base = standin_config(full).replace(epochs=epochs, log_every=50, progress="off", workers=0,
+                                        persistent_workers=False)
     methods = {name: {**opts, **({"warmup_epochs": WARMUP_EPOCHS} if "warmup_epochs" in opts else {})}
                for name, opts in s.methods.items()}
     return base, methods, SMALL_BATCH, LARGE_BATCH

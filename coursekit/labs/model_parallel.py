@@ -49,6 +49,10 @@ SINGLE_PROCESS = ("serial", "naive")
 STATE_KEYS = ("param_bytes", "grad_bytes", "optimizer_bytes")
 KEY_PREFIXES = ("module.", "_orig_mod.", "_fsdp_wrapped_module.", "_checkpoint_wrapped_module.")
 GB = 1e9
+# The engine trains bf16/fp16 under autocast: weights, gradients and optimizer state stay fp32 whatever
+# --precision says, so the per-rank state is the fp32 formula's (2xH100: ZeRO-1 776 MB measured = fp32's
+# 12 bytes per parameter, not mixed precision's 10)
+STATE_PRECISION = "fp32"
 MIB = 2**20
 
 
@@ -156,7 +160,7 @@ def strategy_table(jobs: Sequence[Any], configs: Sequence[TrainConfig], strategi
         ranks = rank_state_bytes(block)
         psi = psi or num_parameters(config)
         measured = max((sum(r[k] for k in STATE_KEYS) for r in ranks), default=None)
-        formula = sharded_memory(psi, STRATEGIES[strategy][1], n, config.optimizer, config.precision).total_bytes
+        formula = sharded_memory(psi, STRATEGIES[strategy][1], n, config.optimizer, STATE_PRECISION).total_bytes
         weights = Path(config.save_weights) if config.save_weights else None
         if strategy == "serial":
             reference = weights

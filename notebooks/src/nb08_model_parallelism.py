@@ -29,7 +29,7 @@ CELLS = [
     from coursekit import labs
     from coursekit.course import course_dir
     from coursekit.labs import model_parallel as mp
-    from coursekit.labs import plots
+    from coursekit.labs import failures, plots
     from coursekit.train.memory import sharded_memory
 
     pseudo = labs.choose_pseudonym("ada")
@@ -110,10 +110,12 @@ CELLS = [
     and the measurement are real. On GPUs nothing sleeps.
     """),
     code("""
-    bubble_base = s.base.replace(stage_delay_ms=s.bubble["stage_delay_ms"], steps=s.bubble["steps"])
+    bubble_base = s.base.replace(stage_delay_ms=s.bubble["stage_delay_ms"], steps=s.bubble["steps"],
+                                 batch_size=s.bubble["batch_size"])
     bubble_configs = mp.bubble_configs(bubble_base, s.bubble["microbatches"], stages=s.bubble["stages"])
     sweep = labs.run_sweep(bubble_configs, name=labs.job_name(pseudo, "bubble"), n_gpu=s.bubble["stages"],
                            one_at_a_time=True, **s.job, timeout_s=s.timeout_s, title="pipeline sweep")
+    failures.report_failures(sweep, "the pipeline sweep")
     bubbles = mp.bubble_table(sweep, stages=s.bubble["stages"])
     bubbles
     """, tags=IGNORE),
@@ -166,6 +168,7 @@ CELLS = [
     table = mp.run_strategies(s.base, ["serial", *s.strategies], s.n_processes, name=labs.job_name(pseudo, "mp"),
                               weights_dir=weights, options=s.strategy_options,
                               naive_gpus=1 if profile.is_cpu else s.n_processes, timeout_s=s.timeout_s, **s.job)
+    failures.report_failures(table, "the strategy jobs")
     table.with_columns("strategy", "n_gpu", "state", "max_abs_dw", "train_loss", "state_mb_per_rank",
                        "formula_mb_per_rank", "memory_vs_formula", "tokens_per_s")
     """, tags=IGNORE),
@@ -183,6 +186,7 @@ CELLS = [
     for n in [n for n in s.zero_n if n != s.n_processes]:
         zero.append(mp.run_strategies(s.base, ["zero1", "zero2", "zero3"], n, name=labs.job_name(pseudo, f"zero{n}"),
                                       weights_dir=weights / f"n{n}", timeout_s=s.timeout_s, **s.job))
+        failures.report_failures(zero[-1], f"ZeRO on {n} processes")
     zero = labs.ResultsTable([r for t in zero for r in t], title="ZeRO: training state per rank, measured vs formula")
     zero.with_columns("strategy", "n_gpu", "state_mb_per_rank", "formula_mb_per_rank", "memory_vs_formula")
     """, tags=IGNORE),
@@ -207,6 +211,7 @@ CELLS = [
     code("""
     timed = labs.run_sweep([s.base.replace(activation_checkpointing=True)], name=labs.job_name(pseudo, "ckpt"),
                            **s.job, timeout_s=s.timeout_s)
+    failures.report_failures(timed, "the checkpointing job")
     checkpointing = mp.checkpointing_table(s.base, [table.one(strategy="serial"), *timed])
     checkpointing
     """, tags=IGNORE),

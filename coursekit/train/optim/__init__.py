@@ -65,6 +65,16 @@ def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict[str, An
     return [g for g in groups if g["params"]]
 
 
+def foreach_allowed(groups: list[dict[str, Any]]) -> bool | None:
+    """False where DTensors (tensor-parallel weights) and plain tensors (the replicated embeddings and norms)
+    share the optimizer: torch's multi-tensor (foreach) kernels, its default on CUDA, refuse the mix
+    ("got mixed torch.Tensor and DTensor"); None (torch's default) otherwise."""
+    from torch.distributed.tensor import DTensor
+
+    kinds = {isinstance(p, DTensor) for g in groups for p in g["params"]}
+    return False if len(kinds) > 1 else None
+
+
 def build_optimizer(model: nn.Module, cfg: Any, global_batch: int) -> torch.optim.Optimizer:
     """The optimizer ``cfg.optimizer`` over ``model`` with lr = ``scaled_lr(cfg, global_batch)``."""
     lr = scaled_lr(cfg, global_batch)
@@ -73,11 +83,12 @@ def build_optimizer(model: nn.Module, cfg: Any, global_batch: int) -> torch.opti
     if name == "sgd":
         for g in groups:
             g.pop("layer_adaptation")
-        return torch.optim.SGD(groups, lr=lr, momentum=cfg.momentum)
+        return torch.optim.SGD(groups, lr=lr, momentum=cfg.momentum, foreach=foreach_allowed(groups))
     if name == "adamw":
         for g in groups:
             g.pop("layer_adaptation")
-        return torch.optim.AdamW(groups, lr=lr, betas=(cfg.momentum, ADAM_BETA2), eps=ADAMW_EPS)
+        return torch.optim.AdamW(groups, lr=lr, betas=(cfg.momentum, ADAM_BETA2), eps=ADAMW_EPS,
+                                 foreach=foreach_allowed(groups))
     if name == "lars":
         return LARS(groups, lr=lr, momentum=cfg.momentum,
                     trust_coefficient=getattr(cfg, "trust_coefficient", DEFAULT_TRUST_COEFFICIENT))
@@ -86,4 +97,4 @@ def build_optimizer(model: nn.Module, cfg: Any, global_batch: int) -> torch.opti
     raise ValueError(f"optimizer={name!r} is unknown; choose one of {', '.join(OPTIMIZERS)}")
 
 
-__all__ = ["LAMB", "LARS", "build_optimizer", "is_no_decay", "parameter_groups", "scaled_lr"]
+__all__ = ["LAMB", "LARS", "build_optimizer", "foreach_allowed", "is_no_decay", "parameter_groups", "scaled_lr"]

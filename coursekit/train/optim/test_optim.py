@@ -57,3 +57,36 @@ def test_unknown_optimizer_and_scaling_are_clear_errors():
         build_optimizer(small_net(), TrainConfig(optimizer="rmsprop"), 64)
     with pytest.raises(ValueError, match="lr_scaling"):
         scaled_lr(TrainConfig(lr_scaling="cubic"), 64)
+
+
+@pytest.mark.parametrize("name", ["sgd", "adamw"])
+def test_tensor_parallel_weights_beside_plain_ones_step_without_foreach(name, tmp_path):
+    """Tensor parallelism leaves embeddings and norms as plain tensors beside DTensor weights: torch's
+    foreach kernels (its default on CUDA) refuse the mix, so the optimizer must not use them (seen on 2xH100)."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, distribute_tensor
+
+    from coursekit.train.optim import foreach_allowed
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
+    try:
+        mesh = init_device_mesh("cpu", (1,))
+        model = nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4))
+        model[0].weight = nn.Parameter(distribute_tensor(model[0].weight.detach(), mesh, [Replicate()]))
+        model[0].bias = nn.Parameter(distribute_tensor(model[0].bias.detach(), mesh, [Replicate()]))
+        cfg = TrainConfig(optimizer=name, lr=0.1)
+        groups = parameter_groups(model, cfg.weight_decay)
+        assert foreach_allowed(groups) is False
+        forced = (torch.optim.SGD if name == "sgd" else torch.optim.AdamW)(model.parameters(), lr=0.1, foreach=True)
+        for p in model.parameters():
+            p.grad = torch.ones_like(p)
+        with pytest.raises(RuntimeError, match="mixed"):
+            forced.step()  # what CUDA's default did
+        optimizer = build_optimizer(model, cfg, global_batch=cfg.batch_size)
+        before = model[1].weight.detach().clone()
+        optimizer.step()
+        assert not torch.equal(before, model[1].weight.detach())
+    finally:
+        dist.destroy_process_group()
+    assert foreach_allowed([{"params": list(nn.Linear(2, 2).parameters())}]) is None
