@@ -28,7 +28,7 @@ from coursekit.jobs import plan, registry, slurm_cli, validate
 from coursekit.jobs.handle import Job
 from coursekit.jobs.local_process import process_start_time
 from coursekit.jobs.slurm_cli import SlurmError, submission_error
-from coursekit.jobs.tasks import CommandTask, FunctionTask
+from coursekit.jobs.tasks import CommandTask, FunctionTask, submitter_gpu_env
 from coursekit.metrics import RUN_ROOT_ENV
 from coursekit.sites import Site, load_site
 
@@ -204,7 +204,8 @@ def submit_jobs(srun_commands: str | Sequence[str], n_gpu: int | Sequence[int] =
         shape = shapes[count]
         params = plan.executor_parameters(shape, the_site, options, shown, launcher)
         executor = _executor(the_site, root / "%j", params)
-        task_env = {**extra_env, RUN_ROOT_ENV: str(root), plan.EXPECTED_WORLD_SIZE_ENV: str(plan.world_size(shape))}
+        task_env = {**extra_env, RUN_ROOT_ENV: str(root), plan.EXPECTED_WORLD_SIZE_ENV: str(plan.world_size(shape)),
+                    **submitter_gpu_env(the_site.is_local)}
         own_gpus = the_site.is_local and launcher == "srun" and plan.gpu_binding(shape, options) == "task"
         bind = shape.gpus_per_task if own_gpus else 0
         tasks = [_command_task(interpreter, rest, task_env, launcher, shape, image, bind, requeue)
@@ -280,6 +281,7 @@ def submit_function(fn: Callable[..., Any], *args: Any, n_gpu: int = 1, name: st
     shown = [f"the Python function {label} (pickled by submitit)"]
     executor = _executor(the_site, root / "%j", plan.executor_parameters(shape, the_site, options, shown))
     task = FunctionTask(fn, {**extra_env, RUN_ROOT_ENV: str(root),
-                             plan.EXPECTED_WORLD_SIZE_ENV: str(plan.world_size(shape))})
+                             plan.EXPECTED_WORLD_SIZE_ENV: str(plan.world_size(shape)),
+                             **submitter_gpu_env(the_site.is_local)})
     submitted = _submit_group(executor, [(task, args, kwargs)])[0]
     return _handle(submitted, the_site, options, root, label, "function", shape)

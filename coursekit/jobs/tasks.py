@@ -36,6 +36,34 @@ SIGNAL_EXIT_BASE = 128  # a command killed by signal N ends the task with 128 + 
 FAILED_EXIT_CODE = 1  # what a task ends with when the command's own code cannot be passed on
 
 
+SUBMITTER_GPUS_ENV = "COURSEKIT_SUBMITTER_GPUS"  # the submitting process's CUDA_VISIBLE_DEVICES (local site)
+
+
+def submitter_gpu_env(is_local: bool) -> dict[str, str]:
+    """What a local job needs to find the GPUs its submitter was given: ``{SUBMITTER_GPUS_ENV: ...}`` where the
+    submitting process has a ``CUDA_VISIBLE_DEVICES`` list (a JupyterHub server given GPUs 2,3), else ``{}``."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+    return {SUBMITTER_GPUS_ENV: visible} if is_local and visible and visible != "-1" else {}
+
+
+def job_gpus(env: Mapping[str, str]) -> str | None:
+    """The job's ``CUDA_VISIBLE_DEVICES`` among its submitter's GPUs. submitit's local executor numbers a job's
+    GPUs 0 ... n-1 whatever the submitting process was given: with the submitter on GPUs "2,3", a 1-GPU job
+    got "0" — someone else's GPU (on a 4xH100 dry run, every notebook's jobs landed on GPU 0). Positions are
+    mapped to the submitter's entries (numbers or UUIDs); None when there is nothing to map."""
+    submitter, own = env.get(SUBMITTER_GPUS_ENV), env.get("CUDA_VISIBLE_DEVICES")
+    if not submitter or own is None:
+        return None
+    entries = [e.strip() for e in submitter.split(",") if e.strip()]
+    try:
+        positions = [int(p) for p in own.split(",") if p.strip()]
+    except ValueError:  # not submitit's numbering: leave it
+        return None
+    if any(p < 0 or p >= len(entries) for p in positions):
+        return None
+    return ",".join(entries[p] for p in positions)
+
+
 def _gpu_slice_for_task(visible: str, local_rank: int, gpus_per_task: int) -> str:
     """Task ``local_rank``'s own GPUs out of the node's ``CUDA_VISIBLE_DEVICES``."""
     devices = [d for d in visible.split(",") if d.strip()]
@@ -91,10 +119,13 @@ class CommandTask:
     def _environment(self) -> dict[str, str]:
         env = dict(os.environ)
         env.update(self.env)
+        mapped = job_gpus(env)
+        if mapped is not None:
+            env["CUDA_VISIBLE_DEVICES"] = mapped
         if self.bind_local_gpus and os.environ.get("SUBMITIT_EXECUTOR") == "local":
             local_rank = int(os.environ.get("SUBMITIT_LOCAL_LOCALID", "0"))
             env["CUDA_VISIBLE_DEVICES"] = _gpu_slice_for_task(
-                os.environ.get("CUDA_VISIBLE_DEVICES", ""), local_rank, self.bind_local_gpus)
+                env.get("CUDA_VISIBLE_DEVICES", ""), local_rank, self.bind_local_gpus)
         if self.launcher == "srun":  # torchrun sets these for the processes it starts
             env.update({k: v for k, v in torch_env_variables(env).items() if k not in env})
         return env
@@ -196,6 +227,9 @@ class FunctionTask:
         if getattr(self.fn, "checkpoint", None) is None:  # first: the signal may be due at once
             install_time_limit_note()
         os.environ.update(self.env)
+        mapped = job_gpus(os.environ)
+        if mapped is not None:  # before torch sees a GPU
+            os.environ["CUDA_VISIBLE_DEVICES"] = mapped
         from coursekit import distributed  # torch: imported in the job only
 
         with distributed.stop_peers_on_failure():

@@ -124,3 +124,24 @@ def test_a_rank_that_fails_ends_a_local_job_promptly(tmp_path: Path) -> None:
     assert state == "FAILED"
     assert time.monotonic() - started < PROMPT_FAILURE_S, "rank 0 waited for the rank that had failed"
     assert "rank 1 fails on purpose" in job.tail(5, "err", rank=1)
+
+
+def visible_devices() -> str | None:
+    return os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
+def test_local_jobs_use_the_gpus_their_submitter_was_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A notebook server given GPUs 2,3 (CUDA_VISIBLE_DEVICES): its local jobs must run there. submitit numbers
+    a local job's GPUs from 0, which put every notebook's jobs of a 4xH100 dry run on GPU 0."""
+    from coursekit.jobs.tasks import SUBMITTER_GPUS_ENV, job_gpus
+
+    assert job_gpus({SUBMITTER_GPUS_ENV: "2,3", "CUDA_VISIBLE_DEVICES": "1"}) == "3"
+    assert job_gpus({SUBMITTER_GPUS_ENV: "GPU-a,GPU-b", "CUDA_VISIBLE_DEVICES": "0,1"}) == "GPU-a,GPU-b"
+    assert job_gpus({"CUDA_VISIBLE_DEVICES": "0"}) is None  # submitted without a list: submitit's numbering stands
+    assert job_gpus({SUBMITTER_GPUS_ENV: "2", "CUDA_VISIBLE_DEVICES": "5"}) is None
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")  # the local site sees 2 GPUs
+    one, two = submit_jobs("-c 'import os; print(os.environ[\"CUDA_VISIBLE_DEVICES\"])'", n_gpu=[1, 2], name="gpus")
+    assert [one.wait(END_S), two.wait(END_S)] == ["COMPLETED", "COMPLETED"]
+    assert (one.tail(1), two.tail(1)) == ("2", "2,3")
+    function_job = submit_function(visible_devices, n_gpu=1, name="fgpus")
+    assert function_job.result(timeout=END_S) == "2"

@@ -134,16 +134,20 @@ CELLS = [
                                     **s.job).jobs
     print(prof_job.job_id, labs.wait_all([prof_job], timeout_s=s.timeout_s))
     failed = failures.report_failures([prof_job])
-    print(loading.top_operators_text(prof_job.run_dir))
+    if not failed:
+        print(loading.top_operators_text(prof_job.run_dir))
     """),
     code("""
     # NBVAL_IGNORE_OUTPUT
-    trace = loading.summarize_trace(loading.trace_file(prof_job.run_dir))
-    print(f"{trace['steps']} profiled steps, {trace['profiled_ms']:.1f} ms; "
-          f"{100 * trace['dataloader_share']:.0f} % of it inside the DataLoader")
-    if trace["gpu_idle_share"] is not None:
-        print(f"the GPU was idle {100 * trace['gpu_idle_share']:.0f} % of the profiled time")
-    trace["top_operators"]
+    trace = None if failed else loading.summarize_trace(loading.trace_file(prof_job.run_dir))
+    if trace is None:
+        print("no trace: the profiled job failed (see above)")
+    else:
+        print(f"{trace['steps']} profiled steps, {trace['profiled_ms']:.1f} ms; "
+              f"{100 * trace['dataloader_share']:.0f} % of it inside the DataLoader")
+        if trace["gpu_idle_share"] is not None:
+            print(f"the GPU was idle {100 * trace['gpu_idle_share']:.0f} % of the profiled time")
+    trace["top_operators"] if trace else None
     """),
     md("""
     To look at the trace itself: `tensorboard --logdir <run folder>/profile` (with the
@@ -163,7 +167,7 @@ CELLS = [
     code("""
     # NBVAL_IGNORE_OUTPUT
     ### BEGIN SOLUTION
-    from_trace = trace["dataloader_share"]
+    from_trace = trace["dataloader_share"] if trace else float("nan")
     from_metrics = table[0]["data_fraction"]
     ### END SOLUTION
     print(f"trace: {from_trace:.2f}, metrics: {from_metrics:.2f}")
@@ -195,11 +199,12 @@ CELLS = [
                          why_not="on two CPU cores shared with other work a worker process has no core of its own "
                                  "(the epoch times are in the table above)"),
         labs.check_claim("the profiler trace shows the steps waiting inside the DataLoader when there is no worker",
-                         trace["steps"] == s.profile_steps and trace["dataloader_share"] > 0.1,
-                         f"{trace['steps']} steps, {100 * trace['dataloader_share']:.0f} % in the DataLoader"),
+                         trace is not None and trace["steps"] == s.profile_steps and trace["dataloader_share"] > 0.1,
+                         f"{trace['steps']} steps, {100 * trace['dataloader_share']:.0f} % in the DataLoader"
+                         if trace else "no trace: the profiled job failed"),
         labs.check_claim("the profiler sees the GPU's idle time",
-                         trace["gpu_idle_share"] is not None,
-                         f"GPU idle {trace['gpu_idle_share']}",
+                         trace is not None and trace["gpu_idle_share"] is not None,
+                         f"GPU idle {trace['gpu_idle_share'] if trace else 'unknown: the profiled job failed'}",
                          applies=profile.is_gpu, why_not="no GPU in this profile"),
     ]
     """),
