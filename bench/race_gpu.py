@@ -8,6 +8,7 @@ says so. The runs are posted to a leaderboard file and verified as lab 09 does (
 hash, code hash, every seed at the target)::
 
     python bench/race_gpu.py --out bench/results/race_gpu.json          # one H100, <= 5 min
+    python bench/race_gpu.py --gpus 4 --out bench/results/race_gpu4.json # + the tuned entry on 4 GPUs (DDP)
     python bench/race_gpu.py --report bench/results/race_gpu.json        # rewrite bench/REPORT-race.md
     python bench/race_gpu.py --cpu-smoke --out /tmp/race_smoke.json      # anywhere: the cpu profile's race
 """
@@ -31,6 +32,15 @@ REPORT = ROOT / "bench" / "REPORT-race.md"
 RUN_TIMEOUT_S = 240
 DEFAULT_TIME_LIMIT_S = 290  # the whole benchmark on one H100; runs that would start later are skipped
 DEFAULT_SEEDS = 3
+MULTI_GPU_LR_SCALING = "linear"  # --gpus N: the tuned entry's per-GPU batch on N GPUs, LR scaled from its batch
+
+
+def engine_command(args: list[str], out: Path, processes: int = 1) -> list[str]:
+    """``python -m coursekit.train ARGS --out OUT``, under torchrun (DDP) with ``processes`` > 1."""
+    launcher = [sys.executable, "-m", "coursekit.train"] if processes == 1 else [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes),
+        "-m", "coursekit.train"]
+    return [*launcher, *args, "--out", str(out)]
 
 
 def machine() -> dict[str, Any]:
@@ -42,12 +52,13 @@ def machine() -> dict[str, Any]:
             "date": time.strftime("%Y-%m-%d")}
 
 
-def run_engine(args: list[str], out: Path) -> dict[str, Any]:
-    """One engine process; its summary record (status "failed" with the error's tail when it has none)."""
+def run_engine(args: list[str], out: Path, processes: int = 1) -> dict[str, Any]:
+    """One engine run (``processes`` > 1: DDP under torchrun); its summary record (status "failed" with the
+    error's tail when it has none)."""
     from coursekit.metrics import read_metrics, summary
 
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "coursekit.train", *args, "--out", str(out)], cwd=ROOT,
+    done = subprocess.run(engine_command(args, out, processes), cwd=ROOT,
                           capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
     final = summary(read_metrics(out)) if (out / "metrics.jsonl").exists() else None
     if not final:
@@ -55,18 +66,25 @@ def run_engine(args: list[str], out: Path) -> dict[str, Any]:
     return {**final, "process_wall_s": time.perf_counter() - started}
 
 
-def run_race(profile: str, seeds: int, time_limit_s: float, work: Path) -> dict[str, Any]:
-    """The baseline and the tuned entry of lab 09 (``profile`` settings), ``seeds`` runs each, verified."""
+def run_race(profile: str, seeds: int, time_limit_s: float, work: Path, gpus: int = 1) -> dict[str, Any]:
+    """The baseline and the tuned entry of lab 09 (``profile`` settings), ``seeds`` runs each, verified; with
+    ``gpus`` > 1 also the tuned entry on that many GPUs (DDP; on the cpu profile, gloo processes)."""
     from coursekit import race
     from coursekit.labs.settings import lab_settings
 
     os.environ.setdefault("COURSEKIT_COURSE_DIR", str(work))
     s = lab_settings("09", profile)
     rules = race.Rules(f"lab 09 ({profile})", s.baseline, models=s.models, max_parameters=s.max_parameters,
-                       max_gpus=s.max_gpus, seeds=seeds)
+                       max_gpus=max(s.max_gpus, gpus), seeds=seeds)
     board = work / "leaderboard.jsonl"
     started = time.perf_counter()
-    entries_in = {("baseline", "baseline"): s.baseline, ("bench", "tuned"): s.baseline.replace(**s.tuned)}
+    tuned = s.baseline.replace(**s.tuned)
+    entries_in = {("baseline", "baseline"): s.baseline, ("bench", "tuned"): tuned}
+    processes = {("baseline", "baseline"): 1, ("bench", "tuned"): 1}
+    if gpus > 1:
+        key = ("bench", f"tuned-{gpus}gpu")
+        entries_in[key] = tuned.replace(lr_scaling=MULTI_GPU_LR_SCALING, base_batch=tuned.batch_size)
+        processes[key] = gpus
     skipped = []
     for (who, name), config in entries_in.items():
         rows = []
@@ -74,7 +92,7 @@ def run_race(profile: str, seeds: int, time_limit_s: float, work: Path) -> dict[
             if time.perf_counter() - started > time_limit_s:
                 skipped.append(f"{who}/{name} seed {run.seed}")
                 continue
-            summary = run_engine(run.to_args(), work / f"{who}-{name}-{run.seed}")
+            summary = run_engine(run.to_args(), work / f"{who}-{name}-{run.seed}", processes[(who, name)])
             print(f"{who}/{name} seed {run.seed}: {summary.get('status')}, reached {summary.get('target_reached')}, "
                   f"time to target {summary.get('time_to_target_s')}, wall {summary.get('process_wall_s', 0):.1f} s",
                   flush=True)
@@ -86,8 +104,9 @@ def run_race(profile: str, seeds: int, time_limit_s: float, work: Path) -> dict[
                 print(f"  failed: {row['error'][-500:]}", file=sys.stderr)
     table = race.standings(rules, race.code_hash(), board)
     return {"profile": profile, "machine": machine(), "settings_notice": s.get("dataset_notice"),
-            "rules": rules.text(), "commands": {f"{w}/{n}": "python -m coursekit.train " + " ".join(c.to_args())
-                                                 for (w, n), c in entries_in.items()},
+            "rules": rules.text(), "gpus": gpus,
+            "commands": {f"{w}/{n}": " ".join(engine_command(c.to_args(), Path("OUT"), processes[(w, n)])[1:])
+                         for (w, n), c in entries_in.items()},
             "wall_s": time.perf_counter() - started, "skipped": skipped,
             "entries": [{k: v for k, v in row.items()} for row in table]}
 
@@ -156,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpu-smoke", action="store_true", help="the cpu profile's race (seconds, no GPU)")
     parser.add_argument("--seeds", type=int, default=DEFAULT_SEEDS)
     parser.add_argument("--time-limit-s", type=float, default=DEFAULT_TIME_LIMIT_S)
+    parser.add_argument("--gpus", type=int, default=1,
+                        help="also the tuned entry on this many GPUs (DDP; --cpu-smoke: gloo processes)")
     args = parser.parse_args(argv)
     if args.report:
         write_report([json.loads(Path(p).read_text()) for p in args.report])
@@ -164,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.out:
         parser.error("give --out FILE.json (or --report FILE.json ...)")
     with tempfile.TemporaryDirectory(prefix="coursekit-race-") as work:
-        result = run_race("cpu" if args.cpu_smoke else "gpu", args.seeds, args.time_limit_s, Path(work))
+        result = run_race("cpu" if args.cpu_smoke else "gpu", args.seeds, args.time_limit_s, Path(work), args.gpus)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1, default=str))
     print(f"wrote {args.out}")

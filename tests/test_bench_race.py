@@ -30,3 +30,11 @@ def test_a_short_cpu_race_runs_and_verifies(tmp_path: Path, monkeypatch: pytest.
     assert [e["participant"] for e in result["entries"]] and all(e["counts"] for e in result["entries"])
     assert {e["seeds"] for e in result["entries"]} == {2}
     assert "lab 09 (cpu)" in result["rules"]
+
+
+def test_multi_gpu_entries_run_under_torchrun(tmp_path: Path) -> None:
+    one = race_gpu.engine_command(["--epochs", "1"], tmp_path)
+    four = race_gpu.engine_command(["--epochs", "1"], tmp_path, processes=4)
+    assert one[1:3] == ["-m", "coursekit.train"] and one[-2:] == ["--out", str(tmp_path)]
+    assert four[1:7] == ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "4", "-m"]
+    assert four[7] == "coursekit.train" and four[-4:] == ["--epochs", "1", "--out", str(tmp_path)]

@@ -116,3 +116,23 @@ def test_leaderboard_survives_concurrent_writers(tmp_path: Path) -> None:
     assert len(runs) == WRITERS * LINES_EACH
     for writer in range(WRITERS):
         assert sorted(r["seed"] for r in runs if r["participant"] == f"p{writer}") == list(range(LINES_EACH))
+
+
+def test_gpu_count_is_free_the_gpu_model_is_not(tmp_path: Path) -> None:
+    """An entry on 4 GPUs of the baseline's model counts (the rules allow 4); one on another model is marked."""
+    board = tmp_path / "b.jsonl"
+    rules = race.Rules("gpus", DRY, models=("mlp",), max_parameters=300_000, max_gpus=4)
+    good = {"target_reached": True, "time_to_target_s": 1.0, "steps_to_target": 10, "config": DRY.to_dict(),
+            "code_hash": race.code_hash(), "val_hash": "v", "val_samples": 400, "config_hash": "c",
+            "num_parameters": 1000, "gpu_count": 1, "gpu_name": "NVIDIA H100 80GB HBM3"}
+    for seed in range(3):
+        race.append_run(race.run_record(race.BASELINE, "baseline", {**good, "seed": seed}, f"b{seed}"), board)
+        race.append_run(race.run_record("ada", "ddp", {**good, "seed": seed, "gpu_count": 4}, f"a{seed}"), board)
+        race.append_run(race.run_record("bob", "a100", {**good, "seed": seed, "gpu_name": "NVIDIA A100-SXM4-80GB"},
+                                        f"o{seed}"), board)
+        race.append_run(race.run_record("cyd", "eight", {**good, "seed": seed, "gpu_count": 8}, f"c{seed}"), board)
+    rows = {r["participant"]: r for r in race.standings(rules, race.code_hash(), board)}
+    assert rows["ada"]["counts"], rows["ada"]["marks"]
+    assert "ran on 1 x NVIDIA A100-SXM4-80GB" in rows["bob"]["marks"]
+    assert "8 GPUs, over the limit of 4" in rows["cyd"]["marks"]
+    assert race.verify.device_kind({"device_name": "CPU x86_64 (2 threads)"}) == "CPU x86_64"

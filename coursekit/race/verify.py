@@ -6,11 +6,13 @@ An entry (one participant's submission in one round) counts when it has no mark.
 - a run's code hash is not the kit's (the coursekit source that ran was changed);
 - fewer seeds than the rules ask, a seed used twice, or seeds run with different configurations;
 - a seed did not reach the target (or did not finish);
-- the runs ran on other hardware than the baseline of the same round (a comparison needs the same GPUs).
+- the runs ran on another GPU model (or CPU) than the baseline of the same round (a comparison needs the same
+  GPUs; how many of them is the participant's choice within ``max_gpus``).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from coursekit.labs.results import ResultsTable
@@ -23,6 +25,14 @@ def hardware(run: dict[str, Any]) -> str:
     if run.get("gpu_count"):
         return f"{run['gpu_count']} x {run.get('gpu_name') or run.get('device_name')}"
     return str(run.get("device_name") or "?")
+
+
+def device_kind(run: dict[str, Any]) -> str:
+    """The GPU model (or the CPU's name without its thread count) a time was measured on: entries must share it
+    with the baseline; the number of GPUs is the participant's choice, within the rules' ``max_gpus``."""
+    if run.get("gpu_count"):
+        return str(run.get("gpu_name") or run.get("device_name"))
+    return re.sub(r"\s*\(\d+ threads?\)$", "", str(run.get("device_name") or "?"))
 
 
 def marks_of(runs: list[dict[str, Any]], rules: Rules, kit_code_hash: str,
@@ -48,7 +58,7 @@ def marks_of(runs: list[dict[str, Any]], rules: Rules, kit_code_hash: str,
         if wrong:
             marks.append(f"validation set differs from the baseline's ({wrong[0].get('val_samples')} samples, hash "
                          f"{wrong[0].get('val_hash')} vs {reference.get('val_samples')}, {reference.get('val_hash')})")
-        other = sorted({hardware(r) for r in runs} - {hardware(reference)})
+        other = sorted({hardware(r) for r in runs if device_kind(r) != device_kind(reference)})
         if other:
             marks.append(f"ran on {', '.join(other)}, the baseline of this round on {hardware(reference)}")
     foreign = sorted({str(r.get("code_hash")) for r in runs if r.get("code_hash") != kit_code_hash})
