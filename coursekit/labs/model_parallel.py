@@ -126,6 +126,37 @@ def run_strategies(base: TrainConfig, strategies: Sequence[str], n: int, *, name
     return strategy_table(jobs, configs, wanted, [processes(s, n) for s in wanted], timeout_s=timeout_s)
 
 
+def tp_split_parameters(config: TrainConfig) -> tuple[int, int]:
+    """(split, replicated) parameters under tensor parallelism: the blocks' matrices of the model spec's TP
+    plan are split (column-wise ones with their bias), the rest — embeddings, norms, head, row-wise biases —
+    stays whole on every rank."""
+    from torch.distributed.tensor.parallel import ColwiseParallel
+
+    from coursekit.train.models import model_spec
+
+    spec = model_spec(config.model)
+    model = _build(config)
+    split = 0
+    if spec.tp_plan is not None and spec.blocks is not None:
+        for block in spec.blocks(model):
+            for name, style in spec.tp_plan().items():
+                module = block.get_submodule(name)
+                split += module.weight.numel()
+                if getattr(module, "bias", None) is not None and isinstance(style, ColwiseParallel):
+                    split += module.bias.numel()
+    return split, sum(p.numel() for p in model.parameters()) - split
+
+
+def formula_bytes(config: TrainConfig, strategy: str, n: int, psi: int) -> float:
+    """Training state per rank by the Playbook's formula; tensor parallelism counts its replicated parts whole."""
+    sharding = STRATEGIES[strategy][1]
+    if sharding != "tp":
+        return sharded_memory(psi, sharding, n, config.optimizer, STATE_PRECISION).total_bytes
+    split, whole = tp_split_parameters(config)
+    return (sharded_memory(split, "tp", n, config.optimizer, STATE_PRECISION).total_bytes
+            + sharded_memory(whole, "ddp", 1, config.optimizer, STATE_PRECISION).total_bytes)
+
+
 def num_parameters(config: TrainConfig) -> int:
     """Ψ: the parameters of the engine's model for ``config`` (built on the CPU, not trained)."""
     return sum(p.numel() for p in _build(config).parameters())
@@ -160,7 +191,7 @@ def strategy_table(jobs: Sequence[Any], configs: Sequence[TrainConfig], strategi
         ranks = rank_state_bytes(block)
         psi = psi or num_parameters(config)
         measured = max((sum(r[k] for k in STATE_KEYS) for r in ranks), default=None)
-        formula = sharded_memory(psi, STRATEGIES[strategy][1], n, config.optimizer, STATE_PRECISION).total_bytes
+        formula = formula_bytes(config, strategy, n, psi)
         weights = Path(config.save_weights) if config.save_weights else None
         if strategy == "serial":
             reference = weights

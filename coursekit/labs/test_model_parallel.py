@@ -99,3 +99,16 @@ def test_benchmark_report_renders_a_smoke_result():
                                    {"name": "gpipe m=4", "n_gpu": 2, "ok": True, "bubble_measured": 0.25,
                                     "bubble_theory": 0.2}]})
     assert "**out of memory**" in text and "0.250 / 0.200" in text and "Per strategy" in text
+
+
+def test_tensor_parallel_formula_keeps_embeddings_norms_and_head_whole():
+    """Per block of width 8: q, k, v 3 x 64 and fc1 256 + its bias 32 (column-wise), o 64 and fc2 256 (row-wise,
+    their biases whole) = 800 split; 2 x H100 measured 649 MB per rank where splitting everything gave 516."""
+    config = TrainConfig(model="gpt", dataset="tokens", gpt_layers=2, gpt_dim=8, gpt_heads=2, seq_len=4, vocab_size=16,
+                         optimizer="adamw")
+    split, whole = mp.tp_split_parameters(config)
+    assert split == 2 * 800
+    assert split + whole == mp.num_parameters(config)
+    fp32_adamw = 16  # bytes per parameter: weights, gradients, m, v
+    assert mp.formula_bytes(config, "tensor", 2, split + whole) == fp32_adamw * (split / 2 + whole)
+    assert mp.formula_bytes(config, "zero3", 2, split + whole) == fp32_adamw * (split + whole) / 2
