@@ -333,8 +333,9 @@ PERFECT_SCALING_BELOW = 0.25  # "well below": batches up to a quarter of B_simpl
 
 def check_claims(table: ResultsTable, s: Any) -> list[Any]:
     """The lab's claims on the measured table. Strict (a failure stops the notebook): the gap, its recovery,
-    warm-up, perfect scaling below B_simple (the last three only where ``s.strict_claims``, see the settings). Reported as measured (strict=False), because the literature's
-    result need not hold on the lab's small data: LARS/LAMB >= SGD + scaling + warm-up, B_simple ≈ knee."""
+    warm-up, perfect scaling below B_simple (the last three only where ``s.strict_claims``, see the settings).
+    Reported as measured (strict=False), because the literature's result need not hold on the lab's small
+    data: LARS/LAMB >= SGD + scaling + warm-up, B_simple ≈ knee."""
     from coursekit.labs.claims import check_claim
 
     small, large = s.small_batch, s.large_batch

@@ -137,8 +137,9 @@ def _lab02(profile: str) -> dict[str, Any]:
                            lr=0.01, **QUIET)
         return {"base": base, "batch_sizes": [4, 16, 64, 256, 1024], "target_acc": 0.6, "longer_max_steps": 1000,
                 "memory_base": None, "memory_batch_sizes": [], "job": job_options(profile, "00:10:00"), "timeout_s": 300}
-    # 5 epochs: the sweep's 6 runs took 6.5 min of training at 10 epochs on one H100 (batch 64 alone 150 s),
-    # more than a lab's slot; at 5 epochs CIFAR-10's small batches still pass 75 %, batch 2048 does not
+    # 5 epochs: the sweep's 6 runs took 6.5 min of training at 10 epochs on one H100 (batch 64 alone 150 s; the GPU
+    # shared with other notebooks' jobs), more than a lab's slot; at 5 epochs CIFAR-10's small batches are expected
+    # to pass 75 % and batch 2048 not (not measured: no CIFAR-10 on the GPU machine, the stand-in reaches 100 %)
     base = TrainConfig(model="resnet18", dataset="cifar10", data_dir=data_dir(), epochs=5, lr=0.1,
                        schedule="cosine", workers=8, pin_memory=True, persistent_workers=True, non_blocking=True,
                        precision="bf16", channels_last=True, **QUIET)
@@ -305,7 +306,8 @@ def _lab07(profile: str) -> dict[str, Any]:
     else:
         # A room's share of GPUs (and an instructor's dry run of minutes): CIFAR-10's first 5,000 images,
         # 2 epochs, batch 128 vs 1024 (80 vs 10 steps; equal steps = 16 epochs); with 10,000 images the 73 runs
-        # took over 9 minutes in one job on one H100 (equal-steps runs ~15 s each);
+        # took over 9 minutes in one job on one H100 (equal-steps runs ~15 s each; the GPU shared with other
+        # notebooks' jobs, see bench/REPORT-notebooks-gpu.md);
         # the one-GPU record of bench/large_batch_gpu.py trains on all 50,000 at batch 256 vs 4096.
         small, large = 128, 1024
         base = TrainConfig(model="resnet18", dataset="cifar10", data_dir=data_dir(), num_samples=LAB07_GPU_SUBSET,
@@ -313,7 +315,7 @@ def _lab07(profile: str) -> dict[str, Any]:
                            persistent_workers=True, non_blocking=True, precision="bf16", channels_last=True, **QUIET)
         critical = [128, 512, 2048]
         # the noise run's probes (a full-set gradient and noise_batches mini-batch gradients each) took 212 s of
-        # a 1xH100 dry run at 10 batches every 20 steps: 4 batches every 40 steps
+        # a 1xH100 dry run (GPU shared) at 10 batches every 20 steps: 4 batches every 40 steps
         values = {"target_loss": 1.2, "critical_epochs": 2, "noise_batches": 4, "noise_every": 40,
                   "runs_per_job": 20, "methods": _lab07_methods(0.5),
                   # 1xH100 dry run (5,000 stand-in images, 2 epochs): SGD at batch 1024 makes 10 steps and stays at
@@ -373,7 +375,8 @@ def _lab08(profile: str) -> dict[str, Any]:
         "tolerance": 0.1 * base.lr if cpu else 2e-2,
         "memory_tolerance": 0.10,  # ZeRO memory per rank vs the formula
         # gpu: batch 128 for the bubble sweep, micro-batches of 32-128 sequences (2xH100 at batch 32: GPipe's
-        # bubble went 0.42 -> 0.43 from m = 2 to 4, tokens/s halved: fixed costs per micro-batch of 8 sequences)
+        # bubble went 0.42 -> 0.43 from m = 2 to 4, tokens/s halved: fixed costs per micro-batch of 8 sequences;
+        # at batch 128: 0.53 / 0.43 / 0.36, 1F1B 0.37 / 0.27, within 0.17 of theory)
         "bubble": {"stages": 2, "microbatches": microbatches, "stage_delay_ms": stage_delay_ms, "steps": 4 if cpu else 10,
                    "batch_size": base.batch_size if cpu else 128},
         # measured bubble may exceed (p-1)/(m+p-1) by this much (fixed costs per micro-batch); on 4xH100 GPipe
