@@ -91,14 +91,30 @@ def run_notebook(path: Path, log_dir: Path | None, profile: str = "gpu") -> dict
     import nbformat
 
     notebook = nbformat.read(path, as_version=4)
+    for cell in notebook.cells:  # the stored (cpu profile) outputs must not pass for this run's where a cell never ran
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
     env_before = dict(os.environ)
     course = tempfile.mkdtemp(prefix=f"coursekit-gpu-{path.stem[:2]}-")
     os.environ.update(GPU_ENV, COURSEKIT_PROFILE=profile)
     os.environ.setdefault("COURSEKIT_SITE", "local")
     os.environ["COURSEKIT_COURSE_DIR"] = course
-    client = nbclient.NotebookClient(notebook, timeout=CELL_TIMEOUT_S, kernel_name="python3",
-                                     resources={"metadata": {"path": str(NOTEBOOKS)}})
+    progress = log_dir / f"gpu_nb{path.stem[:2]}_cells.txt" if log_dir is not None else None
     start, error = time.monotonic(), None
+    if progress is not None:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        progress.write_text("")
+
+    def cell_done(cell: Any, cell_index: int, **_: Any) -> None:
+        """One line per executed cell, written at once: a notebook killed at its time limit still shows where
+        its minutes went."""
+        if progress is not None and cell.cell_type == "code":
+            first = cell.source.splitlines()[0][:80] if cell.source else ""
+            with progress.open("a") as handle:
+                handle.write(f"{time.monotonic() - start:7.1f} s  cell {cell_index} done: {first}\n")
+
+    client = nbclient.NotebookClient(notebook, timeout=CELL_TIMEOUT_S, kernel_name="python3",
+                                     resources={"metadata": {"path": str(NOTEBOOKS)}}, on_cell_executed=cell_done)
     try:
         client.execute()
     except Exception as failure:  # noqa: BLE001 - any failure of a cell is the result we report
