@@ -60,6 +60,12 @@ def params_of(layers: int, dim: int, vocab: int, seq: int) -> int:
     return layers * (12 * dim * dim + 10 * dim) + vocab * dim * 2 + seq * dim + 2 * dim
 
 
+def tp_split_of(layers: int, dim: int) -> int:
+    """Parameters tensor parallelism splits: per block q, k, v, o (4 D²) and fc1 with its bias, fc2 (8 D² + 4 D);
+    embeddings, norms, the head and the row-wise biases stay whole (as coursekit.labs.model_parallel counts)."""
+    return layers * (12 * dim * dim + 4 * dim)
+
+
 def big_layers(gpu_bytes: int, dim: int = BIG_DIM) -> int:
     """Blocks (even: two pipeline stages would split them) so that 16 Ψ ≈ OVERSIZE x one GPU's memory."""
     layers = OVERSIZE * gpu_bytes / STATE_BYTES_PER_PARAM_DDP / (12 * dim * dim)
@@ -108,7 +114,13 @@ def run(name: str, world: int, sizes: dict[str, Any], scratch: Path, env: dict[s
     from coursekit.train.memory import sharded_memory
 
     psi = params_of(sizes["gpt_layers"], sizes["gpt_dim"], sizes["vocab_size"], sizes["seq_len"])
-    formula = sharded_memory(psi, FORMULA[options.get("parallel", "ddp")], world, "adamw", "fp32").total_bytes / GIB
+    sharding = FORMULA[options.get("parallel", "ddp")]
+    if sharding == "tp":  # only the blocks' matrices are split; the rest is whole on every rank
+        split = tp_split_of(sizes["gpt_layers"], sizes["gpt_dim"])
+        formula = (sharded_memory(split, "tp", world, "adamw", "fp32").total_bytes
+                   + sharded_memory(psi - split, "ddp", 1, "adamw", "fp32").total_bytes) / GIB
+    else:
+        formula = sharded_memory(psi, sharding, world, "adamw", "fp32").total_bytes / GIB
     row = {"name": name, "n_gpu": world, "formula_gb_per_gpu": formula, "options": options, "command": " ".join(shlex.quote(c) for c in command),
            "ok": code == 0, "exit_code": code, "timed_out": code is None, "wall_s": round(time.perf_counter() - started, 1),
            "oom": any(marker in text for marker in OOM_MARKERS),

@@ -112,3 +112,13 @@ def test_tensor_parallel_formula_keeps_embeddings_norms_and_head_whole():
     fp32_adamw = 16  # bytes per parameter: weights, gradients, m, v
     assert mp.formula_bytes(config, "tensor", 2, split + whole) == fp32_adamw * (split / 2 + whole)
     assert mp.formula_bytes(config, "zero3", 2, split + whole) == fp32_adamw * (split + whole) / 2
+
+
+def test_benchmark_counts_the_tensor_parallel_split_as_the_lab_does():
+    spec = importlib.util.spec_from_file_location("model_parallel_gpu", BENCH / "model_parallel_gpu.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    config = TrainConfig(model="gpt", dataset="tokens", gpt_layers=3, gpt_dim=16, gpt_heads=2, seq_len=8, vocab_size=32)
+    split, whole = mp.tp_split_parameters(config)
+    assert bench.tp_split_of(3, 16) == split
+    assert bench.params_of(3, 16, 32, 8) == split + whole
