@@ -79,20 +79,19 @@ def run_race(profile: str, seeds: int, time_limit_s: float, work: Path, gpus: in
     board = work / "leaderboard.jsonl"
     started = time.perf_counter()
     tuned = s.baseline.replace(**s.tuned)
-    entries_in = {("baseline", "baseline"): s.baseline, ("bench", "tuned"): tuned}
-    processes = {("baseline", "baseline"): 1, ("bench", "tuned"): 1}
+    # (participant, submission) -> (configuration, processes)
+    entries_in = {("baseline", "baseline"): (s.baseline, 1), ("bench", "tuned"): (tuned, 1)}
     if gpus > 1:
-        key = ("bench", f"tuned-{gpus}gpu")
-        entries_in[key] = tuned.replace(lr_scaling=MULTI_GPU_LR_SCALING, base_batch=tuned.batch_size)
-        processes[key] = gpus
+        entries_in[("bench", f"tuned-{gpus}gpu")] = (
+            tuned.replace(lr_scaling=MULTI_GPU_LR_SCALING, base_batch=tuned.batch_size), gpus)
     skipped = []
-    for (who, name), config in entries_in.items():
+    for (who, name), (config, processes) in entries_in.items():
         rows = []
         for run in rules.submission(config):
             if time.perf_counter() - started > time_limit_s:
                 skipped.append(f"{who}/{name} seed {run.seed}")
                 continue
-            summary = run_engine(run.to_args(), work / f"{who}-{name}-{run.seed}", processes[(who, name)])
+            summary = run_engine(run.to_args(), work / f"{who}-{name}-{run.seed}", processes)
             print(f"{who}/{name} seed {run.seed}: {summary.get('status')}, reached {summary.get('target_reached')}, "
                   f"time to target {summary.get('time_to_target_s')}, wall {summary.get('process_wall_s', 0):.1f} s",
                   flush=True)
@@ -105,8 +104,8 @@ def run_race(profile: str, seeds: int, time_limit_s: float, work: Path, gpus: in
     table = race.standings(rules, race.code_hash(), board)
     return {"profile": profile, "machine": machine(), "settings_notice": s.get("dataset_notice"),
             "rules": rules.text(), "gpus": gpus,
-            "commands": {f"{w}/{n}": " ".join(engine_command(c.to_args(), Path("OUT"), processes[(w, n)])[1:])
-                         for (w, n), c in entries_in.items()},
+            "commands": {f"{w}/{n}": " ".join(engine_command(c.to_args(), Path("OUT"), p)[1:])
+                         for (w, n), (c, p) in entries_in.items()},
             "wall_s": time.perf_counter() - started, "skipped": skipped,
             "entries": [{k: v for k, v in row.items()} for row in table]}
 
