@@ -46,6 +46,7 @@ def report_text(result: dict[str, Any]) -> str:
         f"{small} / {large} (s) | seeds done |",
         "|---|---|---|---|---|---|",
     ]
+    planned = len(result.get("seeds", []))
     for method in methods:
         a, b = cells.get((method, small), {}), cells.get((method, large), {})
         diff = (f"{b['val_acc'] - a['val_acc']:+.3f}" if a.get("val_acc") is not None
@@ -53,10 +54,18 @@ def report_text(result: dict[str, Any]) -> str:
         lines.append(f"| {method} | {_acc(a.get('val_acc'), a.get('val_acc_std'))} | "
                      f"{_acc(b.get('val_acc'), b.get('val_acc_std'))} | {diff} | "
                      f"{a.get('time_s', 0):.1f} / {b.get('time_s', 0):.1f} | "
-                     f"{a.get('completed', 0)}/{a.get('seeds', 0)}, {b.get('completed', 0)}/{b.get('seeds', 0)} |")
-    lines += ["", "Images/s per batch size (steady state of a short run, same model and data):", "",
-              "| batch | images/s |", "|---|---|"]
-    lines += [f"| {r['batch_size']} | {r['images_per_s'] or 0:,.0f} |" for r in result.get("throughput", [])]
+                     f"{a.get('completed', 0)}/{planned}, {b.get('completed', 0)}/{planned} |")
+    started = {(r["method"], r["batch_size"], r["seed"]) for r in result.get("runs", [])}
+    not_started = [f"{m} batch {bs} seed {seed}" for seed in result.get("seeds", []) for m in methods
+                   for bs in (small, large) if (m, bs, seed) not in started]
+    if not_started:
+        lines += ["", f"Not started (the run's time budget was spent): {'; '.join(not_started)}."]
+    lines += ["", "Images/s per batch size (steady state of a short run, same model and data):", ""]
+    if result.get("throughput"):
+        lines += ["| batch | images/s |", "|---|---|"]
+        lines += [f"| {r['batch_size']} | {r['images_per_s'] or 0:,.0f} |" for r in result["throughput"]]
+    else:
+        lines.append("not measured (the run's time budget was spent before this part).")
     failed = [r for r in result.get("runs", []) if r.get("status") != "completed"]
     if failed:
         lines += ["", "Runs that did not complete: " + "; ".join(

@@ -35,3 +35,17 @@ def test_without_a_gpu_the_real_run_refuses(capsys) -> None:
         return
     assert large_batch_gpu.main([]) == 2
     assert "--cpu-smoke" in capsys.readouterr().err
+
+
+def test_report_of_a_cut_run_counts_seeds_against_the_plan_and_names_what_did_not_start() -> None:
+    import report_large_batch
+
+    record = json.loads((ROOT / "bench" / "results" / "large_batch_gpu.json").read_text())
+    cut = {**record, "runs": [r for r in record["runs"] if not (r["method"] == "sgd" and r["seed"] == 2)],
+           "throughput": []}
+    cut["cells"] = [{**c, "seeds": 2, "completed": 2} if c["method"] == "sgd" else c for c in record["cells"]]
+    text = report_large_batch.report_text(cut)
+    planned = len(record["seeds"])
+    assert f"| 2/{planned}, 2/{planned} |" in text
+    assert f"sgd batch {record['small_batch']} seed 2; sgd batch {record['large_batch']} seed 2" in text
+    assert "images/s |" not in text and "not measured" in text

@@ -82,3 +82,20 @@ def test_gpus_needed_and_cpu_share():
     assert gpu_notebooks.gpus_needed(Path("03_x.ipynb"), 8) == 1
     share = gpu_notebooks.cpu_share([0], 2)
     assert share and set(share) <= set(gpu_notebooks.os.sched_getaffinity(0))
+
+
+def test_claims_are_read_in_the_labs_words_and_only_a_failed_one_fails(capsys):
+    from coursekit.labs import claims
+
+    claims.check_claim("a", True, "1")
+    claims.check_claim("b", False, "2", strict=False)
+    claims.check_claim("c", False, "", applies=False, why_not="no GPU")
+    try:
+        claims.check_claim("d", False, "4")
+    except AssertionError:
+        pass
+    read = gpu_notebooks.read_claims(capsys.readouterr().out.splitlines())
+    assert [(c["verdict"], c["statement"]) for c in read] == [
+        (claims.HOLDS, "a"), (claims.NOT_SEEN, "b"), (claims.NOT_CHECKED, "c"), (claims.FAILS, "d")]
+    assert set(gpu_notebooks.VERDICTS) == {claims.HOLDS, claims.FAILS, claims.NOT_CHECKED, claims.NOT_SEEN}
+    assert [c["statement"] for c in read if c["verdict"] == gpu_notebooks.FAILED_VERDICT] == ["d"]

@@ -18,7 +18,14 @@ def test_claim_that_fails_raises(capsys):
     with pytest.raises(AssertionError, match="CLAIM DOES NOT HOLD: bigger is faster"):
         claims.check_claim("bigger is faster", False, "x0.9")
     assert "CLAIM DOES NOT HOLD" in capsys.readouterr().out
-    assert claims.check_claim("soft", False, "x", strict=False).holds is False
+
+
+def test_non_strict_claim_that_fails_is_reported_as_not_seen(capsys):
+    result = claims.check_claim("LAMB beats SGD", False, "-0.01", strict=False)
+    assert result.holds is False
+    assert capsys.readouterr().out.splitlines() == ["NOT SEEN ON THIS DATA: LAMB beats SGD", "    measured: -0.01"]
+    claims.check_claim("LAMB beats SGD", True, "+0.01", strict=False)
+    assert capsys.readouterr().out.startswith("CLAIM HOLDS: LAMB beats SGD")
 
 
 def test_claim_not_applicable_is_reported_not_checked(capsys):

@@ -170,8 +170,8 @@ CELLS = [
     without scaling and warm-up, so there only the gap is asserted and the rest is printed as measured. The last two are
     results from the literature — LARS/LAMB beating tuned SGD at a large batch (DLO-JZ measured LAMB 0.850 vs SGD
     0.746 at batch 8192 on CIFAR-10, one seed) and B_simple ≈ the critical batch — checked and printed as
-    measured: on a small data set with few steps they may well not hold, and the lab says so rather than assert
-    them. Compare with the recorded GPU table below (gpu profile).
+    measured: on a small data set with few steps they may well not hold, and the lab says so (`NOT SEEN ON THIS
+    DATA`, with what it measured) rather than assert them. Compare with the GPU record of section 7.
     """),
     code("""
     # NBVAL_IGNORE_OUTPUT
