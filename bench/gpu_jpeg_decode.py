@@ -12,7 +12,9 @@ Each row also says which decoder ran (the summary's ``jpeg_decoder``) and each d
 (the same batches, decode + crop + resize, no training), so that a shortfall reads as decode-bound (alone
 below synthetic) or overlap-bound (alone well above it). ``--cpu-smoke`` runs the same script on this CPU
 machine with an MLP on a small tree (PIL workers stand in for the GPU decode, which needs CUDA), to try it.
-Written without a GPU at hand: not yet run on one.
+First GPU run 2026-11-26 (4x H100): 0.69x, the decoders far faster alone than the step (bench/REPORT-gpu.md).
+Diagnostics since (not yet run on a GPU): decoding alone with each nvImageCodec backend by itself (and whether
+it handed batches to torchvision), and the synthetic run while a thread decodes beside it.
 """
 
 from __future__ import annotations
@@ -41,6 +43,11 @@ WINDOWS = 3
 SMOKE_WINDOW = 4
 SMOKE_CLASSES, SMOKE_IMAGES_PER_CLASS, SMOKE_SIZE = 4, 24, (160, 120)
 DECODE_ALONE_BATCHES = 10
+NVIMGCODEC_VARIANTS = {  # decoding alone, nvImageCodec's backends told apart (jpeg.nvimgcodec_decoder's options)
+    "nvimgcodec hardware only": {"backends": ("hardware",)},
+    "nvimgcodec CUDA only": {"backends": ("cuda",)},
+    "nvimgcodec hardware + CUDA, 4 CPU threads": {"cpu_threads": 4},
+}
 
 
 def config(**changes: Any) -> TrainConfig:
@@ -57,8 +64,38 @@ def smoke_config(**changes: Any) -> TrainConfig:
     return base.replace(**changes)
 
 
-def decode_alone(root: Path, decoder: str, device: str, image_size: int, batch: int, batches: int) -> dict[str, Any]:
-    """Images/s of the decoder by itself (decode, crop, resize, normalise; no training): the ceiling of a row."""
+def _decoder(decoder: str, device: str, variant: dict[str, Any] | None = None) -> tuple[str, Any]:
+    """(name, decode function) as the engine would choose it (``decoder``), or an nvImageCodec ``variant``."""
+    import torch
+
+    from coursekit.train import jpeg
+
+    if device != "cuda":
+        return "torchvision", jpeg.torchvision_decoder(torch.device("cpu"))
+    if variant is not None:
+        decode = jpeg.nvimgcodec_decoder(torch.device("cuda"), **variant)
+        if decode is None:
+            raise ValueError("nvImageCodec is not usable here")
+        return "nvimgcodec", decode
+    os.environ["COURSEKIT_JPEG_DECODER"] = decoder
+    try:
+        return jpeg.choose_decoder(torch.device("cuda"))
+    finally:
+        os.environ.pop("COURSEKIT_JPEG_DECODER", None)
+
+
+def _chunks(root: Path, batch: int, batches: int) -> list[list[Any]]:
+    from coursekit.train import jpeg
+
+    files = sorted((root / "train").glob("*/*.jpg"))[:batch * (batches + 1)]
+    encoded = [jpeg.read_bytes(str(f)) for f in files]
+    return [encoded[i:i + batch] for i in range(0, len(encoded), batch)]
+
+
+def decode_alone(root: Path, decoder: str, device: str, image_size: int, batch: int, batches: int,
+                 variant: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Images/s of the decoder by itself (decode, crop, resize, normalise; no training): the ceiling of a row.
+    ``fallback_batches``: batches nvImageCodec handed to torchvision (an image its backends could not decode)."""
     import random
     import time
 
@@ -66,20 +103,12 @@ def decode_alone(root: Path, decoder: str, device: str, image_size: int, batch: 
 
     from coursekit.train import jpeg
 
-    files = sorted((root / "train").glob("*/*.jpg"))[:batch * (batches + 1)]
-    encoded = [jpeg.read_bytes(str(f)) for f in files]
-    if device == "cuda":
-        os.environ["COURSEKIT_JPEG_DECODER"] = decoder
-        try:
-            name, decode = jpeg.choose_decoder(torch.device("cuda"))
-        except ValueError as error:
-            return {"status": "not run", "error": str(error)}
-        finally:
-            os.environ.pop("COURSEKIT_JPEG_DECODER", None)
-    else:
-        name, decode = "torchvision", jpeg.torchvision_decoder(torch.device("cpu"))
+    try:
+        name, decode = _decoder(decoder, device, variant)
+    except ValueError as error:
+        return {"status": "not run", "error": str(error)}
     rng = random.Random(0)
-    chunks = [encoded[i:i + batch] for i in range(0, len(encoded), batch)]
+    chunks = _chunks(root, batch, batches)
     jpeg.decode_batch(chunks[0], device, image_size, True, rng, decode)  # warm-up (decoder state, kernels)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     sync()
@@ -87,7 +116,54 @@ def decode_alone(root: Path, decoder: str, device: str, image_size: int, batch: 
     for chunk in chunks[1:]:
         jpeg.decode_batch(chunk, device, image_size, True, rng, decode)
     sync()
-    return {"decoder": name, "img_s": sum(map(len, chunks[1:])) / (time.perf_counter() - start)}
+    state = getattr(decode, "state", None)
+    return {"decoder": name, "img_s": sum(map(len, chunks[1:])) / (time.perf_counter() - start),
+            **({"fallback_batches": state["fallback_batches"], "batches": state["batches"]} if state else {})}
+
+
+def synthetic_beside_decoding(make: Any, root: Path, decoder: str, image_size: int, device: str = "cuda",
+                              batch: int = BATCH) -> dict[str, Any]:
+    """The synthetic run while another thread decodes JPEG batches without pause on its own CUDA stream: if
+    the step slows down as much as in the JPEG rows, decoding and training get in each other's way (SMs,
+    the GIL, CPU threads), whatever the loader does; the decoder's own rate meanwhile comes with it."""
+    import contextlib
+    import random
+    import threading
+    import time
+
+    import torch
+
+    from coursekit.train import jpeg
+
+    cuda = device == "cuda"
+    try:
+        name, decode = _decoder(decoder, device)
+    except ValueError as error:
+        return {"status": "not run", "error": str(error)}
+    chunks = _chunks(root, batch, DECODE_ALONE_BATCHES)
+    stop, decoded = threading.Event(), [0]
+
+    def keep_decoding() -> None:
+        stream, rng = torch.cuda.Stream() if cuda else None, random.Random(0)
+        with torch.cuda.stream(stream) if cuda else contextlib.nullcontext():
+            while not stop.is_set():
+                for chunk in chunks:
+                    if stop.is_set():
+                        break
+                    jpeg.decode_batch(chunk, device, image_size, True, rng, decode)
+                    if stream is not None:
+                        stream.synchronize()  # one batch at a time, as the loader's thread keeps a few ahead
+                    decoded[0] += len(chunk)
+
+    thread = threading.Thread(target=keep_decoding, name="decode-beside", daemon=True)
+    start = time.perf_counter()
+    thread.start()
+    try:
+        row = run(make(dataset="synthetic", gpu_resident=True))
+    finally:
+        stop.set()
+        thread.join()
+    return {**row, "decoder": name, "decoding_img_s": decoded[0] / (time.perf_counter() - start)}
 
 
 def run(cfg: TrainConfig, decoder: str | None = None) -> dict[str, Any]:
@@ -134,6 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     if smoke:  # no CUDA: PIL in the workers stands in for the GPU decode; the decoder alone on the CPU
         rows["jpeg, PIL workers (stand-in)"] = run(make(**loader))
         rows["jpeg, PIL workers (stand-in)"]["decode_alone"] = decode_alone(root, "torchvision", "cpu", 32, 16, 2)
+        diagnostics = {"synthetic beside torchvision decoding": synthetic_beside_decoding(
+            make, root, "torchvision", 32, device="cpu", batch=16)}
     else:
         for name, decoder in (("torchvision nvjpeg", "torchvision"), ("nvimgcodec hardware", "nvimgcodec")):
             try:
@@ -141,6 +219,12 @@ def main(argv: list[str] | None = None) -> int:
             except Exception as error:  # noqa: BLE001 - the package or the hardware decoder may be absent: say so
                 rows[name] = {"status": "not run", "error": f"{type(error).__name__}: {error}"}
             rows[name]["decode_alone"] = decode_alone(root, decoder, "cuda", 224, BATCH, DECODE_ALONE_BATCHES)
+        diagnostics = {name: decode_alone(root, "nvimgcodec", "cuda", 224, BATCH, DECODE_ALONE_BATCHES, variant)
+                       for name, variant in NVIMGCODEC_VARIANTS.items()}
+        for decoder in ("torchvision", "nvimgcodec"):
+            diagnostics[f"synthetic beside {decoder} decoding"] = synthetic_beside_decoding(make, root, decoder, 224)
+        for name, row in diagnostics.items():
+            print(f"{name:<40} {row.get('img_s', 0):8.0f} img/s  {row}", flush=True)
     synthetic = rows["synthetic"]["img_s"]
     for name, row in rows.items():
         if row.get("img_s"):
@@ -155,7 +239,8 @@ def main(argv: list[str] | None = None) -> int:
               "cuda": torch.version.cuda, "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
               "command": "python bench/gpu_jpeg_decode.py " + " ".join(sys.argv[1:]), "batch": BATCH,
               "jpeg_tree": {"classes": CLASSES, "images_per_class": IMAGES_PER_CLASS}, "workers": WORKERS,
-              "cpu_smoke": smoke, "rows": rows, "best_ratio": best}
+              "cpu_smoke": smoke, "rows": rows, "best_ratio": best,
+              "diagnostics": diagnostics}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     return 0

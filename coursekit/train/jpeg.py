@@ -221,18 +221,27 @@ def _preload_nvjpeg() -> None:
             ctypes.CDLL(str(library), mode=ctypes.RTLD_GLOBAL)
 
 
-def nvimgcodec_decoder(device: torch.device) -> JpegDecoder | None:
+NVIMGCODEC_BACKENDS = {"hardware": "HW_GPU_ONLY", "cuda": "GPU_ONLY"}  # our names -> nvImageCodec's BackendKind
+
+
+def nvimgcodec_decoder(device: torch.device, backends: tuple[str, ...] = ("hardware", "cuda"),
+                       cpu_threads: int | None = None) -> JpegDecoder | None:
     """nvImageCodec on the GPU's hardware JPEG engines (its CUDA decoder where an image needs it); None where
-    the package or a GPU decoder is absent. Decodes on the current CUDA stream."""
+    the package or a GPU decoder is absent. Decodes on the current CUDA stream. ``backends`` (names of
+    ``NVIMGCODEC_BACKENDS``, in order of preference) and ``cpu_threads`` (its helper threads; None: its
+    default, one per core) are there for bench/gpu_jpeg_decode.py to tell the backends apart."""
+    unknown = [b for b in backends if b not in NVIMGCODEC_BACKENDS]
+    if unknown or not backends:
+        raise ValueError(f"backends={backends!r}: use some of {', '.join(NVIMGCODEC_BACKENDS)}")
     try:
         from nvidia import nvimgcodec
     except ImportError:
         return None
     _preload_nvjpeg()
     try:
-        decoder = nvimgcodec.Decoder(device_id=device.index or 0,
-                                     backends=[nvimgcodec.Backend(nvimgcodec.BackendKind.HW_GPU_ONLY),
-                                               nvimgcodec.Backend(nvimgcodec.BackendKind.GPU_ONLY)])
+        kinds = [nvimgcodec.Backend(getattr(nvimgcodec.BackendKind, NVIMGCODEC_BACKENDS[b])) for b in backends]
+        threads = {} if cpu_threads is None else {"max_num_cpu_threads": cpu_threads}
+        decoder = nvimgcodec.Decoder(device_id=device.index or 0, backends=kinds, **threads)
         options = {"color_spec": nvimgcodec.ColorSpec.SRGB, "allow_any_depth": False, "apply_exif_orientation": False}
         try:  # interleaved RGB (H, W, 3); older releases have no sample_format and give it by default
             params = nvimgcodec.DecodeParams(**options, sample_format=nvimgcodec.SampleFormat.I_RGB)
@@ -241,9 +250,10 @@ def nvimgcodec_decoder(device: torch.device) -> JpegDecoder | None:
     except Exception:  # noqa: BLE001 - no usable GPU decoder here: torchvision's path is the fallback
         return None
     fallback = torchvision_decoder(device)
-    state = {"broken": False}
+    state = {"broken": False, "batches": 0, "fallback_batches": 0}  # read by the bench: did it decode them?
 
     def decode(encoded: list[torch.Tensor]) -> list[torch.Tensor]:
+        state["batches"] += 1
         if not state["broken"]:
             try:
                 stream = torch.cuda.current_stream(device).cuda_stream
@@ -254,8 +264,10 @@ def nvimgcodec_decoder(device: torch.device) -> JpegDecoder | None:
                 state["broken"] = True
                 warnings.warn(f"nvImageCodec failed ({type(error).__name__}: {error}); torchvision's nvjpeg "
                               "decodes the JPEGs from now on", stacklevel=2)
+        state["fallback_batches"] += 1
         return fallback(encoded)
 
+    decode.state = state  # type: ignore[attr-defined]
     return decode
 
 

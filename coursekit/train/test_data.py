@@ -380,8 +380,8 @@ def test_nvimgcodec_path_decodes_in_rgb_chw_and_falls_back_on_failure(jpeg_tree,
     class Decoder:
         fail = False
 
-        def __init__(self, device_id, backends):
-            pass
+        def __init__(self, device_id, backends, max_num_cpu_threads=0):
+            calls["backends"], calls["threads"] = backends, max_num_cpu_threads
 
         def decode(self, sources, params=None, cuda_stream=0):
             calls["decode"] += 1
@@ -405,6 +405,12 @@ def test_nvimgcodec_path_decodes_in_rgb_chw_and_falls_back_on_failure(jpeg_tree,
     assert jpeg.choose_decoder(CPU)[0] == "nvimgcodec"
     Decoder.fail = True  # an image it cannot decode: the batch goes through torchvision
     assert all(torch.equal(i, r) for i, r in zip(decode(encoded), reference, strict=True)) and calls["decode"] == 2
+    assert decode.state == {"broken": False, "batches": 2, "fallback_batches": 1}
+    assert calls["backends"] == [4, 2] and calls["threads"] == 0  # hardware first, CUDA where it cannot
+    jpeg.nvimgcodec_decoder(CPU, backends=("cuda",), cpu_threads=4)
+    assert calls["backends"] == [2] and calls["threads"] == 4
+    with pytest.raises(ValueError, match="backends=.*hardware, cuda"):
+        jpeg.nvimgcodec_decoder(CPU, backends=("dali",))
 
 
 def test_crop_resize_batches_images_by_size_and_keeps_their_order():
