@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 GPU_RUN = ["--model", "resnet50", "--image-size", "224", "--batch-size", "256", "--precision", "bf16",
            "--channels-last", "--steps", "30"]
+RUN_TIMEOUT_S = 240  # per configuration: the first GPU try (2026-11-26) printed nothing in 500 s
 CPU_RUN = ["--model", "mlp", "--image-size", "32", "--batch-size", "16", "--steps", "45"]
 LOADERS = {
     "workers=0": [],
@@ -77,7 +78,12 @@ def run(data_dir: Path, common: list[str], extra: list[str], device: str) -> dic
         command = [sys.executable, "-m", "coursekit.train", "--dataset", "jpeg_folder", "--data-dir", str(data_dir),
                    "--device", device, "--log-every", "1", "--progress", "off", "--out", out, *common, *extra]
         started = time.time()
-        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
+        try:
+            done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False, timeout=RUN_TIMEOUT_S)
+        except subprocess.TimeoutExpired as expired:
+            tail = (expired.stderr or b"")[-2000:]
+            return {"status": "failed", "returncode": None, "stderr": f"timed out after {RUN_TIMEOUT_S} s; stderr: "
+                    + (tail.decode(errors="replace") if isinstance(tail, bytes) else tail)}
         ended = time.time()
         if done.returncode != 0:
             return {"status": "failed", "returncode": done.returncode, "stderr": done.stderr[-2000:]}
@@ -95,8 +101,10 @@ def main(argv: list[str] | None = None) -> int:
     root = args.jpeg_dir or Path(tempfile.mkdtemp(prefix="coursekit-loader-"))
     if not (root / "train").is_dir():  # the tree: 2,400 training JPEGs (ImageNet-sized on a GPU)
         size = (160, 120) if args.cpu else (500, 375)
+        started = time.time()
         write_synthetic_jpeg_tree(root, 8 if not args.cpu else 4, 300 if not args.cpu else 60, size=size,
                                   workers=os.cpu_count() or 1)
+        print(f"wrote the JPEG tree under {root} in {time.time() - started:.0f} s", flush=True)
     rows = {}
     for name, extra in LOADERS.items():
         rows[name] = run(root, CPU_RUN if args.cpu else GPU_RUN, extra, "cpu" if args.cpu else "cuda")
