@@ -14,7 +14,8 @@ below synthetic) or overlap-bound (alone well above it). ``--cpu-smoke`` runs th
 machine with an MLP on a small tree (PIL workers stand in for the GPU decode, which needs CUDA), to try it.
 First GPU run 2026-11-26 (4x H100): 0.69x, the decoders far faster alone than the step (bench/REPORT-gpu.md).
 Diagnostics since (not yet run on a GPU): decoding alone with each nvImageCodec backend by itself (and whether
-it handed batches to torchvision), and the synthetic run while a thread decodes beside it.
+it handed batches to torchvision), and the synthetic run while a thread, or another process, decodes beside it
+(slower beside the thread only: the Python thread's share of the GIL, not the GPU, holds the step back).
 """
 
 from __future__ import annotations
@@ -42,7 +43,10 @@ WARMUP_WINDOWS = 1
 WINDOWS = 3
 SMOKE_WINDOW = 4
 SMOKE_CLASSES, SMOKE_IMAGES_PER_CLASS, SMOKE_SIZE = 4, 24, (160, 120)
+SMOKE_DECODE_PROCESS_S = 4.0
 DECODE_ALONE_BATCHES = 10
+DECODE_PROCESS_S = 60.0  # the decoding process's run: longer than the synthetic run beside it
+DECODE_PROCESS_GRACE_S = 120.0
 NVIMGCODEC_VARIANTS = {  # decoding alone, nvImageCodec's backends told apart (jpeg.nvimgcodec_decoder's options)
     "nvimgcodec hardware only": {"backends": ("hardware",)},
     "nvimgcodec CUDA only": {"backends": ("cuda",)},
@@ -121,6 +125,49 @@ def decode_alone(root: Path, decoder: str, device: str, image_size: int, batch: 
             **({"fallback_batches": state["fallback_batches"], "batches": state["batches"]} if state else {})}
 
 
+def decode_for(root: Path, decoder: str, device: str, image_size: int, batch: int, seconds: float) -> float:
+    """Decode batches without pause for ``seconds`` (the ``--decode-for`` process); returns images/s."""
+    import random
+    import time
+
+    import torch
+
+    from coursekit.train import jpeg
+
+    _, decode = _decoder(decoder, device)
+    chunks, rng, decoded = _chunks(root, batch, DECODE_ALONE_BATCHES), random.Random(0), 0
+    jpeg.decode_batch(chunks[0], device, image_size, True, rng, decode)  # warm-up, then tell the parent
+    print("ready", flush=True)
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        for chunk in chunks:
+            jpeg.decode_batch(chunk, device, image_size, True, rng, decode)
+            if device == "cuda":
+                torch.cuda.synchronize()
+            decoded += len(chunk)
+    return decoded / (time.perf_counter() - start)
+
+
+def synthetic_beside_decoding_process(make: Any, root: Path, decoder: str, image_size: int, device: str = "cuda",
+                                      batch: int = BATCH, seconds: float = DECODE_PROCESS_S) -> dict[str, Any]:
+    """As ``synthetic_beside_decoding``, the decoding in another process on the same device: no GIL shared.
+    A step slowed beside the thread but not beside the process points at the Python thread, not the GPU."""
+    import subprocess
+
+    command = [sys.executable, str(Path(__file__).resolve()), "--decode-for", str(seconds), "--decoder", decoder,
+               "--jpeg-dir", str(root), "--out", os.devnull] + (["--cpu-smoke"] if device == "cpu" else [])
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = process.stdout.readline() if process.stdout else ""  # "ready": decoding from now on
+        row = run(make(dataset="synthetic", gpu_resident=True)) if first.startswith("ready") else {
+            "status": "not run", "img_s": None}
+    finally:
+        out, err = process.communicate(timeout=seconds + DECODE_PROCESS_GRACE_S)
+    rates = [float(line.split()[1]) for line in out.splitlines() if line.startswith("decoded ")]
+    return {**row, "decoder": decoder, "decoding_img_s": rates[0] if rates else None,
+            **({} if rates else {"decoder_stderr": err[-1000:]})}
+
+
 def synthetic_beside_decoding(make: Any, root: Path, decoder: str, image_size: int, device: str = "cuda",
                               batch: int = BATCH) -> dict[str, Any]:
     """The synthetic run while another thread decodes JPEG batches without pause on its own CUDA stream: if
@@ -191,7 +238,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jpeg-dir", type=Path, help="a JPEG tree (written there when empty)")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--cpu-smoke", action="store_true", help="try the script on a CPU (MLP, small tree)")
+    parser.add_argument("--decode-for", type=float, default=None, help=argparse.SUPPRESS)  # the decoding process
+    parser.add_argument("--decoder", default="torchvision", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.decode_for is not None:
+        rate = decode_for(args.jpeg_dir, args.decoder, "cpu" if args.cpu_smoke else "cuda",
+                          32 if args.cpu_smoke else 224, 16 if args.cpu_smoke else BATCH, args.decode_for)
+        print(f"decoded {rate:.1f} img/s", flush=True)
+        return 0
     import torch
 
     from coursekit.train.jpeg import write_synthetic_jpeg_tree
@@ -211,7 +265,9 @@ def main(argv: list[str] | None = None) -> int:
         rows["jpeg, PIL workers (stand-in)"] = run(make(**loader))
         rows["jpeg, PIL workers (stand-in)"]["decode_alone"] = decode_alone(root, "torchvision", "cpu", 32, 16, 2)
         diagnostics = {"synthetic beside torchvision decoding": synthetic_beside_decoding(
-            make, root, "torchvision", 32, device="cpu", batch=16)}
+            make, root, "torchvision", 32, device="cpu", batch=16),
+            "synthetic beside a torchvision decoding process": synthetic_beside_decoding_process(
+            make, root, "torchvision", 32, device="cpu", batch=16, seconds=SMOKE_DECODE_PROCESS_S)}
     else:
         for name, decoder in (("torchvision nvjpeg", "torchvision"), ("nvimgcodec hardware", "nvimgcodec")):
             try:
@@ -223,6 +279,8 @@ def main(argv: list[str] | None = None) -> int:
                        for name, variant in NVIMGCODEC_VARIANTS.items()}
         for decoder in ("torchvision", "nvimgcodec"):
             diagnostics[f"synthetic beside {decoder} decoding"] = synthetic_beside_decoding(make, root, decoder, 224)
+            diagnostics[f"synthetic beside a {decoder} decoding process"] = synthetic_beside_decoding_process(
+                make, root, decoder, 224)
         for name, row in diagnostics.items():
             print(f"{name:<40} {row.get('img_s', 0):8.0f} img/s  {row}", flush=True)
     synthetic = rows["synthetic"]["img_s"]

@@ -21,3 +21,5 @@ def test_cpu_smoke_measures_the_rows_and_the_decoding_beside_training(tmp_path: 
     assert result["rows"]["jpeg, PIL workers (stand-in)"]["decode_alone"]["img_s"] > 0
     beside = result["diagnostics"]["synthetic beside torchvision decoding"]
     assert beside["status"] == "completed" and beside["img_s"] > 0 and beside["decoding_img_s"] > 0
+    process = result["diagnostics"]["synthetic beside a torchvision decoding process"]
+    assert process["status"] == "completed" and process["decoding_img_s"] > 0, process
