@@ -103,6 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int, default=EPOCHS)
     parser.add_argument("--max-minutes", type=float, default=MAX_MINUTES)
     parser.add_argument("--out", type=Path, default=None, help=f"results JSON (default {RESULTS})")
+    parser.add_argument("--complete", type=Path, default=None,
+                        help="an earlier results JSON of the same plan: its completed runs and throughput are kept, "
+                             "only the rest run (a record that a time budget cut short)")
     args = parser.parse_args(argv)
     if not args.cpu_smoke and not torch.cuda.is_available():
         print("large_batch_gpu: no GPU here; use --cpu-smoke to check the script on a CPU", file=sys.stderr)
@@ -112,11 +115,30 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="large-batch-"))
     plan = [(name, batch, seed) for seed in SEEDS for name in methods for batch in (small, large)]
     throughput = [b for b in THROUGHPUT_BATCHES if b <= large] if not args.cpu_smoke else [small, large]
+    earlier = json.loads(args.complete.read_text(encoding="utf-8")) if args.complete else {}
+    if earlier and (earlier.get("epochs"), earlier.get("small_batch"), earlier.get("large_batch")) != (
+            base.epochs, small, large):
+        raise SystemExit(f"--complete {args.complete}: its epochs/batches {earlier.get('epochs')}, "
+                         f"{earlier.get('small_batch')}/{earlier.get('large_batch')} differ from this plan's "
+                         f"{base.epochs}, {small}/{large}: run without --complete or with the same --epochs")
+    done = {(r["method"], r["batch_size"], r["seed"]): r for r in earlier.get("runs", []) if r["status"] == "completed"}
     started = time.perf_counter()
-    runs: list[dict[str, Any]] = []
-    print(f"large_batch_gpu: {len(plan)} runs of {base.epochs} epoch(s), then {len(throughput)} throughput runs",
+    print(f"large_batch_gpu: {len(throughput)} throughput runs, then {len(plan) - len(done)} runs of {base.epochs} "
+          f"epoch(s) ({len(done)} kept from {args.complete})" if done else
+          f"large_batch_gpu: {len(throughput)} throughput runs, then {len(plan)} runs of {base.epochs} epoch(s)",
           flush=True)
+    # images/s first: short, and a time budget that ends the runs early does not lose it (as on 2026-11-26)
+    rates = [r for r in earlier.get("throughput", []) if r.get("status") == "completed"]
+    for batch in [b for b in throughput if b not in {r["batch_size"] for r in rates}]:
+        row = run_one(base.replace(batch_size=batch, test_steps=THROUGHPUT_STEPS), work / f"rate{batch}")
+        rates.append({"batch_size": batch, "images_per_s": row["images_per_s"], "status": row["status"]})
+        print(f"throughput batch {batch}: {row['images_per_s'] or 0:,.0f} img/s", flush=True)
+    rates.sort(key=lambda r: r["batch_size"])
+    runs: list[dict[str, Any]] = []
     for index, (name, batch, seed) in enumerate(plan):
+        if (name, batch, seed) in done:
+            runs.append(done[(name, batch, seed)])
+            continue
         elapsed = time.perf_counter() - started
         if elapsed > args.max_minutes * 60:
             print(f"large_batch_gpu: {args.max_minutes} minutes spent; stopping before run {index + 1}", flush=True)
@@ -124,21 +146,16 @@ def main(argv: list[str] | None = None) -> int:
         config = base.replace(**methods[name], batch_size=batch, seed=seed)
         row = {"method": name, "batch_size": batch, "seed": seed, **run_one(config, work / f"run{index:03d}")}
         runs.append(row)
-        eta = (time.perf_counter() - started) / (index + 1) * (len(plan) - index - 1)
+        ran = len(runs) - len(done.keys() & set(plan[:index + 1]))  # run now, not kept
+        eta = (time.perf_counter() - started) / max(ran, 1) * (len(plan) - index - 1)
         print(f"[{index + 1}/{len(plan)}] {name} batch {batch} seed {seed}: {row['status']}, val_acc "
               f"{row['val_acc'] if row['val_acc'] is None else round(row['val_acc'], 4)}, {row['time_s']:.1f} s "
               f"(elapsed {time.perf_counter() - started:.0f} s, ETA {eta:.0f} s)", flush=True)
-    rates = []
-    for batch in throughput:
-        if time.perf_counter() - started > args.max_minutes * 60:
-            break
-        row = run_one(base.replace(batch_size=batch, test_steps=THROUGHPUT_STEPS), work / f"rate{batch}")
-        rates.append({"batch_size": batch, "images_per_s": row["images_per_s"], "status": row["status"]})
-        print(f"throughput batch {batch}: {row['images_per_s'] or 0:,.0f} img/s", flush=True)
     device = next((r["device"] for r in runs if r.get("device")), None)
     result = {"device": device, "torch": torch.__version__, "cuda": torch.version.cuda,
               "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "host": platform.node(),
-              "command": "python bench/large_batch_gpu.py" + (" --cpu-smoke" if args.cpu_smoke else ""),
+              "command": " ".join(["python bench/large_batch_gpu.py", *(argv if argv is not None else sys.argv[1:])]),
+              "completed_from": str(args.complete) if args.complete else None,
               "smoke": args.cpu_smoke, "dataset": base.dataset, "num_samples": base.num_samples,
               "image_size": base.image_size, "num_classes": base.num_classes, "model": base.model, "precision": base.precision,
               "epochs": base.epochs, "small_batch": small, "large_batch": large, "seeds": list(SEEDS),

@@ -49,3 +49,16 @@ def test_report_of_a_cut_run_counts_seeds_against_the_plan_and_names_what_did_no
     assert f"| 2/{planned}, 2/{planned} |" in text
     assert f"sgd batch {record['small_batch']} seed 2; sgd batch {record['large_batch']} seed 2" in text
     assert "images/s |" not in text and "not measured" in text
+
+
+def test_complete_keeps_an_earlier_records_runs_and_throughput_and_runs_the_rest(tmp_path: Path) -> None:
+    cut = tmp_path / "cut.json"
+    assert large_batch_gpu.main(["--cpu-smoke", "--max-minutes", "0", "--out", str(cut)]) == 0
+    first = json.loads(cut.read_text())
+    assert first["runs"] == [] and len(first["throughput"]) == 2  # images/s come first: a cut run keeps them
+    whole = tmp_path / "whole.json"
+    assert large_batch_gpu.main(["--cpu-smoke", "--complete", str(cut), "--out", str(whole)]) == 0
+    second = json.loads(whole.read_text())
+    assert second["throughput"] == first["throughput"] and second["completed_from"] == str(cut)
+    assert len(second["runs"]) == len(second["methods"]) * 2 * len(large_batch_gpu.SEEDS)
+    assert "--complete" in second["command"]
