@@ -101,8 +101,9 @@ HARDWARE_JPEG_ANALYSIS = (
     "(≈ 15,400 img/s): a sign that its hardware backend may not be the one decoding, or that something in the "
     "thread (its CPU worker threads, one per core by default, beside 16 loader workers; per-image Python "
     "around the decode) holds back the training thread. The std of the rows also holds one epoch boundary "
-    "(12,800 images = 50 steps of 256). Not yet found; the next GPU run measures the decoder's backends "
-    "separately and the step time with the decode thread running.")
+    "(12,800 images = 50 steps of 256). Not yet found; the next GPU run measures each nvImageCodec backend "
+    "alone and the synthetic step beside a decoding thread and beside a decoding process (diagnostics below, "
+    "once run).")
 
 
 def hardware_jpeg_section(data: dict[str, Any]) -> list[str]:
