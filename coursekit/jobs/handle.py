@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import signal
 import socket
 import time
 from collections import deque
@@ -26,7 +25,7 @@ from typing import Any
 from submitit.core.utils import JobPaths, pickle_load
 
 from coursekit.jobs import registry, slurm_cli
-from coursekit.jobs.local_process import child_pids, process_start_time, reap_when_done
+from coursekit.jobs.local_process import child_pids, interrupt, process_start_time, reap_when_done
 from coursekit.jobs.logs import job_output
 from coursekit.jobs.slurm_cli import TERMINAL_STATES, SlurmError
 from coursekit.jobs.tasks import CANCEL_MARKER
@@ -382,10 +381,8 @@ class Job:
         (self.folder / CANCEL_MARKER).write_text(f"{time.time()}\n")
         if self._local_alive():
             # interrupt the tasks, not submitit's controller: it then ends quietly (an interrupted
-            # controller prints a traceback into the notebook)
-            for pid in child_pids(self.pid) or [self.pid]:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGINT)
+            # controller prints a traceback into the notebook); SIGTERM, then SIGKILL, if one ignores it
+            interrupt(child_pids(self.pid) or [self.pid])
 
     def result(self, timeout: float | None = None) -> Any:
         """The function's return value (task 0), after waiting; ``JobFailedError`` otherwise."""

@@ -3,11 +3,16 @@ reaping them when they end (else each stays ``<defunct>`` under the kernel until
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 REAP_INTERVAL_S = 1.0
+STOP_GRACE_S = 5.0  # interrupt(): SIGTERM this long after SIGINT to a process still there, SIGKILL as long after
 
 _to_reap: list[subprocess.Popen] = []
 _reaper_lock = threading.Lock()
@@ -64,3 +69,30 @@ def child_pids(pid: int | None) -> list[int]:
         if int(fields[1]) == pid:
             children.append(int(stat.parent.name))
     return children
+
+
+def interrupt(pids: list[int], grace_s: float = STOP_GRACE_S) -> None:
+    """SIGINT to each of ``pids`` now (a job's tasks end quietly on it); a daemon thread sends SIGTERM after
+    ``grace_s`` and SIGKILL after twice that to any of them still running — the same process, by its start
+    time: a pid reused meanwhile is left alone. Returns at once."""
+    started = {pid: process_start_time(pid) for pid in pids}
+    started = {pid: start for pid, start in started.items() if start is not None}
+    _signal_each(started, signal.SIGINT)
+    if started:
+        threading.Thread(target=_escalate, args=(started, grace_s), name="coursekit-stop", daemon=True).start()
+
+
+def _signal_each(started: dict[int, str], signum: int) -> None:
+    for pid, start in started.items():
+        if process_start_time(pid) == start:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signum)
+
+
+def _escalate(started: dict[int, str], grace_s: float) -> None:
+    for signum in (signal.SIGTERM, signal.SIGKILL):
+        time.sleep(grace_s)
+        left = {pid: start for pid, start in started.items() if process_start_time(pid) == start}
+        if not left:
+            return
+        _signal_each(left, signum)

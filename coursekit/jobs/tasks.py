@@ -19,6 +19,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -133,6 +134,7 @@ class CommandTask:
     def __call__(self) -> int:
         if not self.requeue:  # first: the signal may be due as soon as the job starts
             install_time_limit_note()
+        interruptible()
         job_env = submitit.JobEnvironment()
         command = self.argv(str(job_env.job_id))
         child = subprocess.Popen(command, env=self._environment(),
@@ -174,6 +176,14 @@ def install_time_limit_note() -> None:
     """Note the time-limit signal in stderr instead of dying of it (or of submitit's requeue handler):
     a job that cannot resume runs on until the limit itself ends it (state TIMEOUT)."""
     signal.signal(time_limit_signal(), _note_time_limit_signal)
+
+
+def interruptible() -> None:
+    """SIGINT raises KeyboardInterrupt in the task (the local site's cancel and time limit send it), even where
+    the task was started with SIGINT ignored — as every process is that a non-interactive shell starts in the
+    background (``nohup jupyter lab &``), and Python then leaves it ignored."""
+    if threading.current_thread() is threading.main_thread():  # signal handlers: main thread only
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _end_task(job_env: submitit.JobEnvironment, message: str, exit_code: int) -> None:
@@ -226,6 +236,7 @@ class FunctionTask:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if getattr(self.fn, "checkpoint", None) is None:  # first: the signal may be due at once
             install_time_limit_note()
+        interruptible()
         os.environ.update(self.env)
         mapped = job_gpus(os.environ)
         if mapped is not None:  # before torch sees a GPU

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -13,7 +14,7 @@ from submitit.core.utils import cloudpickle_dump
 
 from coursekit.jobs import handle, registry, slurm_cli, watcher
 from coursekit.jobs.handle import Job, JobFailedError, tail_lines
-from coursekit.jobs.local_process import process_start_time
+from coursekit.jobs.local_process import STOP_GRACE_S, process_start_time
 from coursekit.jobs.slurm_cli import SlurmError
 from coursekit.metrics import MetricsWriter
 
@@ -191,14 +192,18 @@ def test_local_job_with_a_dead_pid(course: Path) -> None:
     assert again.state == "COMPLETED"
 
 
-def test_local_job_reattached_by_pid(course: Path) -> None:
-    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+@pytest.mark.parametrize("sigint", ["default", "ignored"])
+def test_local_job_reattached_by_pid(course: Path, sigint: str) -> None:
+    """Cancel ends the process; one that ignores SIGINT (started in the background by a shell without job
+    control) ends by the SIGTERM that follows."""
+    ignore = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint == "ignored" else None
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], preexec_fn=ignore)
     try:
         job = make_job(course, str(sleeper.pid), scheduler="local", site="local", pid=sleeper.pid,
                        pid_start=process_start_time(sleeper.pid))
         assert job.state == "RUNNING"
         job.cancel()
-        sleeper.wait(10)
+        sleeper.wait(3 * STOP_GRACE_S)
         assert job.wait(timeout=10) == "CANCELLED"
         impostor = make_job(course, "x", scheduler="local", site="local", pid=os.getpid(), pid_start="0")
         assert impostor.state == "VANISHED"  # same pid, different start time: not our job

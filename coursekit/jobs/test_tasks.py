@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from coursekit.jobs.local_process import process_start_time
+from coursekit.jobs.local_process import STOP_GRACE_S, process_start_time
 from coursekit.jobs.submit import submit_function, submit_jobs
 from coursekit.sites import SITE_ENV
 
@@ -55,6 +55,25 @@ def test_a_cancelled_local_job_says_so_plainly() -> None:
     assert job.wait(END_S) == "CANCELLED"
     assert job.tail(1, "err") == "coursekit: the job was cancelled"
     assert "Traceback" not in job.tail(50, "err")
+
+
+def test_a_job_submitted_with_sigint_ignored_is_still_cancelled_plainly() -> None:
+    """A notebook server started in the background by a shell without job control (``nohup jupyter lab &``)
+    runs with SIGINT ignored, and so would every job it starts: the task restores it, so cancel still ends
+    the job through its usual path (found when CI ran in such a shell: every local cancel failed)."""
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        (job,) = submit_jobs("-c 'import time; print(\"working\", flush=True); time.sleep(60)'", name="stop")
+    finally:
+        signal.signal(signal.SIGINT, before)
+    deadline = time.monotonic() + END_S
+    while "working" not in job.tail(1) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    cancelled = time.monotonic()
+    job.cancel()
+    assert job.wait(END_S) == "CANCELLED"
+    assert job.tail(1, "err") == "coursekit: the job was cancelled"  # the task's own end, not SIGTERM's
+    assert time.monotonic() - cancelled < STOP_GRACE_S
 
 
 def note_the_signal_and_go_on() -> int:
