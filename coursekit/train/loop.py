@@ -7,6 +7,7 @@ at the end of an epoch. A non-finite loss is noticed there and stops the run.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 import time
@@ -275,9 +276,10 @@ class Trainer:
         if self.cfg.log_params:
             record["params"] = parameter_values(self.model)
         if self.cfg.grad_noise_batches:  # grad_noise_var, grad_sq, trace_sigma, b_simple
-            record.update(noise_scale(
+            record.update(noise_scale(  # in the step's shape, layout and (bf16) precision: see noise_scale
                 self.model, self._train_dataset(), self.loss_fn, self.cfg.batch_size, self.cfg.grad_noise_batches,
-                self.device, seed=self.cfg.seed + self.pos.step))
+                self.device, seed=self.cfg.seed + self.pos.step, to_device=self._to_device, chunk=self.cfg.batch_size,
+                autocast=self.precision.autocast if self.precision.scaler is None else contextlib.nullcontext))
         if self.trust_ratios is not None:
             record["trust_ratios"], self.trust_ratios = self.trust_ratios, None
         self.writer.write("step", **record)

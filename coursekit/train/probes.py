@@ -15,6 +15,7 @@ gradients). ``layer_norms`` gives ‖w‖ and ‖g‖ of every layer that LARS/L
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 import torch
@@ -39,16 +40,20 @@ def check_loggable(model: nn.Module) -> None:
 
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+ToDevice = Callable[[tuple[torch.Tensor, torch.Tensor]], tuple[torch.Tensor, torch.Tensor]]
+Autocast = Callable[[], contextlib.AbstractContextManager]
 
 
-def _gradient(model: nn.Module, loss_fn: LossFn, batches: DataLoader, device: torch.device) -> list[torch.Tensor]:
+def _gradient(model: nn.Module, loss_fn: LossFn, batches: DataLoader, to_device: ToDevice,
+              autocast: Autocast = contextlib.nullcontext) -> list[torch.Tensor]:
     """Mean-loss gradient over every sample the loader yields, without touching ``.grad``."""
     params = [p for p in model.parameters() if p.requires_grad]
     total = [torch.zeros_like(p, dtype=torch.float64) for p in params]
     count = 0
-    for inputs, targets in batches:
-        inputs, targets = inputs.to(device), targets.to(device)
-        loss = loss_fn(model(inputs).float(), targets)
+    for batch in batches:
+        inputs, targets = to_device(batch)
+        with autocast():
+            loss = loss_fn(model(inputs).float(), targets)
         grads = torch.autograd.grad(loss, params)
         for acc, grad in zip(total, grads, strict=True):
             acc += grad.double() * len(inputs)
@@ -91,21 +96,31 @@ def layer_norms(model: nn.Module, grad_scale: float = 1.0) -> list[dict[str, flo
 
 
 def noise_scale(model: nn.Module, dataset: Dataset, loss_fn: LossFn, batch_size: int, num_batches: int,
-                device: torch.device, seed: int) -> dict[str, float | None]:
+                device: torch.device, seed: int, *, to_device: ToDevice | None = None,
+                autocast: Autocast = contextlib.nullcontext, chunk: int | None = None) -> dict[str, float | None]:
     """``grad_noise_var`` (mean ‖g_B − g‖² over ``num_batches`` batches), ``grad_sq`` (‖g‖²), ``trace_sigma``
-    and ``b_simple`` (None when the batch is the whole set: it has no noise to measure)."""
+    and ``b_simple`` (None when the batch is the whole set: it has no noise to measure).
+
+    The engine passes its own ``to_device`` (channels_last), ``autocast`` (bf16) and ``chunk`` = its batch
+    size: every forward then has the training step's shape, dtype and layout, so that cuDNN's autotuning
+    (``cudnn.benchmark``) finds nothing new to try — a full-set chunk of 4,096 fp32 images and its remainder
+    made a probe of lab 07's gpu profile take about a minute. With ``chunk`` the set is the first
+    ``len(dataset) // chunk * chunk`` samples (whole chunks only)."""
     was_training = model.training
     model.eval()  # no batch-norm statistics updates, no dropout: the gradient of the loss surface itself
+    move = to_device or (lambda batch: (batch[0].to(device), batch[1].to(device)))
+    if chunk is not None and chunk < len(dataset):  # type: ignore[arg-type]
+        dataset = Subset(dataset, range(len(dataset) // chunk * chunk))  # type: ignore[arg-type]
     try:
-        full = _gradient(model, loss_fn, DataLoader(dataset, batch_size=FULL_BATCH_CHUNK), device)
+        full = _gradient(model, loss_fn, DataLoader(dataset, batch_size=chunk or FULL_BATCH_CHUNK), move, autocast)
         generator = torch.Generator().manual_seed(seed + NOISE_SEED_OFFSET)
-        size = len(dataset)
+        size = len(dataset)  # type: ignore[arg-type]
         batch_size = min(batch_size, size)
         total = 0.0
         for _ in range(num_batches):
             indices = torch.randperm(size, generator=generator)[:batch_size].tolist()
             batch = DataLoader(Subset(dataset, indices), batch_size=batch_size)
-            mini = _gradient(model, loss_fn, batch, device)
+            mini = _gradient(model, loss_fn, batch, move, autocast)
             total += float(sum(((m - f) ** 2).sum() for m, f in zip(mini, full, strict=True)))
         variance = total / num_batches
         grad_sq = float(sum((f**2).sum() for f in full))

@@ -42,6 +42,34 @@ def test_b_simple_matches_the_hand_computed_toy_value():
     assert full["b_simple"] is None and full["grad_noise_var"] == pytest.approx(0.0)  # the whole set: no noise
 
 
+def test_noise_probe_in_the_steps_shape_uses_whole_chunks_the_callers_move_and_autocast():
+    """chunk = the training batch: the set is cut to whole chunks (10 samples, chunk 4 -> the first 8), every
+    forward goes through the caller's to_device and autocast (the engine's channels_last and bf16)."""
+    import contextlib
+
+    g = torch.Generator().manual_seed(0)
+    data = torch.utils.data.TensorDataset(torch.randn(10, 3, generator=g), torch.randn(10, 1, generator=g))
+    model = nn.Linear(3, 1)
+    calls = {"move": 0, "autocast": 0}
+
+    def move(batch):
+        calls["move"] += 1
+        return batch[0], batch[1]
+
+    def autocast():
+        calls["autocast"] += 1
+        return contextlib.nullcontext()
+
+    chunked = noise_scale(model, data, regression_loss, batch_size=4, num_batches=3, device=torch.device("cpu"),
+                          seed=1, to_device=move, autocast=autocast, chunk=4)
+    first8 = noise_scale(model, torch.utils.data.Subset(data, range(8)), regression_loss, batch_size=4,
+                         num_batches=3, device=torch.device("cpu"), seed=1)
+    assert chunked == pytest.approx(first8)
+    assert calls == {"move": 2 + 3, "autocast": 2 + 3}  # 2 chunks of the set, 3 mini-batches
+    whole = noise_scale(model, data, regression_loss, batch_size=4, num_batches=3, device=torch.device("cpu"), seed=1)
+    assert whole["grad_sq"] != pytest.approx(chunked["grad_sq"])  # without chunk: all 10 samples
+
+
 def test_two_batch_estimator_by_hand():
     # E|G_B|^2 = |G|^2 + tr(Sigma)/B: 30 at B = 1, 26 at B = 5 for the toy's 25 and 5
     result = two_batch_noise_scale(30.0, 26.0, 1, 5)
