@@ -6,6 +6,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
@@ -13,10 +15,19 @@ import large_batch_gpu  # noqa: E402
 
 from coursekit.labs.large_batch import load_recorded  # noqa: E402
 
+pytestmark = pytest.mark.xdist_group("large_batch_smoke")  # one worker: the smoke record below is made once
 
-def test_cpu_smoke_writes_the_record_the_report_and_what_the_notebook_reads(tmp_path: Path) -> None:
-    out = tmp_path / "large_batch_gpu.json"
+
+@pytest.fixture(scope="module")
+def smoke_record(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One --cpu-smoke run (about 25 s on 2 cores), shared by the tests below."""
+    out = tmp_path_factory.mktemp("large-batch") / "large_batch_gpu.json"
     assert large_batch_gpu.main(["--cpu-smoke", "--out", str(out)]) == 0
+    return out
+
+
+def test_cpu_smoke_writes_the_record_the_report_and_what_the_notebook_reads(smoke_record: Path) -> None:
+    out, tmp_path = smoke_record, smoke_record.parent
     result = json.loads(out.read_text())
     methods = len(result["methods"])
     assert len(result["runs"]) == methods * 2 * len(large_batch_gpu.SEEDS)
@@ -51,14 +62,20 @@ def test_report_of_a_cut_run_counts_seeds_against_the_plan_and_names_what_did_no
     assert "images/s |" not in text and "not measured" in text
 
 
-def test_complete_keeps_an_earlier_records_runs_and_throughput_and_runs_the_rest(tmp_path: Path) -> None:
-    cut = tmp_path / "cut.json"
-    assert large_batch_gpu.main(["--cpu-smoke", "--max-minutes", "0", "--out", str(cut)]) == 0
-    first = json.loads(cut.read_text())
-    assert first["runs"] == [] and len(first["throughput"]) == 2  # images/s come first: a cut run keeps them
+def test_complete_keeps_an_earlier_records_runs_and_throughput_and_runs_the_rest(smoke_record: Path,
+                                                                                 tmp_path: Path) -> None:
+    record = json.loads(smoke_record.read_text())
+    # a record whose time budget ran out: the last seed's runs of one method and the large batch's rate missing
+    missing = [(r["method"], r["batch_size"], r["seed"]) for r in record["runs"]
+               if r["method"] == "sgd" and r["seed"] == large_batch_gpu.SEEDS[-1]]
+    cut = {**record, "runs": [r for r in record["runs"] if (r["method"], r["batch_size"], r["seed"]) not in missing],
+           "throughput": record["throughput"][:1]}
+    (tmp_path / "cut.json").write_text(json.dumps(cut))
     whole = tmp_path / "whole.json"
-    assert large_batch_gpu.main(["--cpu-smoke", "--complete", str(cut), "--out", str(whole)]) == 0
+    assert large_batch_gpu.main(["--cpu-smoke", "--complete", str(tmp_path / "cut.json"), "--out", str(whole)]) == 0
     second = json.loads(whole.read_text())
-    assert second["throughput"] == first["throughput"] and second["completed_from"] == str(cut)
-    assert len(second["runs"]) == len(second["methods"]) * 2 * len(large_batch_gpu.SEEDS)
-    assert "--complete" in second["command"]
+    assert second["completed_from"] == str(tmp_path / "cut.json") and "--complete" in second["command"]
+    assert [r["batch_size"] for r in second["throughput"]] == [r["batch_size"] for r in record["throughput"]]
+    assert second["throughput"][0] == record["throughput"][0]  # kept, not measured again
+    kept = [r for r in second["runs"] if (r["method"], r["batch_size"], r["seed"]) not in missing]
+    assert kept == cut["runs"] and len(second["runs"]) == len(record["runs"])  # only the missing ones ran
