@@ -12,7 +12,9 @@ import time
 from pathlib import Path
 
 REAP_INTERVAL_S = 1.0
-STOP_GRACE_S = 5.0  # interrupt(): SIGTERM this long after SIGINT to a process still there, SIGKILL as long after
+# interrupt(): SIGTERM this long after SIGINT to a process still there, SIGKILL as long after; longer than a
+# task's own stop of its command (tasks.STOP_GRACE_S, 5 s), which it must be left to finish
+STOP_GRACE_S = 10.0
 
 _to_reap: list[subprocess.Popen] = []
 _reaper_lock = threading.Lock()
@@ -71,10 +73,11 @@ def child_pids(pid: int | None) -> list[int]:
     return children
 
 
-def interrupt(pids: list[int], grace_s: float = STOP_GRACE_S) -> None:
+def interrupt(pids: list[int], grace_s: float | None = None) -> None:
     """SIGINT to each of ``pids`` now (a job's tasks end quietly on it); a daemon thread sends SIGTERM after
-    ``grace_s`` and SIGKILL after twice that to any of them still running — the same process, by its start
-    time: a pid reused meanwhile is left alone. Returns at once."""
+    ``grace_s`` (default ``STOP_GRACE_S``) and SIGKILL after twice that to any of them still running — the
+    same process, by its start time: a pid reused meanwhile is left alone. Returns at once."""
+    grace_s = STOP_GRACE_S if grace_s is None else grace_s
     started = {pid: process_start_time(pid) for pid in pids}
     started = {pid: start for pid, start in started.items() if start is not None}
     _signal_each(started, signal.SIGINT)

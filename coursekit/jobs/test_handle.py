@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from submitit.core.utils import cloudpickle_dump
 
-from coursekit.jobs import handle, registry, slurm_cli, watcher
+from coursekit.jobs import handle, local_process, registry, slurm_cli, watcher
 from coursekit.jobs.handle import Job, JobFailedError, tail_lines
-from coursekit.jobs.local_process import STOP_GRACE_S, process_start_time
+from coursekit.jobs.local_process import process_start_time
 from coursekit.jobs.slurm_cli import SlurmError
 from coursekit.metrics import MetricsWriter
 
@@ -193,9 +193,10 @@ def test_local_job_with_a_dead_pid(course: Path) -> None:
 
 
 @pytest.mark.parametrize("sigint", ["default", "ignored"])
-def test_local_job_reattached_by_pid(course: Path, sigint: str) -> None:
+def test_local_job_reattached_by_pid(course: Path, sigint: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Cancel ends the process; one that ignores SIGINT (started in the background by a shell without job
-    control) ends by the SIGTERM that follows."""
+    control) ends by the SIGTERM that follows (after a grace shortened here)."""
+    monkeypatch.setattr(local_process, "STOP_GRACE_S", 0.5)
     ignore = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint == "ignored" else None
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], preexec_fn=ignore)
     try:
@@ -203,7 +204,7 @@ def test_local_job_reattached_by_pid(course: Path, sigint: str) -> None:
                        pid_start=process_start_time(sleeper.pid))
         assert job.state == "RUNNING"
         job.cancel()
-        sleeper.wait(3 * STOP_GRACE_S)
+        sleeper.wait(10)
         assert job.wait(timeout=10) == "CANCELLED"
         impostor = make_job(course, "x", scheduler="local", site="local", pid=os.getpid(), pid_start="0")
         assert impostor.state == "VANISHED"  # same pid, different start time: not our job
