@@ -125,26 +125,38 @@ def decode_alone(root: Path, decoder: str, device: str, image_size: int, batch: 
             **({"fallback_batches": state["fallback_batches"], "batches": state["batches"]} if state else {})}
 
 
+def _decode_until(done: Any, chunks: list[list[Any]], decode: Any, device: str, image_size: int, rng: Any) -> int:
+    """Decode ``chunks`` round and round, one batch at a time (the device synchronised after each), until
+    ``done()``; returns the images decoded."""
+    import torch
+
+    from coursekit.train import jpeg
+
+    decoded = 0
+    while not done():
+        for chunk in chunks:
+            if done():
+                break
+            jpeg.decode_batch(chunk, device, image_size, True, rng, decode)
+            if device == "cuda":
+                torch.cuda.current_stream().synchronize()
+            decoded += len(chunk)
+    return decoded
+
+
 def decode_for(root: Path, decoder: str, device: str, image_size: int, batch: int, seconds: float) -> float:
     """Decode batches without pause for ``seconds`` (the ``--decode-for`` process); returns images/s."""
     import random
     import time
 
-    import torch
-
     from coursekit.train import jpeg
 
     _, decode = _decoder(decoder, device)
-    chunks, rng, decoded = _chunks(root, batch, DECODE_ALONE_BATCHES), random.Random(0), 0
+    chunks, rng = _chunks(root, batch, DECODE_ALONE_BATCHES), random.Random(0)
     jpeg.decode_batch(chunks[0], device, image_size, True, rng, decode)  # warm-up, then tell the parent
     print("ready", flush=True)
     start = time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        for chunk in chunks:
-            jpeg.decode_batch(chunk, device, image_size, True, rng, decode)
-            if device == "cuda":
-                torch.cuda.synchronize()
-            decoded += len(chunk)
+    decoded = _decode_until(lambda: time.perf_counter() - start >= seconds, chunks, decode, device, image_size, rng)
     return decoded / (time.perf_counter() - start)
 
 
@@ -180,7 +192,6 @@ def synthetic_beside_decoding(make: Any, root: Path, decoder: str, image_size: i
 
     import torch
 
-    from coursekit.train import jpeg
 
     cuda = device == "cuda"
     try:
@@ -190,17 +201,9 @@ def synthetic_beside_decoding(make: Any, root: Path, decoder: str, image_size: i
     chunks = _chunks(root, batch, DECODE_ALONE_BATCHES)
     stop, decoded = threading.Event(), [0]
 
-    def keep_decoding() -> None:
-        stream, rng = torch.cuda.Stream() if cuda else None, random.Random(0)
-        with torch.cuda.stream(stream) if cuda else contextlib.nullcontext():
-            while not stop.is_set():
-                for chunk in chunks:
-                    if stop.is_set():
-                        break
-                    jpeg.decode_batch(chunk, device, image_size, True, rng, decode)
-                    if stream is not None:
-                        stream.synchronize()  # one batch at a time, as the loader's thread keeps a few ahead
-                    decoded[0] += len(chunk)
+    def keep_decoding() -> None:  # on its own stream, as the loader's thread decodes
+        with torch.cuda.stream(torch.cuda.Stream()) if cuda else contextlib.nullcontext():
+            decoded[0] = _decode_until(stop.is_set, chunks, decode, device, image_size, random.Random(0))
 
     thread = threading.Thread(target=keep_decoding, name="decode-beside", daemon=True)
     start = time.perf_counter()
