@@ -49,6 +49,7 @@ SEEDS = (0, 1, 2)
 SMALL_BATCH, LARGE_BATCH = 256, 4096  # DLO-JZ's 256 vs 8192 halved: one GPU, within the time budget
 THROUGHPUT_BATCHES = (256, 512, 1024, 2048, 4096)
 THROUGHPUT_STEPS = 40
+THROUGHPUT_LOG_EVERY = 5  # windows of the throughput runs (the runs' own log_every of 50 leaves none in 40 steps)
 MAX_MINUTES = 7.0  # no new run starts after this (seeds are the outer loop: finished seeds stay whole)
 
 
@@ -56,8 +57,9 @@ def gpu_plan(epochs: int) -> tuple[TrainConfig, dict[str, dict[str, Any]], int, 
     s = lab_settings("07", "gpu")
     # the whole stand-in (50,000 + 10,000), whatever subset the lab's own gpu profile trains on; in memory: no workers
     full = s.base.replace(dataset="cifar10", num_samples=None, val_fraction=0.0)
+    # validation after every epoch, as the record's runs had it (the lab validates only after the last)
     base = standin_config(full).replace(epochs=epochs, log_every=50, progress="off", workers=0,
-                                        persistent_workers=False)
+                                        persistent_workers=False, val_every_epochs=1)
     methods = {name: {**opts, **({"warmup_epochs": WARMUP_EPOCHS} if "warmup_epochs" in opts else {})}
                for name, opts in s.methods.items()}
     return base, methods, SMALL_BATCH, LARGE_BATCH
@@ -128,9 +130,10 @@ def main(argv: list[str] | None = None) -> int:
           f"large_batch_gpu: {len(throughput)} throughput runs, then {len(plan)} runs of {base.epochs} epoch(s)",
           flush=True)
     # images/s first: short, and a time budget that ends the runs early does not lose it (as on 2026-11-26)
-    rates = [r for r in earlier.get("throughput", []) if r.get("status") == "completed"]
+    rates = [r for r in earlier.get("throughput", []) if r.get("status") == "completed" and r.get("images_per_s")]
     for batch in [b for b in throughput if b not in {r["batch_size"] for r in rates}]:
-        row = run_one(base.replace(batch_size=batch, test_steps=THROUGHPUT_STEPS), work / f"rate{batch}")
+        row = run_one(base.replace(batch_size=batch, test_steps=THROUGHPUT_STEPS, log_every=THROUGHPUT_LOG_EVERY),
+                      work / f"rate{batch}")
         rates.append({"batch_size": batch, "images_per_s": row["images_per_s"], "status": row["status"]})
         print(f"throughput batch {batch}: {row['images_per_s'] or 0:,.0f} img/s", flush=True)
     rates.sort(key=lambda r: r["batch_size"])

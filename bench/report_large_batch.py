@@ -30,6 +30,7 @@ def report_text(result: dict[str, Any]) -> str:
         "",
         f"Machine: {result.get('device')} ({result.get('host')}), torch {result.get('torch')}, CUDA "
         f"{result.get('cuda')}, {result.get('date')}. Command: `{result.get('command')}`"
+        + (f" ({result['command_note']})" if result.get("command_note") else "")
         + (" — **a CPU smoke run, not a measurement**." if result.get("smoke") else "."),
         "",
         f"Data: the engine's **generated stand-in** of CIFAR-10's size ({result.get('num_samples'):,} images of "

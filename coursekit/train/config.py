@@ -61,6 +61,8 @@ class TrainConfig:
     epochs: int = field(default=1, metadata={"help": "epochs to run"})
     steps: int | None = field(default=None, metadata={"help": "optimiser steps to run (overrides epochs)"})
     test_steps: int | None = field(default=None, metadata={"help": "short test mode: N steps, no validation"})
+    val_every_epochs: int = field(default=1, metadata={
+        "help": "validate at every N-th epoch's end, and always after the last (a sweep of short runs: N = epochs)"})
     # optimisation
     lr: float = field(default=0.1, metadata={"help": "base learning rate (before scaling)"})
     momentum: float = field(default=0.9, metadata={"help": "momentum (sgd, lars) or beta1 (adamw, lamb)"})
@@ -200,7 +202,7 @@ REGRESSION_MODELS = ("linear", "mlp")
 AT_LEAST_ONE = ("batch_size", "epochs", "steps", "test_steps", "accumulation_steps", "checkpoint_every",
                 "profile_steps", "log_every", "num_samples", "base_batch", "step_every_epochs", "image_size",
                 "prefetch_factor", "ghost_batch_size", "seq_len", "vocab_size", "gpt_layers", "gpt_dim",
-                "gpt_heads", "tp", "pp", "microbatches")
+                "gpt_heads", "tp", "pp", "microbatches", "val_every_epochs")
 AT_LEAST_ZERO = ("workers", "grad_noise_batches", "weight_decay", "warmup_epochs", "stage_delay_ms",
                  "trust_ratio_every")
 

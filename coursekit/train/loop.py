@@ -309,7 +309,7 @@ class Trainer:
         if not math.isfinite(train_loss):
             return self._stop_on_nan(train_loss)
         val_started = time.perf_counter()
-        val_loss, val_acc = (None, None) if self.cfg.test_steps else (
+        val_loss, val_acc = (None, None) if self.cfg.test_steps or not self._validates_now() else (
             self.target.validate(self) if self.target is not None else self.evaluate())
         self.loader_phases["validation_s"] += time.perf_counter() - val_started
         record = {"epoch": self.pos.epoch + 1, "step": self.pos.step, "train_loss": train_loss,
@@ -322,6 +322,12 @@ class Trainer:
         self.console.epoch_line(record, self.epochs)
         self.last_epoch_record = record
         return True
+
+    def _validates_now(self) -> bool:
+        """At the end of this epoch: every ``val_every_epochs``-th epoch, the last one, and with a target."""
+        number = self.pos.epoch + 1
+        last = number >= self.epochs or self.pos.step >= self.total_steps
+        return self.target is not None or last or number % self.cfg.val_every_epochs == 0
 
     @torch.no_grad()
     def evaluate(self) -> tuple[float | None, float | None]:

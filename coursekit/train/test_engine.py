@@ -12,7 +12,7 @@ import torch
 from coursekit.metrics import epochs, of_kind, read_metrics, steps, summary
 from coursekit.train import engine
 from coursekit.train.checkpoint import load_checkpoint
-from coursekit.train.config import TrainConfig, build_parser
+from coursekit.train.config import TrainConfig, build_parser, validate
 from coursekit.train.engine import ConfigError, main, train
 from coursekit.train.precision import precision_problem, setup_precision
 
@@ -213,3 +213,21 @@ def test_profiler_trace_and_top_operators(tmp_path: Path) -> None:
     assert list(folder.glob("*.pt.trace.json"))
     text = Path(result["profile_summary"]).read_text()
     assert "Top" in text and "aten::" in text
+
+
+@pytest.mark.parametrize(("changes", "validated"), [
+    ({"epochs": 4, "val_every_epochs": 3}, [3, 4]),  # every 3rd epoch and the last
+    ({"epochs": 4, "steps": 10, "val_every_epochs": 4}, [2]),  # the step budget ends epoch 2: still validated
+    ({"epochs": 2}, [1, 2]),  # the default: every epoch
+])
+def test_validation_every_n_epochs(tmp_path: Path, changes: dict[str, Any], validated: list[int]) -> None:
+    result, records = run(tmp_path, **changes)
+    epoch_records = [r for r in records if r["kind"] == "epoch"]
+    assert [r["epoch"] for r in epoch_records if r["val_acc"] is not None] == validated
+    assert all(r["val_loss"] is None for r in epoch_records if r["epoch"] not in validated)
+    assert result["val_acc"] is not None
+
+
+def test_validation_every_n_epochs_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="val_every_epochs"):
+        validate(TrainConfig(**{**SMALL, "val_every_epochs": 0}))
