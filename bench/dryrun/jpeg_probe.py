@@ -3,8 +3,10 @@
 bench/gpu_jpeg_decode.py measured (H100, 2026-11-26) synthetic 3,983 img/s, torchvision nvjpeg through the
 pipeline 3,408 (0.86x), but synthetic training beside a thread that decodes the same JPEGs from memory 3,876
 (0.97x) while that thread decoded 5,710 img/s: the overlap itself works, so the loss is in the pipeline's
-feeding (16 loader processes, the pin-memory thread, the prefetch depth). This runs each variant ``--repeats``
-times in turn, with twice the timed windows of the bench, and prints images/s mean ± std.
+feeding (16 loader processes, the pin-memory thread, the prefetch depth) or in how far the decoding runs ahead
+(the diagnostic thread waits for each batch). This runs each variant ``--repeats`` times in turn, with twice
+the timed windows of the bench, and prints images/s mean ± std. Measured 2026-11-26 (first five variants):
+0.86-0.88x, REPORT-gpu.md.
 
     CUDA_VISIBLE_DEVICES=1 python bench/dryrun/jpeg_probe.py --jpeg-dir /tmp/jpegs --out probe.json
 """
@@ -32,6 +34,9 @@ VARIANTS: dict[str, dict[str, Any]] = {  # loader options, and "prefetch": batch
     "prefetch 8": {"prefetch": 8},
     "8 workers": {"workers": 8},
     "no pin-memory thread, prefetch 8": {"pin_memory": False, "non_blocking": False, "prefetch": 8},
+    # as the diagnostic thread that kept 0.97x: one decoded batch in flight, the thread waiting for each
+    "prefetch 1": {"prefetch": 1},
+    "prefetch 1, thread waits for each batch": {"prefetch": 1, "sync": True},
 }
 
 
@@ -44,6 +49,22 @@ def with_prefetch(depth: int) -> None:
         init(self, *args, **{**kwargs, "prefetch": depth})
 
     jpeg.GpuDecodedBatches.__init__ = patched  # type: ignore[method-assign]
+
+
+def with_sync(wait: bool) -> None:
+    """Make the decoding thread wait for each batch's kernels (as the diagnostic thread does), or not."""
+    decode = jpeg.GpuDecodedBatches.__dict__.get("_original_decode") or jpeg.GpuDecodedBatches._decode
+    jpeg.GpuDecodedBatches._original_decode = decode  # type: ignore[attr-defined]
+
+    def patched(self: Any, encoded: Any, labels: Any) -> Any:
+        out = decode(self, encoded, labels)
+        if wait and self.device.type == "cuda":
+            import torch
+
+            torch.cuda.current_stream(self.device).synchronize()
+        return out
+
+    jpeg.GpuDecodedBatches._decode = patched  # type: ignore[method-assign]
 
 
 def main() -> None:
@@ -65,6 +86,7 @@ def main() -> None:
         for name, variant in VARIANTS.items():
             options = dict(variant)
             with_prefetch(options.pop("prefetch", jpeg.PREFETCH_BATCHES))
+            with_sync(options.pop("sync", False))
             row = bench.run(bench.config(**{**loader, **options}, test_steps=steps), "torchvision")
             rates[name].append(row["img_s"])
             print(f"[{repeat + 1}/{args.repeats}] {name:<45} {row['img_s']:8.0f} img/s", flush=True)
