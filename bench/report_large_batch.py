@@ -72,7 +72,8 @@ def report_text(result: dict[str, Any]) -> str:
         lines += ["", "Runs that did not complete: " + "; ".join(
             f"{r['method']} batch {r['batch_size']} seed {r['seed']}: {r.get('status')} {r.get('error') or ''}"
             for r in failed)]
-    lines += ["", f"Total time {result.get('total_s', 0):.0f} s. Read by notebook 07 "
+    total = result.get("total_s_note") or f"{result.get('total_s', 0):.0f} s"
+    lines += ["", f"Total time {total}. Read by notebook 07 "
               "(`coursekit.labs.large_batch.load_recorded`).", ""]
     return "\n".join(lines)
 

@@ -170,8 +170,9 @@ def test_timeout_requeues_a_checkpointable_job_which_resumes(course: Path) -> No
     assert job.wait(END_S) == "COMPLETED", f"states seen {seen}; stderr:\n{job.tail(30, 'err')}"
     log = job.stdout.read_text()
     assert f"Requeued job {job.job_id}" in log, log  # submitit checkpointed and requeued on the signal
-    assert log.count("Starting with JobEnvironment") == 2, log  # then Slurm ran it a second time
-    assert job.result() == 2  # which resumed from the first run's state
+    # then Slurm ran it again (a third start when the signal came before the first start had noted its run)
+    assert log.count("Starting with JobEnvironment") >= 2, log
+    assert job.result() == 2  # the last start resumed from the state an earlier start left
 
 
 def test_the_queue_with_several_jobs(course: Path) -> None:
