@@ -23,3 +23,29 @@ def test_cpu_smoke_measures_the_rows_and_the_decoding_beside_training(tmp_path: 
     assert beside["status"] == "completed" and beside["img_s"] > 0 and beside["decoding_img_s"] > 0
     process = result["diagnostics"]["synthetic beside a torchvision decoding process"]
     assert process["status"] == "completed" and process["decoding_img_s"] > 0, process
+
+
+def test_the_probes_knobs_reach_the_decoding_loader(tmp_path: Path) -> None:
+    """bench/dryrun/jpeg_probe.py patches the prefetch depth and a wait per batch into GpuDecodedBatches:
+    both must take effect (on the CPU here), or the GPU call measures the same pipeline five times."""
+    sys.path.insert(0, str(ROOT / "bench" / "dryrun"))
+    import jpeg_probe
+    from torch.utils.data import DataLoader
+
+    from coursekit.train import jpeg
+
+    jpeg.write_synthetic_jpeg_tree(tmp_path, 2, 4, size=(40, 30))
+    files = jpeg.image_folder(tmp_path / "train", 16, train=True, raw_bytes=True)
+    original = (jpeg.GpuDecodedBatches.__init__, jpeg.GpuDecodedBatches._decode)
+    try:
+        jpeg_probe.with_prefetch(1)
+        jpeg_probe.with_sync(True)
+        batches = jpeg.GpuDecodedBatches(DataLoader(files, batch_size=3, collate_fn=jpeg.collate_bytes), "cpu", 16,
+                                         train=True)
+        assert batches.prefetch == 1
+        assert [tuple(images.shape) for images, _ in batches] == [(3, 3, 16, 16), (3, 3, 16, 16), (2, 3, 16, 16)]
+    finally:
+        jpeg.GpuDecodedBatches.__init__, jpeg.GpuDecodedBatches._decode = original
+        for kept in ("_original_init", "_original_decode"):
+            if kept in jpeg.GpuDecodedBatches.__dict__:
+                delattr(jpeg.GpuDecodedBatches, kept)
