@@ -36,8 +36,9 @@ import torch
 import torch.distributed as dist
 
 LOCALHOST = "127.0.0.1"
-MASTER_PORT_BASE = 20000  # ports derived from a job id fall in [BASE, BASE + SPAN)
-MASTER_PORT_SPAN = 20000
+MASTER_PORT_BASE = 20000  # ports derived from a job id fall in [BASE, BASE + SPAN):
+MASTER_PORT_SPAN = 12000  # below Linux's ephemeral ports (32768-60999), which gloo's and NCCL's own sockets
+# and every outgoing connection take: a derived port there can be in use already (EADDRINUSE)
 STEPS_PER_JOB_IN_PORT = 16  # concurrent srun steps of one job get different ports
 DEFAULT_TIMEOUT_S = 300  # rendezvous and every collective: a dead or stuck rank ends the run after this
 EXPECTED_WORLD_SIZE_ENV = "COURSEKIT_EXPECTED_WORLD_SIZE"  # set by the job submitter: processes asked for

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+from pathlib import Path
 
 import pytest
 import torch
@@ -120,3 +121,13 @@ def test_two_gloo_processes_reduce_and_broadcast() -> None:
         assert chosen == "run-of-rank-0"
         assert (wrapper, inner) == ("DistributedDataParallel", "Linear")
     assert not os.environ.get("RANK")  # the workers' environment did not leak into this process
+
+
+def test_derived_ports_stay_below_the_ephemeral_ports() -> None:
+    """A derived rendezvous port among the ephemeral ones may already be taken by some connection: the job's
+    rank 0 then fails to listen (a CI run of 2026-11-26 lost lab 08's tensor-parallel job, cause not kept;
+    this is the likeliest one on a machine running many gloo jobs at once)."""
+    ranges = Path("/proc/sys/net/ipv4/ip_local_port_range")
+    first_ephemeral = int(ranges.read_text().split()[0]) if ranges.exists() else 32768
+    assert d.MASTER_PORT_BASE + d.MASTER_PORT_SPAN <= first_ephemeral
+    assert max(d._port_from_job(str(job), str(step)) for job in range(0, 5000, 7) for step in range(16)) < first_ephemeral
