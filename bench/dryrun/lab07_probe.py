@@ -16,6 +16,8 @@ import time
 from typing import Any
 
 from coursekit.labs import large_batch as lb
+from coursekit.labs.datasets import cifar10_or_standin
+from coursekit.labs.profiles import data_dir
 from coursekit.labs.settings import Settings, _lab07
 from coursekit.train.engine import train
 
@@ -29,9 +31,9 @@ CANDIDATES: dict[str, tuple[int, int, int, int]] = {
 
 def candidate_settings(images: int, epochs: int, small: int, large: int) -> Settings:
     values: dict[str, Any] = _lab07("gpu")
-    base = values["base"]
-    # the stand-in keeps CIFAR-10's 10,000 test images for validation: num_samples = train + 10,000
-    base = base.replace(epochs=epochs, num_samples=images + 10_000, val_fraction=10_000 / (images + 10_000))
+    # CIFAR-10's first ``images``, or the stand-in of that size where CIFAR-10 is not staged (as the lab does)
+    base, _ = cifar10_or_standin(values["base"].replace(dataset="cifar10", data_dir=data_dir(), num_samples=images,
+                                                        epochs=epochs, val_every_epochs=epochs * large // small))
     values.update(base=base, small_batch=small, large_batch=large, ghost_batch=small)
     return Settings("07", "gpu", values)
 
