@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
@@ -25,7 +27,7 @@ def test_cpu_smoke_measures_the_rows_and_the_decoding_beside_training(tmp_path: 
     assert process["status"] == "completed" and process["decoding_img_s"] > 0, process
 
 
-def test_the_probes_knobs_reach_the_decoding_loader(tmp_path: Path) -> None:
+def test_the_probes_knobs_reach_the_decoding_loader(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """bench/dryrun/jpeg_probe.py patches the prefetch depth and a wait per batch into GpuDecodedBatches:
     both must take effect (on the CPU here), or the GPU call measures the same pipeline five times."""
     sys.path.insert(0, str(ROOT / "bench" / "dryrun"))
@@ -34,18 +36,13 @@ def test_the_probes_knobs_reach_the_decoding_loader(tmp_path: Path) -> None:
 
     from coursekit.train import jpeg
 
+    batches_class = jpeg.GpuDecodedBatches
+    for name in ("__init__", "_decode", "_original_init", "_original_decode"):  # all undone after the test
+        monkeypatch.setattr(batches_class, name, batches_class.__dict__.get(name), raising=False)
     jpeg.write_synthetic_jpeg_tree(tmp_path, 2, 4, size=(40, 30))
     files = jpeg.image_folder(tmp_path / "train", 16, train=True, raw_bytes=True)
-    original = (jpeg.GpuDecodedBatches.__init__, jpeg.GpuDecodedBatches._decode)
-    try:
-        jpeg_probe.with_prefetch(1)
-        jpeg_probe.with_sync(True)
-        batches = jpeg.GpuDecodedBatches(DataLoader(files, batch_size=3, collate_fn=jpeg.collate_bytes), "cpu", 16,
-                                         train=True)
-        assert batches.prefetch == 1
-        assert [tuple(images.shape) for images, _ in batches] == [(3, 3, 16, 16), (3, 3, 16, 16), (2, 3, 16, 16)]
-    finally:
-        jpeg.GpuDecodedBatches.__init__, jpeg.GpuDecodedBatches._decode = original
-        for kept in ("_original_init", "_original_decode"):
-            if kept in jpeg.GpuDecodedBatches.__dict__:
-                delattr(jpeg.GpuDecodedBatches, kept)
+    jpeg_probe.with_prefetch(1)
+    jpeg_probe.with_sync(True)
+    batches = batches_class(DataLoader(files, batch_size=3, collate_fn=jpeg.collate_bytes), "cpu", 16, train=True)
+    assert batches.prefetch == 1
+    assert [tuple(images.shape) for images, _ in batches] == [(3, 3, 16, 16), (3, 3, 16, 16), (2, 3, 16, 16)]
