@@ -232,7 +232,7 @@ def run(cfg: TrainConfig, decoder: str | None = None) -> dict[str, Any]:
         os.environ.pop("COURSEKIT_JPEG_DECODER", None)
         torch.cuda.empty_cache()
     return {"status": summary["status"], "img_s": statistics.fmean(rates),
-            "img_s_std": statistics.stdev(rates) if len(rates) > 1 else 0.0,
+            "img_s_std": statistics.stdev(rates) if len(rates) > 1 else 0.0, "window_img_s": rates,
             "decoder": summary.get("jpeg_decoder"), "loader_phases": summary.get("loader_phases")}
 
 

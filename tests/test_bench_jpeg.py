@@ -28,11 +28,12 @@ def test_cpu_smoke_measures_the_rows_and_the_decoding_beside_training(tmp_path: 
 
 
 def test_the_probes_knobs_reach_the_decoding_loader(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """bench/dryrun/jpeg_probe.py patches the prefetch depth and a wait per batch into GpuDecodedBatches:
-    both must take effect (on the CPU here), or the GPU call measures the same pipeline five times."""
+    """bench/dryrun/jpeg_probe.py patches the prefetch depth, running into the next epoch and a wait per batch
+    into GpuDecodedBatches: each must take effect (on the CPU here), or the GPU call measures one pipeline
+    several times over."""
     sys.path.insert(0, str(ROOT / "bench" / "dryrun"))
     import jpeg_probe
-    from torch.utils.data import DataLoader
+    from torch.utils.data import DataLoader, DistributedSampler
 
     from coursekit.train import jpeg
 
@@ -41,8 +42,11 @@ def test_the_probes_knobs_reach_the_decoding_loader(tmp_path: Path, monkeypatch:
         monkeypatch.setattr(batches_class, name, batches_class.__dict__.get(name), raising=False)
     jpeg.write_synthetic_jpeg_tree(tmp_path, 2, 4, size=(40, 30))
     files = jpeg.image_folder(tmp_path / "train", 16, train=True, raw_bytes=True)
-    jpeg_probe.with_prefetch(1)
-    jpeg_probe.with_sync(True)
-    batches = batches_class(DataLoader(files, batch_size=3, collate_fn=jpeg.collate_bytes), "cpu", 16, train=True)
-    assert batches.prefetch == 1
+    sampler = DistributedSampler(files, num_replicas=1, rank=0)
+    loader = DataLoader(files, batch_size=3, sampler=sampler, collate_fn=jpeg.collate_bytes)
+    assert batches_class(loader, "cpu", 16, train=True).run_ahead
+    jpeg_probe.with_pipeline(prefetch=1, run_ahead=False, sync=True)
+    batches = batches_class(loader, "cpu", 16, train=True)
+    assert batches.prefetch == 1 and not batches.run_ahead
     assert [tuple(images.shape) for images, _ in batches] == [(3, 3, 16, 16), (3, 3, 16, 16), (2, 3, 16, 16)]
+    assert batches._producer is None  # one epoch at a time: its thread stopped at the epoch's end

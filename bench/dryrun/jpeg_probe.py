@@ -2,13 +2,14 @@
 
 bench/gpu_jpeg_decode.py measured (H100, 2026-11-26) synthetic 3,983 img/s, torchvision nvjpeg through the
 pipeline 3,408 (0.86x), but synthetic training beside a thread that decodes the same JPEGs from memory 3,876
-(0.97x) while that thread decoded 5,710 img/s: the overlap itself works, so the loss is in the pipeline's
-feeding (16 loader processes, the pin-memory thread, the prefetch depth) or in how far the decoding runs ahead
-(the diagnostic thread waits for each batch). This runs each variant ``--repeats`` times in turn, with twice
-the timed windows of the bench, and prints images/s mean ± std. Measured 2026-11-26 (first five variants):
-0.86-0.88x, REPORT-gpu.md.
+(0.97x) while that thread decoded 5,710 img/s: the overlap itself works. The first probe (2026-11-26: prefetch
+depth, pin-memory thread, worker count; 0.86-0.88x each) did not find the loss. What its runs had and the
+diagnostic thread had not: an epoch boundary every 50 steps (12,800 images, batch 256), where the decoding
+thread stopped, and the next epoch started with an empty pipeline. ``GpuDecodedBatches`` now runs into the
+next epoch; this compares it with the old behaviour (``run_ahead=False``) and prints each run's 20-step
+windows and its wait for each epoch's first batch, so that a loss shows where it happens.
 
-    CUDA_VISIBLE_DEVICES=1 python bench/dryrun/jpeg_probe.py --jpeg-dir /tmp/jpegs --out probe.json
+    CUDA_VISIBLE_DEVICES=0 python bench/dryrun/jpeg_probe.py --jpeg-dir /tmp/jpegs --out probe.json
 """
 
 from __future__ import annotations
@@ -28,43 +29,36 @@ import gpu_jpeg_decode as bench  # noqa: E402
 from coursekit.train import jpeg  # noqa: E402
 
 TIMED_WINDOWS = 6
-VARIANTS: dict[str, dict[str, Any]] = {  # loader options, and "prefetch": batches decoded ahead
-    "as the bench (16 workers, pinned, prefetch 4)": {},
-    "no pin-memory thread": {"pin_memory": False, "non_blocking": False},
-    "prefetch 8": {"prefetch": 8},
-    "8 workers": {"workers": 8},
-    "no pin-memory thread, prefetch 8": {"pin_memory": False, "non_blocking": False, "prefetch": 8},
-    # as the diagnostic thread that kept 0.97x: one decoded batch in flight, the thread waiting for each
-    "prefetch 1": {"prefetch": 1},
-    "prefetch 1, thread waits for each batch": {"prefetch": 1, "sync": True},
+VARIANTS: dict[str, dict[str, Any]] = {  # loader options, and GpuDecodedBatches' prefetch / run_ahead / sync
+    "one epoch at a time (before; 16 workers, pinned, prefetch 4)": {"run_ahead": False},
+    "runs into the next epoch (now)": {},
+    "runs into the next epoch, prefetch 8": {"prefetch": 8},
+    "runs into the next epoch, no pin-memory thread": {"pin_memory": False, "non_blocking": False},
 }
+PIPELINE_OPTIONS = ("prefetch", "run_ahead", "sync")
 
 
-def with_prefetch(depth: int) -> None:
-    """Make every GpuDecodedBatches decode ``depth`` batches ahead (this process only)."""
-    init = jpeg.GpuDecodedBatches.__dict__.get("_original_init") or jpeg.GpuDecodedBatches.__init__
-    jpeg.GpuDecodedBatches._original_init = init  # type: ignore[attr-defined]
+def with_pipeline(prefetch: int = jpeg.PREFETCH_BATCHES, run_ahead: bool | None = None, sync: bool = False) -> None:
+    """Make every GpuDecodedBatches of this process decode ``prefetch`` batches ahead, run into the next epoch
+    or not (None: its default), and wait for each batch's kernels (as the diagnostic thread does) or not."""
+    batches = jpeg.GpuDecodedBatches
+    init = batches.__dict__.get("_original_init") or batches.__init__
+    decode = batches.__dict__.get("_original_decode") or batches._decode
+    batches._original_init, batches._original_decode = init, decode  # type: ignore[attr-defined]
 
-    def patched(self: Any, *args: Any, **kwargs: Any) -> None:
-        init(self, *args, **{**kwargs, "prefetch": depth})
+    def patched_init(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **{**kwargs, "prefetch": prefetch, "run_ahead": run_ahead})
 
-    jpeg.GpuDecodedBatches.__init__ = patched  # type: ignore[method-assign]
-
-
-def with_sync(wait: bool) -> None:
-    """Make the decoding thread wait for each batch's kernels (as the diagnostic thread does), or not."""
-    decode = jpeg.GpuDecodedBatches.__dict__.get("_original_decode") or jpeg.GpuDecodedBatches._decode
-    jpeg.GpuDecodedBatches._original_decode = decode  # type: ignore[attr-defined]
-
-    def patched(self: Any, encoded: Any, labels: Any) -> Any:
-        out = decode(self, encoded, labels)
-        if wait and self.device.type == "cuda":
+    def patched_decode(self: Any, *args: Any) -> Any:
+        out = decode(self, *args)
+        if sync and self.device.type == "cuda":
             import torch
 
             torch.cuda.current_stream(self.device).synchronize()
         return out
 
-    jpeg.GpuDecodedBatches._decode = patched  # type: ignore[method-assign]
+    batches.__init__ = patched_init  # type: ignore[method-assign]
+    batches._decode = patched_decode  # type: ignore[method-assign]
 
 
 def main() -> None:
@@ -81,16 +75,24 @@ def main() -> None:
                   non_blocking=True, persistent_workers=True, gpu_decode=True)
     rates: dict[str, list[float]] = {"synthetic": []}
     rates.update({name: [] for name in VARIANTS})
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in rates}
     for repeat in range(args.repeats):
-        rates["synthetic"].append(bench.run(bench.config(dataset="synthetic", gpu_resident=True, test_steps=steps))["img_s"])
+        row = bench.run(bench.config(dataset="synthetic", gpu_resident=True, test_steps=steps))
+        rates["synthetic"].append(row["img_s"])
+        runs["synthetic"].append(row)
         for name, variant in VARIANTS.items():
             options = dict(variant)
-            with_prefetch(options.pop("prefetch", jpeg.PREFETCH_BATCHES))
-            with_sync(options.pop("sync", False))
+            with_pipeline(**{key: options.pop(key) for key in PIPELINE_OPTIONS if key in options})
             row = bench.run(bench.config(**{**loader, **options}, test_steps=steps), "torchvision")
             rates[name].append(row["img_s"])
-            print(f"[{repeat + 1}/{args.repeats}] {name:<45} {row['img_s']:8.0f} img/s", flush=True)
-        args.out.write_text(json.dumps({"rates": rates, "timed_windows": TIMED_WINDOWS}, indent=1))
+            runs[name].append(row)
+            windows = " ".join(f"{rate:,.0f}" for rate in row["window_img_s"])
+            first = " ".join(f"{s:.2f}" for s in row["loader_phases"]["first_batch_s"])
+            print(f"[{repeat + 1}/{args.repeats}] {name:<55} {row['img_s']:8.0f} img/s  windows {windows}  "
+                  f"first batch of each epoch (s) {first}", flush=True)
+        args.out.write_text(json.dumps({"rates": rates, "timed_windows": TIMED_WINDOWS, "runs": runs,
+                                        "steps_per_epoch": len(list((root / "train").glob("*/*.jpg"))) // bench.BATCH},
+                                       indent=1))
     synthetic = statistics.fmean(rates["synthetic"])
     for name, values in rates.items():
         std = statistics.stdev(values) if len(values) > 1 else 0.0

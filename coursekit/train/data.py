@@ -190,6 +190,8 @@ def shutdown_workers(*loaders: Any) -> float:
     DataLoader."""
     started = time.perf_counter()
     for loader in loaders:
+        if hasattr(loader, "close"):  # a GpuDecodedBatches: its decoding thread first, then the workers it reads from
+            loader.close()
         inner = getattr(loader, "loader", loader)
         iterator = getattr(inner, "_iterator", None)
         if iterator is not None and hasattr(iterator, "_shutdown_workers"):

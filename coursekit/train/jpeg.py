@@ -332,7 +332,60 @@ class _Failure:
         self.error = error
 
 
-_END = object()
+_EPOCH_END = object()
+
+
+class _Producer:
+    """The background thread of ``GpuDecodedBatches``: decodes the loader's batches on its own CUDA stream into
+    a bounded queue, epoch after epoch when ``run_ahead`` (an epoch-seeded sampler: it sets the next epoch
+    itself, as the training loop will), else one epoch."""
+
+    def __init__(self, owner: GpuDecodedBatches, epoch: int | None, run_ahead: bool) -> None:
+        self.owner, self.epoch, self.run_ahead = owner, epoch, run_ahead
+        self.out: queue.Queue = queue.Queue(maxsize=owner.prefetch)
+        self.at_epoch_start = True  # no batch of its current epoch taken yet: a new pass may use it
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="jpeg-decode", daemon=True)
+        self.thread.start()
+
+    def _put(self, item: Any) -> bool:
+        while not self.stop.is_set():
+            with contextlib.suppress(queue.Full):
+                self.out.put(item, timeout=QUEUE_POLL_S)
+                return True
+        return False
+
+    def _run(self) -> None:
+        owner = self.owner
+        cuda = owner.device.type == "cuda"
+        stream = torch.cuda.Stream(owner.device) if cuda else None
+        try:
+            while True:
+                for index, (encoded, labels) in enumerate(owner.loader):
+                    if self.stop.is_set():
+                        return
+                    with torch.cuda.stream(stream) if cuda else contextlib.nullcontext():
+                        images, labels = owner._decode(encoded, labels, owner.crop_rng(self.epoch, index))
+                        event = torch.cuda.Event() if cuda else None
+                        if event is not None:
+                            event.record(stream)
+                    if not self._put((images, labels, event)):
+                        return
+                if not self.run_ahead:
+                    self._put(_EPOCH_END)
+                    return
+                # the next epoch is decoded while the training step still consumes this one's last batches:
+                # its first batch is ready when the loop asks for it (no refill at every epoch boundary)
+                self.epoch = (self.epoch or 0) + 1
+                owner.sampler.set_epoch(self.epoch)  # before the end mark: the consumer checks it after
+                if not self._put(_EPOCH_END):
+                    return
+        except BaseException as err:  # handed to the consumer, raised there
+            self._put(_Failure(err))
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join()
 
 
 class GpuDecodedBatches:
@@ -340,60 +393,63 @@ class GpuDecodedBatches:
 
     With ``prefetch > 0`` a background thread decodes up to ``prefetch`` batches ahead, on its own CUDA
     stream, so that nvjpeg's decoding overlaps the training step (the consumer's stream waits on an
-    event of each batch before using it).
+    event of each batch before using it). With a sampler that has ``set_epoch`` (the training loader's
+    DistributedSampler) the thread goes on into the next epoch at the end of one, so that a new epoch does
+    not start with an empty pipeline; when the loop sets another epoch than the one decoded ahead (a resume),
+    that work is dropped and decoding restarts. ``close()`` stops the thread (``data.shutdown_workers`` calls it).
+    Random crops and flips are drawn from ``(seed, epoch, batch index)``: the same however far ahead it runs.
     """
 
     def __init__(self, loader: Iterable[Any], device: torch.device | str, image_size: int, train: bool,
-                 seed: int = 0, channels_last: bool = False, prefetch: int = PREFETCH_BATCHES) -> None:
+                 seed: int = 0, channels_last: bool = False, prefetch: int = PREFETCH_BATCHES,
+                 run_ahead: bool | None = None) -> None:
         self.loader, self.device, self.image_size, self.train = loader, torch.device(device), image_size, train
-        self.rng = random.Random(seed)
+        self.seed = seed
         self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
         self.prefetch = prefetch
         self.sampler = getattr(loader, "sampler", None)
+        epoch_seeded = hasattr(self.sampler, "set_epoch") and hasattr(self.sampler, "epoch")
+        self.run_ahead = prefetch > 0 and epoch_seeded and (train if run_ahead is None else run_ahead)
         self.decoder_name: str | None = None  # "nvimgcodec" or "torchvision", once the first batch is decoded
         self._decoder: JpegDecoder | None = None
+        self._producer: _Producer | None = None
 
     def __len__(self) -> int:
         return len(self.loader)  # type: ignore[arg-type]
 
-    def _decode(self, encoded: Any, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def crop_rng(self, epoch: int | None, index: int) -> random.Random:
+        """The random crops and flips of one batch."""
+        return random.Random(f"{self.seed}/{epoch}/{index}")
+
+    def _decode(self, encoded: Any, labels: torch.Tensor, rng: random.Random) -> tuple[torch.Tensor, torch.Tensor]:
         if self._decoder is None:
             if self.device.type == "cuda":
                 self.decoder_name, self._decoder = choose_decoder(self.device)
             else:  # CPU (tests): torchvision decodes on the CPU
                 self.decoder_name, self._decoder = "torchvision", torchvision_decoder(self.device)
-        images = decode_batch(unpack_bytes(encoded), self.device, self.image_size, self.train, self.rng,
-                              self._decoder)
+        images = decode_batch(unpack_bytes(encoded), self.device, self.image_size, self.train, rng, self._decoder)
         return images.contiguous(memory_format=self.memory_format), labels.to(self.device, non_blocking=True)
 
-    def _produce(self, out: queue.Queue, stop: threading.Event) -> None:
-        cuda = self.device.type == "cuda"
-        stream = torch.cuda.Stream(self.device) if cuda else None
-        try:
-            for encoded, labels in self.loader:
-                if stop.is_set():
-                    break
-                with torch.cuda.stream(stream) if cuda else contextlib.nullcontext():
-                    images, labels = self._decode(encoded, labels)
-                    event = torch.cuda.Event() if cuda else None
-                    if event is not None:
-                        event.record(stream)
-                out.put((images, labels, event))
-            out.put(_END)
-        except BaseException as err:  # handed to the consumer, raised there
-            out.put(_Failure(err))
+    def close(self) -> None:
+        """Stop the decoding thread (and drop what it decoded ahead)."""
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            producer.close()
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        epoch = getattr(self.sampler, "epoch", None)
         if self.prefetch <= 0:
-            for encoded, labels in self.loader:
-                yield self._decode(encoded, labels)
+            for index, (encoded, labels) in enumerate(self.loader):
+                yield self._decode(encoded, labels, self.crop_rng(epoch, index))
             return
-        out: queue.Queue = queue.Queue(maxsize=self.prefetch)
-        stop = threading.Event()
-        producer = threading.Thread(target=self._produce, args=(out, stop), name="jpeg-decode", daemon=True)
-        producer.start()
+        producer = self._producer
+        if producer is None or not producer.at_epoch_start or producer.epoch != epoch:
+            self.close()  # none yet, another pass in progress, or ahead for another epoch than the loop runs now
+            producer = self._producer = _Producer(self, epoch, self.run_ahead)
+        producer.at_epoch_start = False
+        finished = False
         try:
-            while (item := out.get()) is not _END:
+            while (item := producer.out.get()) is not _EPOCH_END:
                 if isinstance(item, _Failure):
                     raise item.error
                 images, labels, event = item
@@ -403,12 +459,12 @@ class GpuDecodedBatches:
                     images.record_stream(current)
                     labels.record_stream(current)
                 yield images, labels
+            finished = producer.at_epoch_start = True
         finally:
-            stop.set()
-            while producer.is_alive():  # unblock a producer waiting on a full queue
-                with contextlib.suppress(queue.Empty):
-                    out.get(timeout=QUEUE_POLL_S)
-            producer.join()
+            if not (finished and self.run_ahead):  # left early, failed, or one epoch only: stop its thread
+                producer.close()
+                if self._producer is producer:
+                    self._producer = None
 
 
 def main(argv: list[str] | None = None) -> int:

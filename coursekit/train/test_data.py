@@ -15,6 +15,7 @@ from coursekit.train.data import (
     DeviceBatches,
     build_data,
     make_generated_images,
+    shutdown_workers,
 )
 from coursekit.train.pointclouds import SPECIES, make_point_clouds
 
@@ -254,6 +255,61 @@ def test_decoding_thread_keeps_order_stops_early_and_raises_loader_errors(jpeg_t
 
     with pytest.raises(OSError, match="disk gone"):
         list(jpeg.GpuDecodedBatches(failing(), "cpu", 16, train=False))
+
+
+def _epoch_seeded_loader(jpeg_tree, workers: int = 0, persistent: bool = False):
+    from torch.utils.data import DataLoader, DistributedSampler
+
+    dataset = jpeg.image_folder(jpeg_tree / "train", 16, train=True, raw_bytes=True)
+    sampler = DistributedSampler(dataset, num_replicas=1, rank=0, shuffle=True, seed=3)
+    return DataLoader(dataset, batch_size=2, sampler=sampler, num_workers=workers, persistent_workers=persistent,
+                      collate_fn=jpeg.collate_bytes)
+
+
+def _epoch(decoded, epoch: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    decoded.sampler.set_epoch(epoch)  # as the training loop does before each epoch
+    return [(x.clone(), y.clone()) for x, y in decoded]
+
+
+def test_decoding_runs_into_the_next_epoch_and_gives_what_a_fresh_pass_gives(jpeg_tree):
+    import threading
+    import time
+
+    threads_before = threading.active_count()
+    ahead = jpeg.GpuDecodedBatches(_epoch_seeded_loader(jpeg_tree), "cpu", 16, train=True, seed=1, prefetch=2)
+    reference = jpeg.GpuDecodedBatches(_epoch_seeded_loader(jpeg_tree), "cpu", 16, train=True, seed=1, prefetch=0)
+    assert ahead.run_ahead and not reference.run_ahead
+    first = _epoch(ahead, 0)
+    producer = ahead._producer
+    deadline = time.monotonic() + 10
+    while producer.out.qsize() < 2 and time.monotonic() < deadline:  # epoch 1's batches, before the loop asks
+        time.sleep(0.01)
+    assert producer.out.qsize() == 2 and producer.epoch == 1
+    second = _epoch(ahead, 1)
+    assert ahead._producer is producer  # the batches decoded ahead were used, no restart
+    resumed = _epoch(ahead, 5)  # another epoch than the one decoded ahead (a resume): restarted for it
+    assert ahead._producer is not producer
+    for got, epoch in ((first, 0), (second, 1), (resumed, 5)):
+        want = _epoch(reference, epoch)
+        assert [y.tolist() for _, y in got] == [y.tolist() for _, y in want]
+        assert all(torch.equal(a, b) for (a, _), (b, _) in zip(got, want, strict=True))  # same crops and flips
+    assert [y.tolist() for _, y in first] != [y.tolist() for _, y in second]  # shuffled anew each epoch
+    ahead.close()
+    assert ahead._producer is None and threading.active_count() == threads_before, threading.enumerate()
+
+
+def test_shutdown_stops_the_decoding_thread_before_the_workers_it_reads_from(jpeg_tree):
+    import multiprocessing
+
+    decoded = jpeg.GpuDecodedBatches(_epoch_seeded_loader(jpeg_tree, workers=2, persistent=True), "cpu", 16,
+                                     train=True, prefetch=2)
+    _epoch(decoded, 0)
+    producer = decoded._producer
+    assert producer is not None and producer.thread.is_alive()  # decoding epoch 1 already
+    assert len(multiprocessing.active_children()) == 2
+    shutdown_workers(decoded)
+    assert decoded._producer is None and not producer.thread.is_alive()
+    assert multiprocessing.active_children() == []
 
 
 def test_gpu_resident_batches_can_be_channels_last():
