@@ -6,10 +6,8 @@ pipeline 3,408 (0.86x), but synthetic training beside a thread that decodes the 
 depth, pin-memory thread, worker count; 0.86-0.88x each) did not find the loss. What its runs had and the
 diagnostic thread had not: an epoch boundary every 50 steps (12,800 images, batch 256), where the decoding
 thread stopped, and the next epoch started with an empty pipeline. ``GpuDecodedBatches`` now runs into the
-next epoch, and threads of the training process read the files (``jpeg.ReadAhead``) instead of 16 loader
-processes handing each batch's bytes over through shared memory. This compares the designs and prints each
-run's 20-step windows and its wait for each epoch's first batch, so that a loss shows where it happens.
-Measured 2026-11-26 (H100, 2 runs each): running into the next epoch alone 0.87x, as before.
+next epoch; this compares it with the old behaviour (``run_ahead=False``) and prints each run's 20-step
+windows and its wait for each epoch's first batch, so that a loss shows where it happens.
 
     CUDA_VISIBLE_DEVICES=0 python bench/dryrun/jpeg_probe.py --jpeg-dir /tmp/jpegs --out probe.json
 """
@@ -28,14 +26,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import gpu_jpeg_decode as bench  # noqa: E402
 
-from coursekit.train import data, jpeg  # noqa: E402
+from coursekit.train import jpeg  # noqa: E402
 
 TIMED_WINDOWS = 6
-VARIANTS: dict[str, dict[str, Any]] = {  # loader options; GpuDecodedBatches' prefetch / run_ahead / sync; reader
-    "processes read, one epoch at a time (first design)": {"reader": "processes", "run_ahead": False},
-    "processes read, runs into the next epoch": {"reader": "processes"},
-    "threads read, runs into the next epoch (now)": {},
-    "threads read, runs into the next epoch, prefetch 2": {"prefetch": 2},
+VARIANTS: dict[str, dict[str, Any]] = {  # loader options, and GpuDecodedBatches' prefetch / run_ahead / sync
+    "one epoch at a time (before; 16 workers, pinned, prefetch 4)": {"run_ahead": False},
+    "runs into the next epoch (now)": {},
+    "runs into the next epoch, prefetch 8": {"prefetch": 8},
+    "runs into the next epoch, no pin-memory thread": {"pin_memory": False, "non_blocking": False},
 }
 PIPELINE_OPTIONS = ("prefetch", "run_ahead", "sync")
 
@@ -85,7 +83,6 @@ def main() -> None:
         for name, variant in VARIANTS.items():
             options = dict(variant)
             with_pipeline(**{key: options.pop(key) for key in PIPELINE_OPTIONS if key in options})
-            data.GPU_DECODE_READER = options.pop("reader", "threads")
             row = bench.run(bench.config(**{**loader, **options}, test_steps=steps), "torchvision")
             rates[name].append(row["img_s"])
             runs[name].append(row)

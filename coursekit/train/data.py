@@ -9,8 +9,7 @@
 - ``line``: regression, ``num_samples`` (100) points on y = 10 x + 2 + noise (NVIDIA DLI lab 1);
   validation is a separate draw of ``val_fraction * num_samples`` points;
 - ``jpeg_folder`` / ``imagefolder``: an ImageFolder at ``data_dir`` (``train/`` + ``val/`` inside, or
-  the classes directly), decoded by PIL in the workers or, with ``--gpu-decode``, read by ``--workers``
-  threads of this process and decoded on the GPU (``jpeg.ReadAhead``, ``jpeg.GpuDecodedBatches``);
+  the classes directly), decoded by PIL in the workers or, with ``--gpu-decode``, by nvjpeg;
 - ``cifar10``: torchvision's CIFAR-10 under ``data_dir`` (downloaded only with ``--download``);
 - ``pointclouds``: generated tree point clouds with species classes (``pointclouds.py``);
 - ``tokens``: ``num_samples`` (2048) token sequences of ``seq_len`` over ``vocab_size`` tokens whose next
@@ -25,7 +24,6 @@ must call ``bundle.train_sampler.set_epoch(epoch)`` (when it is not ``None``) ev
 
 from __future__ import annotations
 
-import functools
 import math
 import time
 from collections.abc import Iterator
@@ -54,7 +52,6 @@ LINE_POINTS = 100
 LINE_SLOPE, LINE_INTERCEPT, LINE_NOISE_STD = 10.0, 2.0, 1.0
 TOKENS_SAMPLES = 2048  # sequences of the token task
 TOKENS_NOISE = 0.1  # share of next tokens drawn at random instead of by the hidden rule (the loss floor)
-GPU_DECODE_READER = "threads"  # --gpu-decode: files read by threads of the training process, or "processes"
 CIFAR10_FOLDER = "cifar-10-batches-py"
 CIFAR10_CLASSES = 10
 CIFAR10_SIZE = 32
@@ -162,17 +159,13 @@ def loader_workers(requested: int, samples: int, batch_size: int) -> int:
     return min(requested, max(1, math.ceil(samples / batch_size))) if requested > 0 else 0
 
 
-def make_loader(dataset: Dataset, cfg: Any, ctx: RankInfo, train: bool, collate_fn: Any = None,
-                in_process: bool = False) -> tuple[DataLoader, DistributedSampler | None]:
-    """A DataLoader with the config's loader options; train: sharded + shuffled by a DistributedSampler.
-    ``in_process``: no worker processes and no pinning (batches of file paths, read by ``jpeg.ReadAhead``)."""
+def make_loader(dataset: Dataset, cfg: Any, ctx: RankInfo, train: bool, collate_fn: Any = None
+                ) -> tuple[DataLoader, DistributedSampler | None]:
+    """A DataLoader with the config's loader options; train: sharded + shuffled by a DistributedSampler."""
     sampler = None
     if train or ctx.world_size > 1:
         sampler = DistributedSampler(dataset, num_replicas=ctx.world_size, rank=ctx.rank, shuffle=train,
                                      seed=cfg.seed)
-    if in_process:
-        return DataLoader(dataset, batch_size=cfg.batch_size, sampler=sampler, drop_last=cfg.drop_last and train,
-                          collate_fn=collate_fn), sampler
     workers = loader_workers(cfg.workers, len(sampler) if sampler is not None else len(dataset), cfg.batch_size)
     extra: dict[str, Any] = {}
     if workers > 0:
@@ -338,35 +331,27 @@ def _image_folder(cfg: Any, ctx: RankInfo) -> DataBundle:
     if cfg.gpu_decode and ctx.device.type != "cuda":
         raise ValueError(f"gpu_decode decodes JPEGs with nvjpeg and needs a CUDA device, but this run is on "
                          f"{ctx.device}; drop --gpu-decode (PIL decodes on the CPU) or run on a GPU")
-    threads = cfg.gpu_decode and GPU_DECODE_READER == "threads"
-    folder = functools.partial(jpeg.image_folder, image_size=cfg.image_size, raw_bytes=cfg.gpu_decode and not threads,
-                               paths_only=threads)
-    train_set = folder(train_dir, train=True)
+    train_set = jpeg.image_folder(train_dir, cfg.image_size, train=True, raw_bytes=cfg.gpu_decode)
     num_classes = len(train_set.classes)
     if val_dir is not None:
-        val_set = folder(val_dir, train=False)
+        val_set = jpeg.image_folder(val_dir, cfg.image_size, train=False, raw_bytes=cfg.gpu_decode)
     else:  # one folder: split it by val_fraction (same files, different transforms)
         order = torch.randperm(len(train_set), generator=torch.Generator().manual_seed(data_seed(cfg))).tolist()
         n_val = int(len(order) * cfg.val_fraction)
-        val_set = Subset(folder(train_dir, train=False), order[:n_val])
+        val_set = Subset(jpeg.image_folder(train_dir, cfg.image_size, train=False, raw_bytes=cfg.gpu_decode),
+                         order[:n_val])
         train_set = Subset(train_set, order[n_val:])
     shape = (3, cfg.image_size, cfg.image_size)
     if not cfg.gpu_decode:
         return _bundle(train_set, val_set, cfg, ctx, num_classes, shape)
-
-    def encoded_batches(dataset: Dataset, train: bool) -> tuple[Any, DistributedSampler | None]:
-        if not threads:  # worker processes read the bytes (bench/dryrun/jpeg_probe.py compares)
-            return make_loader(dataset, cfg, ctx, train=train, collate_fn=jpeg.collate_bytes)
-        loader, sampler = make_loader(dataset, cfg, ctx, train=train, collate_fn=jpeg.collate_paths, in_process=True)
-        return jpeg.ReadAhead(loader, max(cfg.workers, 1)), sampler
-
-    train_batches, sampler = encoded_batches(train_set, train=True)
-    train = jpeg.GpuDecodedBatches(train_batches, ctx.device, cfg.image_size, train=True, seed=cfg.seed + ctx.rank,
+    train_loader, sampler = make_loader(train_set, cfg, ctx, train=True, collate_fn=jpeg.collate_bytes)
+    train = jpeg.GpuDecodedBatches(train_loader, ctx.device, cfg.image_size, train=True, seed=cfg.seed + ctx.rank,
                                    channels_last=cfg.channels_last)
     val = None
     if len(val_set) > 0 and cfg.test_steps is None:
-        val = jpeg.GpuDecodedBatches(encoded_batches(val_set, train=False)[0], ctx.device, cfg.image_size,
-                                     train=False, channels_last=cfg.channels_last)
+        val_loader, _ = make_loader(val_set, cfg, ctx, train=False, collate_fn=jpeg.collate_bytes)
+        val = jpeg.GpuDecodedBatches(val_loader, ctx.device, cfg.image_size, train=False,
+                                     channels_last=cfg.channels_last)
     return DataBundle(train, val, num_classes, shape, "classification", sampler, len(train))
 
 

@@ -6,8 +6,8 @@
   CLI: ``python -m coursekit.train.jpeg --out DIR --classes 10 --images-per-class 100 --workers 8``.
 - CPU decoding: torchvision ``ImageFolder`` + PIL, ``RandomResizedCrop`` (train) or resize + centre
   crop (val), in the DataLoader's workers.
-- GPU decoding (``--gpu-decode``): ``--workers N`` threads of the training process read the files' bytes
-  (``ReadAhead``; no worker processes); ``GpuDecodedBatches`` decodes each batch on the GPU, then crops, resizes, flips and normalises there, in a background thread
+- GPU decoding (``--gpu-decode``): the workers only read the files' bytes; ``GpuDecodedBatches``
+  decodes each batch on the GPU, then crops, resizes, flips and normalises there, in a background thread
   on its own CUDA stream, a few batches ahead, so that decoding overlaps the training step. The decoder:
   nvImageCodec (``pip install nvidia-nvimgcodec-cu13``) on the GPU's hardware JPEG engines (A100, H100,
   H200: they do not use the SMs the training step needs), else torchvision's
@@ -27,7 +27,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -141,20 +141,13 @@ def read_bytes(path: str) -> torch.Tensor:
     return io.read_file(path)
 
 
-def file_path(path: str) -> str:
-    return path
-
-
-def image_folder(root: Path, image_size: int, train: bool, raw_bytes: bool,
-                 paths_only: bool = False) -> datasets.DatasetFolder:
-    """An ImageFolder of ``root`` giving decoded, transformed tensors, the files' raw bytes, or only their
-    paths (``paths_only``: ``ReadAhead`` reads them)."""
+def image_folder(root: Path, image_size: int, train: bool, raw_bytes: bool) -> datasets.DatasetFolder:
+    """An ImageFolder of ``root`` giving decoded, transformed tensors, or the files' raw bytes."""
     from torchvision import datasets
 
     try:
-        if raw_bytes or paths_only:
-            loader = file_path if paths_only else read_bytes
-            return datasets.DatasetFolder(str(root), loader=loader, extensions=JPEG_EXTENSIONS)
+        if raw_bytes:
+            return datasets.DatasetFolder(str(root), loader=read_bytes, extensions=JPEG_EXTENSIONS)
         return datasets.ImageFolder(str(root), transform=cpu_transform(image_size, train))
     except FileNotFoundError as err:
         raise ValueError(f"data_dir: no class folders with images under {root} ({err}); write a synthetic tree "
@@ -171,52 +164,6 @@ def collate_bytes(batch: list[tuple[torch.Tensor, int]]) -> tuple[tuple[torch.Te
     packed = torch.cat(files) if files else torch.empty(0, dtype=torch.uint8)
     lengths = torch.tensor([len(data) for data in files], dtype=torch.int64)
     return (packed, lengths), torch.tensor([label for _, label in batch])
-
-
-def collate_paths(batch: list[tuple[str, int]]) -> tuple[list[str], torch.Tensor]:
-    return [path for path, _ in batch], torch.tensor([label for _, label in batch])
-
-
-def _read_files(paths: list[str]) -> list[torch.Tensor]:
-    return [torch.from_numpy(np.fromfile(path, dtype=np.uint8)) for path in paths]
-
-
-class ReadAhead:
-    """Batches of ``(file paths, labels)`` from ``loader`` as ``(the files' bytes, labels)``, read by ``threads``
-    threads of this process, the next batch's files while the current batch is decoded.
-
-    For GPU decoding, loader worker processes would only read bytes, and handing ~25 MB a batch over from them
-    (shared memory, the pin-memory thread, a worker reset at every epoch) cost the training process more than
-    reading the files itself (bench/REPORT-gpu.md). Each thread reads a contiguous share of a batch: a few
-    Python calls per batch, the reads themselves outside the GIL.
-    """
-
-    def __init__(self, loader: Iterable[tuple[list[str], torch.Tensor]], threads: int) -> None:
-        if threads < 1:
-            raise ValueError(f"threads={threads} must be >= 1")
-        self.loader, self.threads = loader, threads
-        self.sampler = getattr(loader, "sampler", None)
-
-    def __len__(self) -> int:
-        return len(self.loader)  # type: ignore[arg-type]
-
-    def _submit(self, pool: ThreadPoolExecutor, paths: list[str]) -> list[Future]:
-        share = math.ceil(len(paths) / self.threads) or 1
-        return [pool.submit(_read_files, paths[i:i + share]) for i in range(0, len(paths), share)]
-
-    def __iter__(self) -> Iterator[tuple[list[torch.Tensor], torch.Tensor]]:
-        with ThreadPoolExecutor(self.threads, thread_name_prefix="jpeg-read") as pool:
-            ahead: tuple[list[Future], torch.Tensor] | None = None
-            try:
-                for paths, labels in self.loader:
-                    submitted = self._submit(pool, list(paths)), labels
-                    if ahead is not None:
-                        yield [data for future in ahead[0] for data in future.result()], ahead[1]
-                    ahead = submitted
-                if ahead is not None:
-                    yield [data for future in ahead[0] for data in future.result()], ahead[1]
-            finally:
-                pool.shutdown(wait=True, cancel_futures=True)
 
 
 def unpack_bytes(encoded: Any) -> list[torch.Tensor]:

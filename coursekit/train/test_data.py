@@ -312,47 +312,6 @@ def test_shutdown_stops_the_decoding_thread_before_the_workers_it_reads_from(jpe
     assert multiprocessing.active_children() == []
 
 
-def test_gpu_decode_reads_the_files_in_threads_of_the_training_process(jpeg_tree, monkeypatch):
-    """--gpu-decode: no worker processes; ReadAhead's threads give each batch's files, in the sampler's order."""
-    cfg = TrainConfig(dataset="jpeg_folder", data_dir=str(jpeg_tree), gpu_decode=True, image_size=16, batch_size=3,
-                      workers=2, persistent_workers=True, pin_memory=True)
-    data = build_data(cfg, SimpleNamespace(rank=0, world_size=1, device=torch.device("cuda")))  # not decoded here
-    read_ahead = data.train_loader.loader
-    assert isinstance(read_ahead, jpeg.ReadAhead) and read_ahead.threads == 2
-    assert read_ahead.loader.num_workers == 0 and not read_ahead.loader.pin_memory
-    assert data.train_loader.run_ahead and data.train_sampler is read_ahead.sampler
-    data.train_sampler.set_epoch(1)
-    samples = read_ahead.loader.dataset.samples
-    order = [samples[i] for i in data.train_sampler]
-    got = [(data_, int(label)) for encoded, labels in read_ahead for data_, label in zip(encoded, labels, strict=True)]
-    assert len(got) == len(order) == 8
-    for (encoded, label), (path, want_label) in zip(got, order, strict=True):
-        assert label == want_label and encoded.dtype == torch.uint8 and encoded.numpy().tobytes() == Path(path).read_bytes()
-    assert not data.val_loader.run_ahead and isinstance(data.val_loader.loader, jpeg.ReadAhead)
-    monkeypatch.setattr("coursekit.train.data.GPU_DECODE_READER", "processes")  # the first design (the JPEG probe)
-    loader = build_data(cfg, SimpleNamespace(rank=0, world_size=1, device=torch.device("cuda"))).train_loader.loader
-    assert loader.num_workers == 2 and loader.collate_fn is jpeg.collate_bytes
-
-
-def test_read_ahead_keeps_the_order_and_stops_its_threads_when_left_early(tmp_path):
-    import threading
-
-    files = []
-    for i in range(7):
-        files.append(tmp_path / f"{i}.bin")
-        files[-1].write_bytes(bytes([i]) * (i + 1))
-    batches = [([str(f) for f in files[i:i + 3]], torch.tensor(list(range(i, min(i + 3, 7))))) for i in (0, 3, 6)]
-    read_ahead = jpeg.ReadAhead(batches, threads=2)
-    assert [[t.tolist() for t in encoded] for encoded, _ in read_ahead] == [[[i] * (i + 1) for i in range(k, min(k + 3, 7))]
-                                                                             for k in (0, 3, 6)]
-    threads_before = threading.active_count()
-    for _ in read_ahead:
-        break
-    assert threading.active_count() == threads_before
-    with pytest.raises(ValueError, match="threads"):
-        jpeg.ReadAhead(batches, threads=0)
-
-
 def test_gpu_resident_batches_can_be_channels_last():
     cfg = TrainConfig(dataset="synthetic", gpu_resident=True, channels_last=True, batch_size=4, image_size=8,
                       num_samples=8)
