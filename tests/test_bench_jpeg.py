@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -50,3 +51,12 @@ def test_the_probes_knobs_reach_the_decoding_loader(tmp_path: Path, monkeypatch:
     assert batches.prefetch == 1 and not batches.run_ahead
     assert [tuple(images.shape) for images, _ in batches] == [(3, 3, 16, 16), (3, 3, 16, 16), (2, 3, 16, 16)]
     assert batches._producer is None  # one epoch at a time: its thread stopped at the epoch's end
+    from coursekit.train import data
+
+    monkeypatch.setattr(data, "make_loader", data.make_loader)  # undone after the test
+    monkeypatch.setattr(data, "_original_make_loader", None, raising=False)
+    jpeg_probe.with_endless(False)
+    loader, _ = data.make_loader(files, SimpleNamespace(seed=0, workers=0, persistent_workers=False, pin_memory=False,
+                                                        prefetch_factor=None, batch_size=3, drop_last=False),
+                                 SimpleNamespace(rank=0, world_size=1), train=True, endless=True)
+    assert not isinstance(loader.batch_sampler, jpeg.EndlessEpochs)

@@ -6,8 +6,11 @@ pipeline 3,408 (0.86x), but synthetic training beside a thread that decodes the 
 depth, pin-memory thread, worker count; 0.86-0.88x each) did not find the loss. What its runs had and the
 diagnostic thread had not: an epoch boundary every 50 steps (12,800 images, batch 256), where the decoding
 thread stopped, and the next epoch started with an empty pipeline. ``GpuDecodedBatches`` now runs into the
-next epoch; this compares it with the old behaviour (``run_ahead=False``) and prints each run's 20-step
-windows and its wait for each epoch's first batch, so that a loss shows where it happens.
+next epoch, over a loader whose workers do not stop between epochs (``jpeg.EndlessEpochs``). This compares
+the designs and prints each run's 20-step windows and its wait for each epoch's first batch, so that a loss
+shows where it happens. Measured 2026-11-26 (H100, 2 runs each, bench/results/gpu_2026-11-26_session6/):
+running into the next epoch over a loader restarted each epoch 0.87-0.90x, the windows with an epoch boundary
+still lower; a threaded file reader instead of worker processes 0.83-0.89x (reverted).
 
     CUDA_VISIBLE_DEVICES=0 python bench/dryrun/jpeg_probe.py --jpeg-dir /tmp/jpegs --out probe.json
 """
@@ -26,14 +29,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import gpu_jpeg_decode as bench  # noqa: E402
 
-from coursekit.train import jpeg  # noqa: E402
+from coursekit.train import data, jpeg  # noqa: E402
 
 TIMED_WINDOWS = 6
-VARIANTS: dict[str, dict[str, Any]] = {  # loader options, and GpuDecodedBatches' prefetch / run_ahead / sync
-    "one epoch at a time (before; 16 workers, pinned, prefetch 4)": {"run_ahead": False},
-    "runs into the next epoch (now)": {},
-    "runs into the next epoch, prefetch 8": {"prefetch": 8},
-    "runs into the next epoch, no pin-memory thread": {"pin_memory": False, "non_blocking": False},
+VARIANTS: dict[str, dict[str, Any]] = {  # loader options; GpuDecodedBatches' prefetch / run_ahead / sync; endless
+    "one epoch at a time (first design)": {"run_ahead": False, "endless": False},
+    "runs into the next epoch, loader restarted each epoch": {"endless": False},
+    "runs into the next epoch, endless loader (now)": {},
+    "endless loader, no pin-memory thread": {"pin_memory": False, "non_blocking": False},
 }
 PIPELINE_OPTIONS = ("prefetch", "run_ahead", "sync")
 
@@ -61,6 +64,13 @@ def with_pipeline(prefetch: int = jpeg.PREFETCH_BATCHES, run_ahead: bool | None 
     batches._decode = patched_decode  # type: ignore[method-assign]
 
 
+def with_endless(endless: bool) -> None:
+    """Make the engine's GPU-decoding train loader endless (as it is) or end with each epoch (before)."""
+    make = data.__dict__.get("_original_make_loader") or data.make_loader
+    data._original_make_loader = make  # type: ignore[attr-defined]
+    data.make_loader = lambda *args, **kwargs: make(*args, **{**kwargs, "endless": endless and kwargs.get("endless")})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jpeg-dir", type=Path, required=True)
@@ -83,6 +93,7 @@ def main() -> None:
         for name, variant in VARIANTS.items():
             options = dict(variant)
             with_pipeline(**{key: options.pop(key) for key in PIPELINE_OPTIONS if key in options})
+            with_endless(options.pop("endless", True))
             row = bench.run(bench.config(**{**loader, **options}, test_steps=steps), "torchvision")
             rates[name].append(row["img_s"])
             runs[name].append(row)

@@ -159,9 +159,10 @@ def loader_workers(requested: int, samples: int, batch_size: int) -> int:
     return min(requested, max(1, math.ceil(samples / batch_size))) if requested > 0 else 0
 
 
-def make_loader(dataset: Dataset, cfg: Any, ctx: RankInfo, train: bool, collate_fn: Any = None
-                ) -> tuple[DataLoader, DistributedSampler | None]:
-    """A DataLoader with the config's loader options; train: sharded + shuffled by a DistributedSampler."""
+def make_loader(dataset: Dataset, cfg: Any, ctx: RankInfo, train: bool, collate_fn: Any = None,
+                endless: bool = False) -> tuple[DataLoader, DistributedSampler | None]:
+    """A DataLoader with the config's loader options; train: sharded + shuffled by a DistributedSampler.
+    ``endless`` (train): its batches run on from one epoch into the next (``jpeg.EndlessEpochs``)."""
     sampler = None
     if train or ctx.world_size > 1:
         sampler = DistributedSampler(dataset, num_replicas=ctx.world_size, rank=ctx.rank, shuffle=train,
@@ -174,8 +175,11 @@ def make_loader(dataset: Dataset, cfg: Any, ctx: RankInfo, train: bool, collate_
         extra["persistent_workers"] = cfg.persistent_workers and train
         if cfg.prefetch_factor is not None:
             extra["prefetch_factor"] = cfg.prefetch_factor
-    loader = DataLoader(dataset, batch_size=cfg.batch_size, sampler=sampler, num_workers=workers,
-                        pin_memory=cfg.pin_memory, drop_last=cfg.drop_last and train, collate_fn=collate_fn,
+    if endless and sampler is not None:
+        extra["batch_sampler"] = jpeg.EndlessEpochs(sampler, cfg.batch_size, cfg.drop_last and train)
+    else:
+        extra.update(batch_size=cfg.batch_size, sampler=sampler, drop_last=cfg.drop_last and train)
+    loader = DataLoader(dataset, num_workers=workers, pin_memory=cfg.pin_memory, collate_fn=collate_fn,
                         generator=torch.Generator().manual_seed(cfg.seed + ctx.rank), **extra)
     return loader, sampler
 
@@ -344,7 +348,7 @@ def _image_folder(cfg: Any, ctx: RankInfo) -> DataBundle:
     shape = (3, cfg.image_size, cfg.image_size)
     if not cfg.gpu_decode:
         return _bundle(train_set, val_set, cfg, ctx, num_classes, shape)
-    train_loader, sampler = make_loader(train_set, cfg, ctx, train=True, collate_fn=jpeg.collate_bytes)
+    train_loader, sampler = make_loader(train_set, cfg, ctx, train=True, collate_fn=jpeg.collate_bytes, endless=True)
     train = jpeg.GpuDecodedBatches(train_loader, ctx.device, cfg.image_size, train=True, seed=cfg.seed + ctx.rank,
                                    channels_last=cfg.channels_last)
     val = None

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
+import itertools
 import math
 import os
 import queue
@@ -34,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 from PIL import Image
+from torch.utils.data import Sampler
 
 if TYPE_CHECKING:  # torchvision is imported where it is used: ~1 s off every job that reads no JPEGs
     from torchvision import datasets, transforms
@@ -359,33 +362,71 @@ class _Producer:
         owner = self.owner
         cuda = owner.device.type == "cuda"
         stream = torch.cuda.Stream(owner.device) if cuda else None
+        endless = owner.endless_epochs
         try:
+            if endless is not None:
+                endless.start_epoch = self.epoch or 0
+            iterator = iter(owner.loader)
+            per_epoch = len(owner) if endless is not None else None  # else: the loader ends each epoch itself
             while True:
-                for index, (encoded, labels) in enumerate(owner.loader):
+                for index, batch in enumerate(itertools.islice(iterator, per_epoch)):
                     if self.stop.is_set():
-                        return
+                        break
                     with torch.cuda.stream(stream) if cuda else contextlib.nullcontext():
-                        images, labels = owner._decode(encoded, labels, owner.crop_rng(self.epoch, index))
+                        images, labels = owner._decode(*batch, owner.crop_rng(self.epoch, index))
                         event = torch.cuda.Event() if cuda else None
                         if event is not None:
                             event.record(stream)
                     if not self._put((images, labels, event)):
                         return
-                if not self.run_ahead:
+                if not self.run_ahead or self.stop.is_set():
                     self._put(_EPOCH_END)
                     return
                 # the next epoch is decoded while the training step still consumes this one's last batches:
-                # its first batch is ready when the loop asks for it (no refill at every epoch boundary)
-                self.epoch = (self.epoch or 0) + 1
-                owner.sampler.set_epoch(self.epoch)  # before the end mark: the consumer checks it after
+                # its first batch is ready when the loop asks for it
+                self.epoch = (self.epoch or 0) + 1  # before the end mark: the consumer compares it after
+                if endless is None:  # a loader that ends with each epoch: set the next one and start it again
+                    owner.sampler.set_epoch(self.epoch)
+                    iterator = iter(owner.loader)
                 if not self._put(_EPOCH_END):
                     return
         except BaseException as err:  # handed to the consumer, raised there
             self._put(_Failure(err))
 
     def close(self) -> None:
+        """Stop the thread, then drop the batches it had decoded (their GPU memory; and no CUDA tensor is
+        left for a loader worker forked later to inherit)."""
         self.stop.set()
         self.thread.join()
+        with contextlib.suppress(queue.Empty):
+            while True:
+                self.out.get_nowait()
+
+
+class EndlessEpochs(Sampler[list[int]]):
+    """The batches of an epoch-seeded ``sampler`` (``set_epoch``: the training loader's DistributedSampler),
+    epoch after epoch from ``start_epoch``, without end. A DataLoader over it never resets its workers at an
+    epoch boundary: they read the next epoch's first batches while this epoch's last ones train. ``len()`` is
+    one epoch's batches. It draws from a copy of ``sampler``: the training loop's ``set_epoch`` on the
+    original does not move it (``GpuDecodedBatches`` compares the two)."""
+
+    def __init__(self, sampler: Any, batch_size: int, drop_last: bool) -> None:
+        self.sampler, self.batch_size, self.drop_last = sampler, batch_size, drop_last
+        self.start_epoch = getattr(sampler, "epoch", 0)
+
+    def __len__(self) -> int:
+        count = len(self.sampler)
+        return count // self.batch_size if self.drop_last else math.ceil(count / self.batch_size)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        own, epoch = copy.copy(self.sampler), self.start_epoch
+        while True:
+            own.set_epoch(epoch)
+            indices = list(own)
+            stop = len(self) * self.batch_size if self.drop_last else len(indices)
+            for start in range(0, stop, self.batch_size):
+                yield indices[start:start + self.batch_size]
+            epoch += 1
 
 
 class GpuDecodedBatches:
@@ -395,8 +436,9 @@ class GpuDecodedBatches:
     stream, so that nvjpeg's decoding overlaps the training step (the consumer's stream waits on an
     event of each batch before using it). With a sampler that has ``set_epoch`` (the training loader's
     DistributedSampler) the thread goes on into the next epoch at the end of one, so that a new epoch does
-    not start with an empty pipeline; when the loop sets another epoch than the one decoded ahead (a resume),
-    that work is dropped and decoding restarts. ``close()`` stops the thread (``data.shutdown_workers`` calls it).
+    not start with an empty pipeline, and over a loader of ``EndlessEpochs`` (the engine's) the loader's
+    workers never stop either; when the loop sets another epoch than the one decoded ahead (a resume), that
+    work is dropped and decoding restarts. ``close()`` stops the thread (``data.shutdown_workers`` calls it).
     Random crops and flips are drawn from ``(seed, epoch, batch index)``: the same however far ahead it runs.
     """
 
@@ -407,7 +449,9 @@ class GpuDecodedBatches:
         self.seed = seed
         self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
         self.prefetch = prefetch
-        self.sampler = getattr(loader, "sampler", None)
+        batch_sampler = getattr(loader, "batch_sampler", None)
+        self.endless_epochs = batch_sampler if isinstance(batch_sampler, EndlessEpochs) else None
+        self.sampler = self.endless_epochs.sampler if self.endless_epochs else getattr(loader, "sampler", None)
         epoch_seeded = hasattr(self.sampler, "set_epoch") and hasattr(self.sampler, "epoch")
         self.run_ahead = prefetch > 0 and epoch_seeded and (train if run_ahead is None else run_ahead)
         self.decoder_name: str | None = None  # "nvimgcodec" or "torchvision", once the first batch is decoded
@@ -439,7 +483,9 @@ class GpuDecodedBatches:
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         epoch = getattr(self.sampler, "epoch", None)
         if self.prefetch <= 0:
-            for index, (encoded, labels) in enumerate(self.loader):
+            if self.endless_epochs is not None:
+                self.endless_epochs.start_epoch = epoch or 0
+            for index, (encoded, labels) in enumerate(itertools.islice(self.loader, len(self))):
                 yield self._decode(encoded, labels, self.crop_rng(epoch, index))
             return
         producer = self._producer

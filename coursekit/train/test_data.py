@@ -1,3 +1,4 @@
+import itertools
 import pickle
 from pathlib import Path
 from types import SimpleNamespace
@@ -257,13 +258,33 @@ def test_decoding_thread_keeps_order_stops_early_and_raises_loader_errors(jpeg_t
         list(jpeg.GpuDecodedBatches(failing(), "cpu", 16, train=False))
 
 
-def _epoch_seeded_loader(jpeg_tree, workers: int = 0, persistent: bool = False):
+def _epoch_seeded_loader(jpeg_tree, workers: int = 0, persistent: bool = False, endless: bool = False):
     from torch.utils.data import DataLoader, DistributedSampler
 
     dataset = jpeg.image_folder(jpeg_tree / "train", 16, train=True, raw_bytes=True)
     sampler = DistributedSampler(dataset, num_replicas=1, rank=0, shuffle=True, seed=3)
-    return DataLoader(dataset, batch_size=2, sampler=sampler, num_workers=workers, persistent_workers=persistent,
-                      collate_fn=jpeg.collate_bytes)
+    batches = ({"batch_sampler": jpeg.EndlessEpochs(sampler, 2, drop_last=False)} if endless
+               else {"batch_size": 2, "sampler": sampler})
+    return DataLoader(dataset, num_workers=workers, persistent_workers=persistent, collate_fn=jpeg.collate_bytes,
+                      **batches)
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_endless_epochs_are_the_samplers_epochs_one_after_the_other(drop_last):
+    from torch.utils.data import BatchSampler, DistributedSampler
+
+    sampler = DistributedSampler(range(11), num_replicas=2, rank=1, shuffle=True, seed=5)
+    sampler.set_epoch(3)
+    endless = jpeg.EndlessEpochs(sampler, 4, drop_last)
+    assert len(endless) == (1 if drop_last else 2)  # 6 of the 11 indices on rank 1
+    got = list(itertools.islice(endless, 4 * len(endless)))
+    want = []
+    for epoch in range(3, 7):
+        sampler.set_epoch(epoch)
+        want += list(BatchSampler(sampler, 4, drop_last))
+    assert got == want
+    sampler.set_epoch(0)  # the loop's set_epoch on the original: a new pass starts at start_epoch, not there
+    assert list(itertools.islice(endless, 1)) == want[:1]
 
 
 def _epoch(decoded, epoch: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -271,12 +292,19 @@ def _epoch(decoded, epoch: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return [(x.clone(), y.clone()) for x, y in decoded]
 
 
-def test_decoding_runs_into_the_next_epoch_and_gives_what_a_fresh_pass_gives(jpeg_tree):
+@pytest.mark.parametrize("endless", [False, True])
+def test_decoding_runs_into_the_next_epoch_and_gives_what_a_fresh_pass_gives(jpeg_tree, endless, monkeypatch):
     import threading
     import time
 
+    from torch.utils.data import DataLoader
+
+    starts = []
+    original_iter = DataLoader.__iter__
+    monkeypatch.setattr(DataLoader, "__iter__", lambda self: starts.append(1) or original_iter(self))
     threads_before = threading.active_count()
-    ahead = jpeg.GpuDecodedBatches(_epoch_seeded_loader(jpeg_tree), "cpu", 16, train=True, seed=1, prefetch=2)
+    ahead = jpeg.GpuDecodedBatches(_epoch_seeded_loader(jpeg_tree, endless=endless), "cpu", 16, train=True, seed=1,
+                                   prefetch=2)
     reference = jpeg.GpuDecodedBatches(_epoch_seeded_loader(jpeg_tree), "cpu", 16, train=True, seed=1, prefetch=0)
     assert ahead.run_ahead and not reference.run_ahead
     first = _epoch(ahead, 0)
@@ -287,6 +315,7 @@ def test_decoding_runs_into_the_next_epoch_and_gives_what_a_fresh_pass_gives(jpe
     assert producer.out.qsize() == 2 and producer.epoch == 1
     second = _epoch(ahead, 1)
     assert ahead._producer is producer  # the batches decoded ahead were used, no restart
+    assert len(starts) == 1 if endless else len(starts) >= 2  # endless: the loader (its workers) never restarted
     resumed = _epoch(ahead, 5)  # another epoch than the one decoded ahead (a resume): restarted for it
     assert ahead._producer is not producer
     for got, epoch in ((first, 0), (second, 1), (resumed, 5)):
@@ -310,6 +339,16 @@ def test_shutdown_stops_the_decoding_thread_before_the_workers_it_reads_from(jpe
     shutdown_workers(decoded)
     assert decoded._producer is None and not producer.thread.is_alive()
     assert multiprocessing.active_children() == []
+
+
+def test_gpu_decode_trains_from_endless_epochs_and_validates_from_a_plain_loader(jpeg_tree):
+    cfg = TrainConfig(dataset="jpeg_folder", data_dir=str(jpeg_tree), gpu_decode=True, image_size=16, batch_size=3,
+                      workers=2, persistent_workers=True)
+    data = build_data(cfg, SimpleNamespace(rank=0, world_size=1, device=torch.device("cuda")))  # not decoded here
+    train, val = data.train_loader, data.val_loader
+    assert train.endless_epochs is not None and train.run_ahead and train.sampler is data.train_sampler
+    assert len(train) == data.steps_per_epoch == 3 and train.loader.num_workers == 2  # 8 images, batch 3
+    assert val.endless_epochs is None and not val.run_ahead
 
 
 def test_gpu_resident_batches_can_be_channels_last():
