@@ -8,11 +8,12 @@
   crop (val), in the DataLoader's workers.
 - GPU decoding (``--gpu-decode``): the workers only read the files' bytes; ``GpuDecodedBatches``
   decodes each batch on the GPU, then crops, resizes, flips and normalises there, in a background thread
-  on its own CUDA stream, a few batches ahead, so that decoding overlaps the training step. The decoder:
-  nvImageCodec (``pip install nvidia-nvimgcodec-cu13``) on the GPU's hardware JPEG engines (A100, H100,
-  H200: they do not use the SMs the training step needs), else torchvision's
-  ``decode_jpeg(device="cuda")`` (nvjpeg's CUDA kernels, on the SMs). ``$COURSEKIT_JPEG_DECODER``
-  (``nvimgcodec`` or ``torchvision``) forces one; ``GpuDecodedBatches.decoder_name`` says which ran.
+  on its own CUDA stream, a few batches ahead and on into the next epoch, so that decoding overlaps the
+  training step; the train loader's workers never stop between epochs (``EndlessEpochs``). The decoder:
+  torchvision's ``decode_jpeg(device="cuda")`` (nvjpeg's CUDA kernels, on the SMs), or with
+  ``$COURSEKIT_JPEG_DECODER=nvimgcodec`` nvImageCodec (``pip install nvidia-nvimgcodec-cu13``) on the
+  GPU's hardware JPEG engines (A100, H100, H200), which do not use the SMs but fed the step less well on
+  an H100 (``DEFAULT_DECODER``); ``GpuDecodedBatches.decoder_name`` says which ran.
 """
 
 from __future__ import annotations
@@ -60,6 +61,9 @@ PREFETCH_BATCHES = 4  # GPU decoding: batches decoded ahead by the background th
 QUEUE_POLL_S = 0.05
 DECODER_ENV = "COURSEKIT_JPEG_DECODER"
 DECODERS = ("nvimgcodec", "torchvision")
+# the faster of the two beside a ResNet-50 step on an H100, in each of three runs of bench/gpu_jpeg_decode.py
+# (2026-11-26): torchvision 0.89 / 0.82 / 0.91x synthetic, nvImageCodec's hardware engines 0.87 / 0.77 / 0.87x
+DEFAULT_DECODER = "torchvision"
 
 
 # ----------------------------------------------------------------------------- generator
@@ -275,12 +279,12 @@ def nvimgcodec_decoder(device: torch.device, backends: tuple[str, ...] = ("hardw
 
 
 def choose_decoder(device: torch.device) -> tuple[str, JpegDecoder]:
-    """The GPU JPEG decoder to use: ``$COURSEKIT_JPEG_DECODER`` if set, else nvImageCodec where installed,
-    else torchvision; its name and the function."""
+    """The GPU JPEG decoder to use: ``$COURSEKIT_JPEG_DECODER`` if set, else ``DEFAULT_DECODER``; its name and
+    the function. nvImageCodec falls back to torchvision where it is not usable, unless asked for by name."""
     wanted = os.environ.get(DECODER_ENV, "")
     if wanted and wanted not in DECODERS:
         raise ValueError(f"${DECODER_ENV}={wanted!r}: use one of {', '.join(DECODERS)} (or leave it unset)")
-    if wanted != "torchvision":
+    if (wanted or DEFAULT_DECODER) == "nvimgcodec":
         hardware = nvimgcodec_decoder(device)
         if hardware is not None:
             return "nvimgcodec", hardware

@@ -437,13 +437,16 @@ def test_run_stops_persistent_workers_and_records_loader_phases(jpeg_tree, tmp_p
 
 
 def test_gpu_jpeg_decoder_choice_and_fallback(monkeypatch):
-    """nvImageCodec (hardware JPEG engines) where installed, torchvision's nvjpeg otherwise; a forced choice
-    that cannot be honoured is a clear error. (The hardware path itself needs a GPU: bench/gpu_jpeg_decode.py.)"""
+    """torchvision's nvjpeg by default (measured faster beside the step), nvImageCodec (hardware JPEG engines)
+    when asked for; asked for where it is absent: a clear error; as the default where it is absent: torchvision.
+    (The hardware path itself needs a GPU: bench/gpu_jpeg_decode.py.)"""
     import sys
 
     monkeypatch.setitem(sys.modules, "nvidia.nvimgcodec", None)  # the package absent, as on this machine
     monkeypatch.delenv(jpeg.DECODER_ENV, raising=False)
     assert jpeg.nvimgcodec_decoder(CPU) is None
+    assert jpeg.choose_decoder(CPU)[0] == "torchvision"
+    monkeypatch.setattr(jpeg, "DEFAULT_DECODER", "nvimgcodec")
     assert jpeg.choose_decoder(CPU)[0] == "torchvision"
     monkeypatch.setenv(jpeg.DECODER_ENV, "nvimgcodec")
     with pytest.raises(ValueError, match="nvidia-nvimgcodec-cu13"):
@@ -490,6 +493,7 @@ def test_nvimgcodec_path_decodes_in_rgb_chw_and_falls_back_on_failure(jpeg_tree,
     monkeypatch.setitem(sys.modules, "nvidia.nvimgcodec", fake)
     monkeypatch.setitem(sys.modules, "nvidia", types.SimpleNamespace(nvimgcodec=fake))
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: types.SimpleNamespace(cuda_stream=0))
+    monkeypatch.delenv(jpeg.DECODER_ENV, raising=False)
     decode = jpeg.nvimgcodec_decoder(CPU)
     files = sorted((jpeg_tree / "train").glob("*/*.jpg"))[:2]
     encoded = [jpeg.read_bytes(str(f)) for f in files]
@@ -497,6 +501,8 @@ def test_nvimgcodec_path_decodes_in_rgb_chw_and_falls_back_on_failure(jpeg_tree,
     reference = jpeg.torchvision_decoder(CPU)(encoded)
     assert calls["decode"] == 1 and [i.shape for i in images] == [r.shape for r in reference]
     assert all(torch.equal(i, r) for i, r in zip(images, reference, strict=True))
+    assert jpeg.choose_decoder(CPU)[0] == "torchvision"  # the default: measured faster beside the step
+    monkeypatch.setenv(jpeg.DECODER_ENV, "nvimgcodec")
     assert jpeg.choose_decoder(CPU)[0] == "nvimgcodec"
     Decoder.fail = True  # an image it cannot decode: the batch goes through torchvision
     assert all(torch.equal(i, r) for i, r in zip(decode(encoded), reference, strict=True)) and calls["decode"] == 2

@@ -105,8 +105,10 @@ CELLS = [
 
     When the CPUs cannot keep up, the decoding itself can move to the GPU: the workers only read the files'
     bytes and `torchvision.io.decode_jpeg(device="cuda")` (nvjpeg) decodes whole batches on the GPU (the
-    engine's `--gpu-decode`). In the gpu profile the last configuration above does that. The engine's
-    benchmark recorded both on an H100 with 16 CPU workers:
+    engine's `--gpu-decode`). A background thread decodes a few batches ahead, on its own CUDA stream and on
+    into the next epoch, and the workers never stop between epochs, so that the step does not wait. In the
+    gpu profile the last configuration above does that. The engine's benchmark recorded both on an H100
+    with 16 CPU workers:
     """),
     code("""
     # NBVAL_IGNORE_OUTPUT
