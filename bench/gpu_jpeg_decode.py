@@ -47,6 +47,8 @@ SMOKE_DECODE_PROCESS_S = 4.0
 DECODE_ALONE_BATCHES = 10
 DECODE_PROCESS_S = 60.0  # the decoding process's run: longer than the synthetic run beside it
 DECODE_PROCESS_GRACE_S = 120.0
+REPEATS = 3
+GPU_ROWS = {"torchvision nvjpeg": "torchvision", "nvimgcodec hardware": "nvimgcodec"}  # row -> $COURSEKIT_JPEG_DECODER
 NVIMGCODEC_VARIANTS = {  # decoding alone, nvImageCodec's backends told apart (jpeg.nvimgcodec_decoder's options)
     "nvimgcodec hardware only": {"backends": ("hardware",)},
     "nvimgcodec CUDA only": {"backends": ("cuda",)},
@@ -236,11 +238,23 @@ def run(cfg: TrainConfig, decoder: str | None = None) -> dict[str, Any]:
             "decoder": summary.get("jpeg_decoder"), "loader_phases": summary.get("loader_phases")}
 
 
+def repeated(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One row from runs of the same configuration: images/s as mean ± std over the runs (each run's own
+    mean over its windows); the last run's other fields; every run's rate in ``runs_img_s``."""
+    done = [r for r in runs if r.get("img_s")]
+    if not done:
+        return runs[-1]
+    rates = [r["img_s"] for r in done]
+    return {**done[-1], "img_s": statistics.fmean(rates), "img_s_std": statistics.stdev(rates) if len(rates) > 1 else 0.0,
+            "runs_img_s": rates, "window_img_s": [w for r in done for w in r["window_img_s"]]}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jpeg-dir", type=Path, help="a JPEG tree (written there when empty)")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--cpu-smoke", action="store_true", help="try the script on a CPU (MLP, small tree)")
+    parser.add_argument("--repeats", type=int, default=REPEATS, help="runs of each GPU row, in turn")
     parser.add_argument("--decode-for", type=float, default=None, help=argparse.SUPPRESS)  # the decoding process
     parser.add_argument("--decoder", default="torchvision", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -263,20 +277,27 @@ def main(argv: list[str] | None = None) -> int:
     make = smoke_config if smoke else config
     loader = dict(dataset="jpeg_folder", data_dir=str(root), workers=1 if smoke else WORKERS,
                   pin_memory=not smoke, non_blocking=not smoke, persistent_workers=True)
-    rows = {"synthetic": run(make(dataset="synthetic", gpu_resident=True))}
     if smoke:  # no CUDA: PIL in the workers stands in for the GPU decode; the decoder alone on the CPU
-        rows["jpeg, PIL workers (stand-in)"] = run(make(**loader))
+        rows = {"synthetic": run(make(dataset="synthetic", gpu_resident=True)),
+                "jpeg, PIL workers (stand-in)": run(make(**loader))}
         rows["jpeg, PIL workers (stand-in)"]["decode_alone"] = decode_alone(root, "torchvision", "cpu", 32, 16, 2)
         diagnostics = {"synthetic beside torchvision decoding": synthetic_beside_decoding(
             make, root, "torchvision", 32, device="cpu", batch=16),
             "synthetic beside a torchvision decoding process": synthetic_beside_decoding_process(
             make, root, "torchvision", 32, device="cpu", batch=16, seconds=SMOKE_DECODE_PROCESS_S)}
     else:
-        for name, decoder in (("torchvision nvjpeg", "torchvision"), ("nvimgcodec hardware", "nvimgcodec")):
-            try:
-                rows[name] = run(make(**loader, gpu_decode=True), decoder)
-            except Exception as error:  # noqa: BLE001 - the package or the hardware decoder may be absent: say so
-                rows[name] = {"status": "not run", "error": f"{type(error).__name__}: {error}"}
+        runs: dict[str, list[dict[str, Any]]] = {"synthetic": [], **{name: [] for name in GPU_ROWS}}
+        for repeat in range(args.repeats):  # the rows in turn, so that a slow spell of the machine hits them all
+            runs["synthetic"].append(run(make(dataset="synthetic", gpu_resident=True)))
+            for name, decoder in GPU_ROWS.items():
+                try:
+                    runs[name].append(run(make(**loader, gpu_decode=True), decoder))
+                except Exception as error:  # noqa: BLE001 - the package or the hardware decoder may be absent
+                    runs[name].append({"status": "not run", "error": f"{type(error).__name__}: {error}"})
+            print(f"[{repeat + 1}/{args.repeats}] " + "  ".join(f"{name} {row_runs[-1].get('img_s') or 0:,.0f}"
+                                                               for name, row_runs in runs.items()), flush=True)
+        rows = {name: repeated(row_runs) for name, row_runs in runs.items()}
+        for name, decoder in GPU_ROWS.items():
             rows[name]["decode_alone"] = decode_alone(root, decoder, "cuda", 224, BATCH, DECODE_ALONE_BATCHES)
         diagnostics = {name: decode_alone(root, "nvimgcodec", "cuda", 224, BATCH, DECODE_ALONE_BATCHES, variant)
                        for name, variant in NVIMGCODEC_VARIANTS.items()}
@@ -300,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
               "cuda": torch.version.cuda, "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
               "command": "python bench/gpu_jpeg_decode.py " + " ".join(sys.argv[1:]), "batch": BATCH,
               "jpeg_tree": {"classes": CLASSES, "images_per_class": IMAGES_PER_CLASS}, "workers": WORKERS,
-              "cpu_smoke": smoke, "rows": rows, "best_ratio": best,
+              "cpu_smoke": smoke, "repeats": 1 if smoke else args.repeats, "rows": rows, "best_ratio": best,
               "diagnostics": diagnostics}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")

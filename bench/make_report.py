@@ -142,12 +142,16 @@ def hardware_jpeg_section(data: dict[str, Any]) -> list[str]:
              f"Device: **{data['device']}** · torch {data['torch']} · CUDA {data['cuda']} · {data['date']}. "
              f"Command: `{data['command']}`. ResNet-50 bf16 + channels_last, batch {data['batch']}, "
              f"{tree['classes'] * tree['images_per_class']:,} generated JPEGs of 500×375, {data['workers']} "
-             "loader workers; img/s = mean ± std over the timed windows of one run.", "",
-             "| row | decoder that ran | training img/s | × synthetic | decoding alone img/s |", "|---|---|---:|---:|---:|"]
+             "loader workers; img/s = mean ± std " + (f"over {data['repeats']} runs of each row, in turn (the runs' "
+             "own rates in the last column)" if data.get("repeats", 1) > 1 else "over the timed windows of one run")
+             + ".", "",
+             "| row | decoder that ran | training img/s | × synthetic | decoding alone img/s | runs (img/s) |",
+             "|---|---|---:|---:|---:|---|"]
     for name, row in data["rows"].items():
         alone = (row.get("decode_alone") or {}).get("img_s")
+        runs = " / ".join(f"{rate:,.0f}" for rate in row.get("runs_img_s", [row["img_s"]]))
         lines.append(f"| {name} | {row.get('decoder') or '–'} | {row['img_s']:,.0f} ± {row.get('img_s_std', 0):,.0f} | "
-                     f"{row.get('ratio_to_synthetic', 0):.2f} | {f'{alone:,.0f}' if alone else '–'} |")
+                     f"{row.get('ratio_to_synthetic', 0):.2f} | {f'{alone:,.0f}' if alone else '–'} | {runs} |")
     if data.get("diagnostics"):
         lines += ["", "Diagnostics (decoding alone per nvImageCodec backend; the synthetic run beside a decoding thread):",
                   "", "| diagnostic | img/s | decoding img/s | batches handed to torchvision |", "|---|---:|---:|---:|"]

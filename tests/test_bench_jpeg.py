@@ -60,3 +60,12 @@ def test_the_probes_knobs_reach_the_decoding_loader(tmp_path: Path, monkeypatch:
                                                         prefetch_factor=None, batch_size=3, drop_last=False),
                                  SimpleNamespace(rank=0, world_size=1), train=True, endless=True)
     assert not isinstance(loader.batch_sampler, jpeg.EndlessEpochs)
+
+
+def test_repeated_runs_make_one_row_of_mean_and_spread() -> None:
+    runs = [{"status": "completed", "img_s": rate, "window_img_s": [rate - 1, rate + 1], "decoder": "torchvision"}
+            for rate in (3600.0, 3700.0, 3650.0)]
+    row = gpu_jpeg_decode.repeated([*runs, {"status": "not run", "error": "gone"}])
+    assert row["img_s"] == 3650.0 and row["img_s_std"] == 50.0 and row["runs_img_s"] == [3600.0, 3700.0, 3650.0]
+    assert len(row["window_img_s"]) == 6 and row["decoder"] == "torchvision"
+    assert gpu_jpeg_decode.repeated([{"status": "not run", "error": "gone"}])["error"] == "gone"
