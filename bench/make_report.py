@@ -102,8 +102,9 @@ HARDWARE_JPEG_ANALYSIS = (
     "runs on into the next epoch and the train loader's batch sampler never ends (`jpeg.EndlessEpochs`): the "
     "workers read the next epoch's first batches while this epoch's last ones train, and the windows are flat. "
     "nvImageCodec's hardware engines decode the batches (no batch handed back to torchvision) but fed the step "
-    "less well than nvjpeg in each of three runs (0.87 / 0.77 / 0.87x against 0.89 / 0.82 / 0.91x), and beside "
-    "the step they decoded 3,200-5,000 img/s in four runs, where nvjpeg decoded 4,100-6,000: torchvision's nvjpeg is the default "
+    "less well than nvjpeg in each of four records (0.87 / 0.77 / 0.87 / 0.89x against 0.89 / 0.82 / 0.91 / "
+    "0.92x; the last is the table above), and beside the step they decoded 3,200-5,000 img/s where nvjpeg "
+    "decoded 4,100-6,000: torchvision's nvjpeg is the default "
     "(`jpeg.DEFAULT_DECODER`), nvImageCodec is there with `COURSEKIT_JPEG_DECODER=nvimgcodec`. A threaded file "
     "reader in place of the worker processes was tried and was slower (0.83-0.89x in the probe, 0.82x in the "
     "benchmark): reverted.")
@@ -162,7 +163,9 @@ def hardware_jpeg_section(data: dict[str, Any]) -> list[str]:
                          f"| {name} | {row.get('status')}: {row.get('error', '')} | – | – |")
     best = data["best_ratio"]
     met = "met" if best >= JPEG_OVER_SYNTHETIC_TARGET else "missed"
+    earlier = [f"Earlier records: {data['earlier_runs_note']}.", ""] if data.get("earlier_runs_note") else []
     return lines + ["", f"Best JPEG / synthetic = **{best:.2f}** (target ≥ {JPEG_OVER_SYNTHETIC_TARGET}: {met}).", "",
+                    *earlier,
                     HARDWARE_JPEG_ANALYSIS, ""]
 
 

@@ -61,8 +61,9 @@ PREFETCH_BATCHES = 4  # GPU decoding: batches decoded ahead by the background th
 QUEUE_POLL_S = 0.05
 DECODER_ENV = "COURSEKIT_JPEG_DECODER"
 DECODERS = ("nvimgcodec", "torchvision")
-# the faster of the two beside a ResNet-50 step on an H100, in each of three runs of bench/gpu_jpeg_decode.py
-# (2026-11-26): torchvision 0.89 / 0.82 / 0.91x synthetic, nvImageCodec's hardware engines 0.87 / 0.77 / 0.87x
+# the faster of the two beside a ResNet-50 step on an H100 in each of four records of bench/gpu_jpeg_decode.py
+# (2026-11-26): torchvision 0.89 / 0.82 / 0.91 / 0.92x synthetic, nvImageCodec's hardware engines 0.87 / 0.77 /
+# 0.87 / 0.89x (the last: 3 runs each; bench/REPORT-gpu.md)
 DEFAULT_DECODER = "torchvision"
 
 
