@@ -5,8 +5,8 @@
 #   source bench/device_setup.sh
 #   python bench/gpu_notebooks.py --out bench/results/gpu_notebooks.json --log-dir bench/results
 #
-# Installs the wheels carried in .whl/ (no index: the machine has no internet), nvImageCodec among them when
-# present (hardware JPEG decoding, bench/gpu_jpeg_decode.py), registers the python3 kernel that nbclient
+# Installs the wheels carried in .whl/ (no index: the machine has no internet), and nvImageCodec's from
+# .whl-nvimgcodec/ when carried (hardware JPEG decoding, bench/gpu_jpeg_decode.py), registers the python3 kernel that nbclient
 # starts, and exports PYTHONPATH and the NCCL/NVSHMEM settings that keep NVLink multicast off.
 
 _ck_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -18,8 +18,10 @@ fi
 python3 -m pip install -q --no-index --find-links "$_ck_wheels" \
     submitit tqdm nbclient nbformat ipykernel ipywidgets matplotlib || {
     echo "device_setup: pip install from $_ck_wheels failed" >&2; return 1 2>/dev/null || exit 1; }
-if ls "$_ck_wheels"/nvidia_nvimgcodec_cu*.whl >/dev/null 2>&1; then
-    python3 -m pip install -q --no-index --find-links "$_ck_wheels" "$(ls "$_ck_wheels"/nvidia_nvimgcodec_cu*.whl | head -n 1)" \
+# nvImageCodec (25 MB) lives in its own folder, .whl-nvimgcodec/: carry it only for bench/gpu_jpeg_decode.py,
+# since a call carries at most 64 MiB with the tracked files
+if ls "$_ck_root"/.whl-nvimgcodec/nvidia_nvimgcodec_cu*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --find-links "$_ck_wheels" "$(ls "$_ck_root"/.whl-nvimgcodec/nvidia_nvimgcodec_cu*.whl | head -n 1)" \
         || echo "device_setup: nvImageCodec did not install; torchvision's nvjpeg decodes instead" >&2
 fi
 python3 -m ipykernel install --sys-prefix >/dev/null

@@ -5,7 +5,7 @@ ResNet-50 bf16 + channels_last, batch 256, the engine (``--gpu-decode``); the de
 ``$COURSEKIT_JPEG_DECODER`` (``coursekit/train/jpeg.py``). Target: JPEG / synthetic >= 0.9. On the GPU
 machine, with the nvImageCodec wheel carried along (``pip download nvidia-nvimgcodec-cu13`` here)::
 
-    source bench/device_setup.sh        # installs .whl/nvidia_nvimgcodec_cu13-*.whl among others
+    source bench/device_setup.sh        # carry .whl and .whl-nvimgcodec: installs nvImageCodec too
     python bench/gpu_jpeg_decode.py --jpeg-dir /tmp/jpegs --out bench/results/gpu_jpeg_decode.json   # ~6 min
 
 Each row also says which decoder ran (the summary's ``jpeg_decoder``) and each decoder's rate decoding alone
