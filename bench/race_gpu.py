@@ -9,6 +9,7 @@ hash, code hash, every seed at the target)::
 
     python bench/race_gpu.py --out bench/results/race_gpu.json          # one H100, <= 5 min
     python bench/race_gpu.py --gpus 4 --out bench/results/race_gpu4.json # + the tuned entry on 4 GPUs (DDP)
+    python bench/race_gpu.py --gpus 2 --multi-gpu-only --out ...         # that entry alone
     python bench/race_gpu.py --report bench/results/race_gpu.json        # rewrite bench/REPORT-race.md
     python bench/race_gpu.py --cpu-smoke --out /tmp/race_smoke.json      # anywhere: the cpu profile's race
 """
@@ -66,9 +67,11 @@ def run_engine(args: list[str], out: Path, processes: int = 1) -> dict[str, Any]
     return {**final, "process_wall_s": time.perf_counter() - started}
 
 
-def run_race(profile: str, seeds: int, time_limit_s: float, work: Path, gpus: int = 1) -> dict[str, Any]:
+def run_race(profile: str, seeds: int, time_limit_s: float, work: Path, gpus: int = 1,
+             multi_gpu_only: bool = False) -> dict[str, Any]:
     """The baseline and the tuned entry of lab 09 (``profile`` settings), ``seeds`` runs each, verified; with
-    ``gpus`` > 1 also the tuned entry on that many GPUs (DDP; on the cpu profile, gloo processes)."""
+    ``gpus`` > 1 also the tuned entry on that many GPUs (DDP; on the cpu profile, gloo processes), run first
+    (the one-GPU entries have a record of their own), or alone with ``multi_gpu_only``."""
     from coursekit import race
     from coursekit.labs.settings import lab_settings
 
@@ -80,10 +83,14 @@ def run_race(profile: str, seeds: int, time_limit_s: float, work: Path, gpus: in
     started = time.perf_counter()
     tuned = s.baseline.replace(**s.tuned)
     # (participant, submission) -> (configuration, processes)
-    entries_in = {("baseline", "baseline"): (s.baseline, 1), ("bench", "tuned"): (tuned, 1)}
+    entries_in = {}
     if gpus > 1:
         entries_in[("bench", f"tuned-{gpus}gpu")] = (
             tuned.replace(lr_scaling=MULTI_GPU_LR_SCALING, base_batch=tuned.batch_size), gpus)
+    elif multi_gpu_only:
+        raise ValueError("multi_gpu_only needs gpus > 1 (--gpus N)")
+    if not multi_gpu_only:
+        entries_in.update({("baseline", "baseline"): (s.baseline, 1), ("bench", "tuned"): (tuned, 1)})
     skipped = []
     for (who, name), (config, processes) in entries_in.items():
         rows = []
@@ -127,6 +134,7 @@ def write_report(results: list[dict[str, Any]]) -> None:
            "Each run is one `python -m coursekit.train` process with lab 09's settings; the engine times it",
            "(untimed warm-up, evaluations of the full validation set off the clock) and the runs are verified as",
            "in the notebook (rules, validation-set hash, code hash, every seed at the target).", ""]
+    reference_tuned = next((e for r in results for e in r["entries"] if e["submission"] == "tuned"), None)
     for result in results:
         m = result["machine"]
         where = f"{m['gpus']} x {m['gpu_name']}" if m.get("gpu_name") else f"CPU ({m.get('host')})"
@@ -152,6 +160,12 @@ def write_report(results: list[dict[str, Any]]) -> None:
         if base and tuned and base["time_to_target_s"] and tuned["time_to_target_s"]:
             out += ["", f"Speed-up of the tuned entry: x{base['time_to_target_s'] / tuned['time_to_target_s']:.2f} "
                     f"(baseline {base['time_to_target_s']:.2f} s, tuned {tuned['time_to_target_s']:.2f} s)."]
+        one_gpu = tuned or reference_tuned
+        for e in result["entries"]:
+            if e["submission"].endswith("gpu") and e["time_to_target_s"] and one_gpu and one_gpu["time_to_target_s"]:
+                out += ["", f"{e['submission']} against the tuned entry on one GPU"
+                        + ("" if tuned else " (the section above)") + f": {e['time_to_target_s']:.2f} against "
+                        f"{one_gpu['time_to_target_s']:.2f} s to the target (x{one_gpu['time_to_target_s'] / e['time_to_target_s']:.2f})."]
         out += ["", "Per run (seed: time to target, steps, timed share of the process's wall time):", ""]
         for e in result["entries"]:
             for run in e["runs"]:
@@ -176,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--time-limit-s", type=float, default=DEFAULT_TIME_LIMIT_S)
     parser.add_argument("--gpus", type=int, default=1,
                         help="also the tuned entry on this many GPUs (DDP; --cpu-smoke: gloo processes)")
+    parser.add_argument("--multi-gpu-only", action="store_true",
+                        help="with --gpus N: only the N-GPU entry (the one-GPU entries have their own record)")
     args = parser.parse_args(argv)
     if args.report:
         write_report([json.loads(Path(p).read_text()) for p in args.report])
@@ -184,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.out:
         parser.error("give --out FILE.json (or --report FILE.json ...)")
     with tempfile.TemporaryDirectory(prefix="coursekit-race-") as work:
-        result = run_race("cpu" if args.cpu_smoke else "gpu", args.seeds, args.time_limit_s, Path(work), args.gpus)
+        result = run_race("cpu" if args.cpu_smoke else "gpu", args.seeds, args.time_limit_s, Path(work), args.gpus,
+                          args.multi_gpu_only)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1, default=str))
     print(f"wrote {args.out}")

@@ -38,3 +38,18 @@ def test_multi_gpu_entries_run_under_torchrun(tmp_path: Path) -> None:
     assert one[1:3] == ["-m", "coursekit.train"] and one[-2:] == ["--out", str(tmp_path)]
     assert four[1:7] == ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "4", "-m"]
     assert four[7] == "coursekit.train" and four[-4:] == ["--epochs", "1", "--out", str(tmp_path)]
+
+
+def test_a_multi_gpu_only_section_is_compared_with_the_one_gpu_record(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(race_gpu, "REPORT", tmp_path / "REPORT-race.md")
+    one_gpu = json.loads(SMOKE_RESULT.read_text())
+    tuned = next(e for e in one_gpu["entries"] if e["submission"] == "tuned")
+    multi = {**one_gpu, "gpus": 2, "entries": [{**tuned, "submission": "tuned-2gpu",
+                                                 "time_to_target_s": tuned["time_to_target_s"] / 4}]}
+    race_gpu.write_report([one_gpu, multi])
+    text = (tmp_path / "REPORT-race.md").read_text()
+    assert "| bench/tuned-2gpu | 3/3 |" in text
+    assert "tuned-2gpu against the tuned entry on one GPU (the section above)" in text and "(x4.00)" in text
+    with pytest.raises(ValueError, match="gpus > 1"):
+        race_gpu.run_race("cpu", seeds=2, time_limit_s=1, work=tmp_path, gpus=1, multi_gpu_only=True)
