@@ -12,10 +12,10 @@ Each row also says which decoder ran (the summary's ``jpeg_decoder``) and each d
 (the same batches, decode + crop + resize, no training), so that a shortfall reads as decode-bound (alone
 below synthetic) or overlap-bound (alone well above it). ``--cpu-smoke`` runs the same script on this CPU
 machine with an MLP on a small tree (PIL workers stand in for the GPU decode, which needs CUDA), to try it.
-First GPU run 2026-11-26 (4x H100): 0.69x, the decoders far faster alone than the step (bench/REPORT-gpu.md).
-Diagnostics since (not yet run on a GPU): decoding alone with each nvImageCodec backend by itself (and whether
-it handed batches to torchvision), and the synthetic run while a thread, or another process, decodes beside it
-(slower beside the thread only: the Python thread's share of the GIL, not the GPU, holds the step back).
+Diagnostics: decoding alone with each nvImageCodec backend by itself (and whether it handed batches to
+torchvision), and the synthetic run while a thread, or another process, decodes beside it. Records on an H100
+(2026-11-26, bench/REPORT-gpu.md): 0.69x first; 0.86x with the decoding thread; 0.92x (nvjpeg; nvImageCodec
+0.89x, 3 runs each) since the thread runs on into the next epoch over an endless train loader.
 """
 
 from __future__ import annotations

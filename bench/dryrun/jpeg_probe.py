@@ -9,8 +9,9 @@ thread stopped, and the next epoch started with an empty pipeline. ``GpuDecodedB
 next epoch, over a loader whose workers do not stop between epochs (``jpeg.EndlessEpochs``). This compares
 the designs and prints each run's 20-step windows and its wait for each epoch's first batch, so that a loss
 shows where it happens. Measured 2026-11-26 (H100, 2 runs each, bench/results/gpu_2026-11-26_session6/):
-running into the next epoch over a loader restarted each epoch 0.87-0.90x, the windows with an epoch boundary
-still lower; a threaded file reader instead of worker processes 0.83-0.89x (reverted).
+first design 0.86x; running into the next epoch over a loader restarted each epoch 0.87-0.90x, the windows
+with an epoch boundary still lower; over the endless loader 0.92x, flat windows; a threaded file reader instead
+of worker processes 0.83-0.89x (reverted).
 
     CUDA_VISIBLE_DEVICES=0 python bench/dryrun/jpeg_probe.py --jpeg-dir /tmp/jpegs --out probe.json
 """
