@@ -67,11 +67,32 @@ def run_engine(args: list[str], out: Path, processes: int = 1) -> dict[str, Any]
     return {**final, "process_wall_s": time.perf_counter() - started}
 
 
+def race_entries(s: Any, gpus: int, multi_gpu_only: bool = False, same_global_batch: bool = False
+                 ) -> dict[tuple[str, str], tuple[Any, int]]:
+    """(participant, submission) -> (configuration, processes) of ``run_race``, from lab 09's settings ``s``."""
+    tuned = s.baseline.replace(**s.tuned)
+    entries_in = {}
+    if gpus > 1:
+        per_gpu = tuned.batch_size // gpus if same_global_batch else tuned.batch_size
+        if per_gpu < 1:
+            raise ValueError(f"same_global_batch: the tuned batch {tuned.batch_size} cannot be split over {gpus} GPUs")
+        name = f"tuned-{gpus}gpu" + ("-same-batch" if same_global_batch else "")
+        entries_in[("bench", name)] = (
+            tuned.replace(batch_size=per_gpu, lr_scaling=MULTI_GPU_LR_SCALING, base_batch=tuned.batch_size), gpus)
+    elif multi_gpu_only:
+        raise ValueError("multi_gpu_only needs gpus > 1 (--gpus N)")
+    if not multi_gpu_only:
+        entries_in.update({("baseline", "baseline"): (s.baseline, 1), ("bench", "tuned"): (tuned, 1)})
+    return entries_in
+
+
 def run_race(profile: str, seeds: int, time_limit_s: float, work: Path, gpus: int = 1,
-             multi_gpu_only: bool = False) -> dict[str, Any]:
+             multi_gpu_only: bool = False, same_global_batch: bool = False) -> dict[str, Any]:
     """The baseline and the tuned entry of lab 09 (``profile`` settings), ``seeds`` runs each, verified; with
     ``gpus`` > 1 also the tuned entry on that many GPUs (DDP; on the cpu profile, gloo processes), run first
-    (the one-GPU entries have a record of their own), or alone with ``multi_gpu_only``."""
+    (the one-GPU entries have a record of their own), or alone with ``multi_gpu_only``. That entry keeps the
+    tuned batch on each GPU (a ``gpus`` times larger global batch, the LR scaled linearly), or with
+    ``same_global_batch`` splits it over the GPUs (the same global batch and LR as on one GPU)."""
     from coursekit import race
     from coursekit.labs.settings import lab_settings
 
@@ -81,16 +102,7 @@ def run_race(profile: str, seeds: int, time_limit_s: float, work: Path, gpus: in
                        max_gpus=max(s.max_gpus, gpus), seeds=seeds)
     board = work / "leaderboard.jsonl"
     started = time.perf_counter()
-    tuned = s.baseline.replace(**s.tuned)
-    # (participant, submission) -> (configuration, processes)
-    entries_in = {}
-    if gpus > 1:
-        entries_in[("bench", f"tuned-{gpus}gpu")] = (
-            tuned.replace(lr_scaling=MULTI_GPU_LR_SCALING, base_batch=tuned.batch_size), gpus)
-    elif multi_gpu_only:
-        raise ValueError("multi_gpu_only needs gpus > 1 (--gpus N)")
-    if not multi_gpu_only:
-        entries_in.update({("baseline", "baseline"): (s.baseline, 1), ("bench", "tuned"): (tuned, 1)})
+    entries_in = race_entries(s, gpus, multi_gpu_only, same_global_batch)
     skipped = []
     for (who, name), (config, processes) in entries_in.items():
         rows = []
@@ -162,7 +174,7 @@ def write_report(results: list[dict[str, Any]]) -> None:
                     f"(baseline {base['time_to_target_s']:.2f} s, tuned {tuned['time_to_target_s']:.2f} s)."]
         one_gpu = tuned or reference_tuned
         for e in result["entries"]:
-            if e["submission"].endswith("gpu") and e["time_to_target_s"] and one_gpu and one_gpu["time_to_target_s"]:
+            if "gpu" in e["submission"] and e["time_to_target_s"] and one_gpu and one_gpu["time_to_target_s"]:
                 out += ["", f"{e['submission']} against the tuned entry on one GPU"
                         + ("" if tuned else " (the section above)") + f": {e['time_to_target_s']:.2f} against "
                         f"{one_gpu['time_to_target_s']:.2f} s to the target (x{one_gpu['time_to_target_s'] / e['time_to_target_s']:.2f})."]
@@ -192,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="also the tuned entry on this many GPUs (DDP; --cpu-smoke: gloo processes)")
     parser.add_argument("--multi-gpu-only", action="store_true",
                         help="with --gpus N: only the N-GPU entry (the one-GPU entries have their own record)")
+    parser.add_argument("--same-global-batch", action="store_true",
+                        help="with --gpus N: the tuned batch split over the N GPUs (default: that batch on each)")
     args = parser.parse_args(argv)
     if args.report:
         write_report([json.loads(Path(p).read_text()) for p in args.report])
@@ -201,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("give --out FILE.json (or --report FILE.json ...)")
     with tempfile.TemporaryDirectory(prefix="coursekit-race-") as work:
         result = run_race("cpu" if args.cpu_smoke else "gpu", args.seeds, args.time_limit_s, Path(work), args.gpus,
-                          args.multi_gpu_only)
+                          args.multi_gpu_only, args.same_global_batch)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1, default=str))
     print(f"wrote {args.out}")

@@ -53,3 +53,18 @@ def test_a_multi_gpu_only_section_is_compared_with_the_one_gpu_record(tmp_path: 
     assert "tuned-2gpu against the tuned entry on one GPU (the section above)" in text and "(x4.00)" in text
     with pytest.raises(ValueError, match="gpus > 1"):
         race_gpu.run_race("cpu", seeds=2, time_limit_s=1, work=tmp_path, gpus=1, multi_gpu_only=True)
+
+
+def test_the_multi_gpu_entry_keeps_or_splits_the_tuned_batch() -> None:
+    from coursekit.labs.settings import lab_settings
+
+    s = lab_settings("09", "gpu")
+    tuned = s.baseline.replace(**s.tuned)
+    each = race_gpu.race_entries(s, 2)
+    assert list(each) == [("bench", "tuned-2gpu"), ("baseline", "baseline"), ("bench", "tuned")]  # multi-GPU first
+    config, processes = each[("bench", "tuned-2gpu")]
+    assert processes == 2 and config.batch_size == tuned.batch_size and config.base_batch == tuned.batch_size
+    split = race_gpu.race_entries(s, 2, multi_gpu_only=True, same_global_batch=True)
+    (name, (config, processes)), = split.items()
+    assert name == ("bench", "tuned-2gpu-same-batch") and config.batch_size * 2 == tuned.batch_size
+    assert config.lr_scaling == "linear" and config.base_batch == tuned.batch_size  # the global batch: the same LR
