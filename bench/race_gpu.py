@@ -176,7 +176,7 @@ def write_report(results: list[dict[str, Any]]) -> None:
         for e in result["entries"]:
             if "gpu" in e["submission"] and e["time_to_target_s"] and one_gpu and one_gpu["time_to_target_s"]:
                 out += ["", f"{e['submission']} against the tuned entry on one GPU"
-                        + ("" if tuned else " (the section above)") + f": {e['time_to_target_s']:.2f} against "
+                        + ("" if tuned else " (the one-GPU section above)") + f": {e['time_to_target_s']:.2f} against "
                         f"{one_gpu['time_to_target_s']:.2f} s to the target (x{one_gpu['time_to_target_s'] / e['time_to_target_s']:.2f})."]
         out += ["", "Per run (seed: time to target, steps, timed share of the process's wall time):", ""]
         for e in result["entries"]:

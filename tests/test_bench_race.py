@@ -50,7 +50,7 @@ def test_a_multi_gpu_only_section_is_compared_with_the_one_gpu_record(tmp_path: 
     race_gpu.write_report([one_gpu, multi])
     text = (tmp_path / "REPORT-race.md").read_text()
     assert "| bench/tuned-2gpu | 3/3 |" in text
-    assert "tuned-2gpu against the tuned entry on one GPU (the section above)" in text and "(x4.00)" in text
+    assert "tuned-2gpu against the tuned entry on one GPU (the one-GPU section above)" in text and "(x4.00)" in text
     with pytest.raises(ValueError, match="gpus > 1"):
         race_gpu.run_race("cpu", seeds=2, time_limit_s=1, work=tmp_path, gpus=1, multi_gpu_only=True)
 
