@@ -169,6 +169,30 @@ def hardware_jpeg_section(data: dict[str, Any]) -> list[str]:
                     HARDWARE_JPEG_ANALYSIS, ""]
 
 
+LOADER_PHASES = (("wall_s", "wall"), ("process_start_s", "process start"), ("build_and_first_step_s", "build + 1st step"),
+                 ("steps_s", "steps"), ("epoch_gaps_s", "epoch gaps"), ("end_s", "end"), ("exit_s", "exit"),
+                 ("loader_shutdown_s", "workers' shutdown"))
+
+
+def loader_overhead_section(data: dict[str, Any]) -> list[str]:
+    """bench/loader_overhead.py on a GPU: where each loader setting's wall time goes (issue 12's 191 s run)."""
+    lines = ["## Where a loader setting's wall time goes (lab 05)", "",
+             f"Device: **{data['device']}** · torch {data['torch']} · CUDA {data['cuda']} · {data['date']}. Command: "
+             f"`{data['command']}`. ResNet-50 bf16 + channels_last, batch 256, 30 steps on 2,400 JPEGs of 500×375 "
+             "(the issue's run), each setting in its own process as a job; seconds:", "",
+             "| loader | " + " | ".join(label for _, label in LOADER_PHASES) + " | img/s |",
+             "|---|" + "---:|" * (len(LOADER_PHASES) + 1)]
+    for name, row in data["rows"].items():
+        if row.get("status") == "failed":
+            lines.append(f"| {name} | failed: {row.get('stderr', '')[-120:]} |")
+            continue
+        cells = " | ".join(f"{row[key]:.1f}" if isinstance(row.get(key), float) else "–" for key, _ in LOADER_PHASES)
+        lines.append(f"| {name} | {cells} | {row['images_per_s']:,.0f} |")
+    return lines + ["", "Issue 12 saw `workers=16 +persistent +prefetch4` take 191 s of wall time for these 30 steps: "
+                    "torch joined each persistent worker at interpreter exit with a 5 s timeout. The engine now stops "
+                    "the workers itself at the end of the run; exit and shutdown take seconds at most in every row.", ""]
+
+
 def cpu_section(data: dict[str, Any]) -> list[str]:
     lines = ["## CPU figures of the CI configurations", "",
              f"{data['cpus']} CPU cores ({data['torch_threads']} torch threads), torch {data['torch']}, {data['date']}. "
@@ -208,6 +232,9 @@ def main() -> int:
     if sweep_to_oom:
         lines += [f"Batch sweep up to the OOM: `{sweep_to_oom['command']}`, {sweep_to_oom['date']}.", ""]
         lines += sweep_section(sweep_to_oom)
+    overhead = load("loader_overhead_gpu.json")
+    if overhead:
+        lines += loader_overhead_section(overhead)
     memory = load("gpu_memory_sweep.json")
     if memory:
         lines += memory_section(memory)
