@@ -345,11 +345,11 @@ _EPOCH_END = object()
 
 class _Producer:
     """The background thread of ``GpuDecodedBatches``: decodes the loader's batches on its own CUDA stream into
-    a bounded queue, epoch after epoch when ``run_ahead`` (an epoch-seeded sampler: it sets the next epoch
-    itself, as the training loop will), else one epoch."""
+    a bounded queue, epoch after epoch when the owner's ``run_ahead`` (an epoch-seeded sampler: it sets the
+    next epoch itself, as the training loop will), else one epoch."""
 
-    def __init__(self, owner: GpuDecodedBatches, epoch: int | None, run_ahead: bool) -> None:
-        self.owner, self.epoch, self.run_ahead = owner, epoch, run_ahead
+    def __init__(self, owner: GpuDecodedBatches, epoch: int | None) -> None:
+        self.owner, self.epoch = owner, epoch
         self.out: queue.Queue = queue.Queue(maxsize=owner.prefetch)
         self.at_epoch_start = True  # no batch of its current epoch taken yet: a new pass may use it
         self.stop = threading.Event()
@@ -384,7 +384,7 @@ class _Producer:
                             event.record(stream)
                     if not self._put((images, labels, event)):
                         return
-                if not self.run_ahead or self.stop.is_set():
+                if not owner.run_ahead or self.stop.is_set():
                     self._put(_EPOCH_END)
                     return
                 # the next epoch is decoded while the training step still consumes this one's last batches:
@@ -496,7 +496,7 @@ class GpuDecodedBatches:
         producer = self._producer
         if producer is None or not producer.at_epoch_start or producer.epoch != epoch:
             self.close()  # none yet, another pass in progress, or ahead for another epoch than the loop runs now
-            producer = self._producer = _Producer(self, epoch, self.run_ahead)
+            producer = self._producer = _Producer(self, epoch)
         producer.at_epoch_start = False
         finished = False
         try:
