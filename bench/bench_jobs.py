@@ -63,7 +63,7 @@ WATCH_SECTION = "## State watcher: Slurm calls per waiting process"
 WATCH_WORKER = """import sys, threading, time
 from coursekit.jobs.handle import Job
 from coursekit.jobs.queue_view import QueueSource
-from coursekit.labs.experiments import wait_all
+from coursekit.labs.kit.experiments import wait_all
 ids, window, timestep = sys.argv[1].split(","), float(sys.argv[2]), float(sys.argv[3])
 jobs = [Job(i, "bench-held", "/tmp/coursekit-bench-held/" + i) for i in ids]
 stop = threading.Event()
@@ -135,7 +135,7 @@ def timed(fn: Callable[[], object]) -> float:
 
 def wait_idle(job_ids: list[str]) -> None:
     """Until none of these jobs is pending or running (cancelled jobs take a moment to leave)."""
-    from coursekit.jobs import slurm_cli
+    from coursekit import slurm_cli
 
     deadline = time.monotonic() + IDLE_TIMEOUT_S
     while time.monotonic() < deadline:
@@ -147,7 +147,7 @@ def wait_idle(job_ids: list[str]) -> None:
 
 
 def cancel(job_ids: list[str]) -> None:
-    from coursekit.jobs import slurm_cli
+    from coursekit import slurm_cli
 
     if job_ids:
         slurm_cli.scancel(sorted({job_id.split("_")[0] for job_id in job_ids}))
@@ -170,7 +170,7 @@ def bench_sweep(repeats: int) -> Stat:
 
 
 def bench_latency(repeats: int) -> Stat:
-    from coursekit.jobs import slurm_cli
+    from coursekit import slurm_cli
     from coursekit.jobs.submit import gpu_jobs_submitter
 
     samples = []

@@ -2,7 +2,7 @@
 hardware JPEG engines, both decoding in the loader's background thread (overlapping the training step).
 
 ResNet-50 bf16 + channels_last, batch 256, the engine (``--gpu-decode``); the decoder is chosen with
-``$COURSEKIT_JPEG_DECODER`` (``coursekit/train/jpeg.py``). Target: JPEG / synthetic >= 0.9. On the GPU
+``$COURSEKIT_JPEG_DECODER`` (``coursekit/train/data/jpeg.py``). Target: JPEG / synthetic >= 0.9. On the GPU
 machine, with the nvImageCodec wheel carried along (``pip download nvidia-nvimgcodec-cu13`` here)::
 
     source bench/device_setup.sh        # carry .whl and .whl-nvimgcodec: installs nvImageCodec too
@@ -74,7 +74,7 @@ def _decoder(decoder: str, device: str, variant: dict[str, Any] | None = None) -
     """(name, decode function) as the engine would choose it (``decoder``), or an nvImageCodec ``variant``."""
     import torch
 
-    from coursekit.train import jpeg
+    from coursekit.train.data import jpeg
 
     if device != "cuda":
         return "torchvision", jpeg.torchvision_decoder(torch.device("cpu"))
@@ -91,7 +91,7 @@ def _decoder(decoder: str, device: str, variant: dict[str, Any] | None = None) -
 
 
 def _chunks(root: Path, batch: int, batches: int) -> list[list[Any]]:
-    from coursekit.train import jpeg
+    from coursekit.train.data import jpeg
 
     files = sorted((root / "train").glob("*/*.jpg"))[:batch * (batches + 1)]
     encoded = [jpeg.read_bytes(str(f)) for f in files]
@@ -107,7 +107,7 @@ def decode_alone(root: Path, decoder: str, device: str, image_size: int, batch: 
 
     import torch
 
-    from coursekit.train import jpeg
+    from coursekit.train.data import jpeg
 
     try:
         name, decode = _decoder(decoder, device, variant)
@@ -132,7 +132,7 @@ def _decode_until(done: Any, chunks: list[list[Any]], decode: Any, device: str, 
     ``done()``; returns the images decoded."""
     import torch
 
-    from coursekit.train import jpeg
+    from coursekit.train.data import jpeg
 
     decoded = 0
     while not done():
@@ -151,7 +151,7 @@ def decode_for(root: Path, decoder: str, device: str, image_size: int, batch: in
     import random
     import time
 
-    from coursekit.train import jpeg
+    from coursekit.train.data import jpeg
 
     _, decode = _decoder(decoder, device)
     chunks, rng = _chunks(root, batch, DECODE_ALONE_BATCHES), random.Random(0)
@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     import torch
 
-    from coursekit.train.jpeg import write_synthetic_jpeg_tree
+    from coursekit.train.data.jpeg import write_synthetic_jpeg_tree
 
     smoke = args.cpu_smoke
     root = args.jpeg_dir or Path(tempfile.mkdtemp(prefix="coursekit-jpeg-"))

@@ -200,7 +200,7 @@ def run_jpeg(args: argparse.Namespace) -> dict[str, Any]:
     root = Path(args.jpeg_dir or tempfile.mkdtemp(prefix="coursekit-jpeg-"))
     start = time.perf_counter()
     if not any(root.glob("train/*/*.jpg")):  # a separate process: no fork after CUDA's initialisation
-        subprocess.run([sys.executable, "-m", "coursekit.train.jpeg", "--out", str(root), "--classes",
+        subprocess.run([sys.executable, "-m", "coursekit.train.data.jpeg", "--out", str(root), "--classes",
                         str(JPEG_CLASSES), "--images-per-class", str(JPEG_IMAGES_PER_CLASS), "--width",
                         str(JPEG_SIZE[0]), "--height", str(JPEG_SIZE[1]), "--workers", str(JPEG_WORKERS)], check=True)
     print(f"JPEG tree ready in {time.perf_counter() - start:.1f} s at {root}", flush=True)

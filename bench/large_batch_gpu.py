@@ -8,7 +8,7 @@ ETA printed per run):
 ResNet-18 (bf16, channels_last) on the generated stand-in of CIFAR-10's size (50,000 + 10,000 images of
 32 x 32, 10 classes): CIFAR-10 itself cannot be downloaded on the benchmark machine, so the accuracies are
 the stand-in's, not CIFAR-10's (the report says so). Lab 07's methods (SGD; SGD + linear scaling + warm-up +
-cosine; AdamW; LARS; LAMB, from ``coursekit/labs/settings.py``) at batch 256 and 4096 for the same number
+cosine; AdamW; LARS; LAMB, from ``coursekit/labs/kit/settings.py``) at batch 256 and 4096 for the same number
 of epochs (equal-epochs budget only: equal steps at 4096 would be 16 times longer), seeds 0-2, each run
 through the engine (``coursekit.train.train``, in this process: one start-up); then images/s of short runs
 at batch 256 ... 4096. Writes bench/results/large_batch_gpu.json and bench/REPORT-large-batch.md
@@ -37,8 +37,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from coursekit.labs.datasets import standin_config  # noqa: E402
-from coursekit.labs.settings import lab_settings  # noqa: E402
+from coursekit.labs.kit.datasets import standin_config  # noqa: E402
+from coursekit.labs.kit.settings import lab_settings  # noqa: E402
 from coursekit.train.config import TrainConfig  # noqa: E402
 from coursekit.train.engine import train  # noqa: E402
 

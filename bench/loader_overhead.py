@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpu", action="store_true", help="a small CPU run (MLP, 160x120 JPEGs)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
-    from coursekit.train.jpeg import write_synthetic_jpeg_tree
+    from coursekit.train.data.jpeg import write_synthetic_jpeg_tree
 
     root = args.jpeg_dir or Path(tempfile.mkdtemp(prefix="coursekit-loader-"))
     if not (root / "train").is_dir():  # the tree: 2,400 training JPEGs (ImageNet-sized on a GPU)

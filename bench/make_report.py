@@ -71,7 +71,7 @@ def jpeg_section(data: dict[str, Any]) -> list[str]:
     ratio = jpeg["nvjpeg_over_synthetic"]
     return ["## JPEG folder (bf16 + channels_last, batch 256)", "",
             f"{jpeg['images']:,} generated JPEGs of {jpeg['size'][0]}×{jpeg['size'][1]} "
-            "(`python -m coursekit.train.jpeg`), 16 loader workers, pinned memory, non-blocking copies.", "",
+            "(`python -m coursekit.train.data.jpeg`), 16 loader workers, pinned memory, non-blocking copies.", "",
             "| input | engine img/s |", "|---|---:|",
             f"| synthetic, GPU-resident | {fmt(jpeg['synthetic_img_s'])} |",
             f"| JPEG, PIL decode on CPU workers | {fmt(jpeg['pil_cpu_img_s'])} |",

@@ -55,14 +55,14 @@ GIB = 2**30
 
 
 def params_of(layers: int, dim: int, vocab: int, seq: int) -> int:
-    """Ψ of the engine's GPT (coursekit/train/gpt.py): per block 12 D² + 10 D (attention 4 D² + D: q, k, v
+    """Ψ of the engine's GPT (coursekit/train/models/gpt.py): per block 12 D² + 10 D (attention 4 D² + D: q, k, v
     without bias; MLP 8 D² + 5 D; 2 norms 4 D), token and position embeddings, final norm, head without bias."""
     return layers * (12 * dim * dim + 10 * dim) + vocab * dim * 2 + seq * dim + 2 * dim
 
 
 def tp_split_of(layers: int, dim: int) -> int:
     """Parameters tensor parallelism splits: per block q, k, v, o (4 D²) and fc1 with its bias, fc2 (8 D² + 4 D);
-    embeddings, norms, the head and the row-wise biases stay whole (as coursekit.labs.model_parallel counts)."""
+    embeddings, norms, the head and the row-wise biases stay whole (as coursekit.labs.lab08_model_parallel counts)."""
     return layers * (12 * dim * dim + 4 * dim)
 
 

@@ -74,7 +74,7 @@ def report_text(result: dict[str, Any]) -> str:
             for r in failed)]
     total = result.get("total_s_note") or f"{result.get('total_s', 0):.0f} s"
     lines += ["", f"Total time {total}. Read by notebook 07 "
-              "(`coursekit.labs.large_batch.load_recorded`).", ""]
+              "(`coursekit.labs.lab07_large_batch.load_recorded`).", ""]
     return "\n".join(lines)
 
 

@@ -19,7 +19,7 @@ _PUBLIC = {  # name -> module that defines it
     "get_job": "coursekit.jobs.registry",
     "Job": "coursekit.jobs.handle",
     "JobFailedError": "coursekit.jobs.handle",
-    "SlurmError": "coursekit.jobs.slurm_cli",
+    "SlurmError": "coursekit.slurm_cli",
     "load_site": "coursekit.sites",
     "display_slurm_queue": "coursekit.jobs.queue_view",
     "search_log": "coursekit.jobs.logs",

@@ -195,7 +195,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; its exit code. Errors are one line on stderr, never a traceback."""
-    from coursekit.jobs.slurm_cli import SlurmError
+    from coursekit.slurm_cli import SlurmError
 
     args = build_parser().parse_args(argv)
     handler: Handler = args.handler

@@ -99,7 +99,7 @@ def check_slurm_commands() -> Check:
 
 
 def check_controller() -> Check:
-    from coursekit.jobs import slurm_cli
+    from coursekit import slurm_cli
 
     try:
         answer = slurm_cli.run(["scontrol", "ping"]).strip()
@@ -112,7 +112,7 @@ def check_controller() -> Check:
 
 
 def check_accounting() -> Check:
-    from coursekit.jobs import slurm_cli
+    from coursekit import slurm_cli
 
     if slurm_cli.accounting_enabled(max_age_s=0):
         return Check("ok", "Slurm accounting on (sacct answers)")
@@ -121,7 +121,7 @@ def check_accounting() -> Check:
 
 
 def check_partition(site: Any) -> Check:
-    from coursekit.jobs import slurm_cli
+    from coursekit import slurm_cli
 
     try:
         partitions = slurm_cli.sinfo_partitions()

@@ -59,8 +59,8 @@ def course_toml(site: str, account: str | None, data_dir: str, leaderboard: str,
 
 def setup(folder: Path, site: str, account: str | None, data_dir: str | None, leaderboard: str | None,
           job_prefix: str, profile: str | None, doctor: bool, force: bool) -> int:
-    from coursekit.labs.exercises import strip_folder
-    from coursekit.labs.participant import choose_pseudonym
+    from coursekit.labs.kit.exercises import strip_folder
+    from coursekit.labs.kit.participant import choose_pseudonym
 
     choose_pseudonym(job_prefix)  # the same rules: short, safe in a job name
     folder = folder.expanduser().resolve()
@@ -91,7 +91,7 @@ def setup(folder: Path, site: str, account: str | None, data_dir: str | None, le
 
 def data_cifar10(folder: Path) -> int:
     """Download CIFAR-10 once (torchvision checks each archive's MD5) and verify the extracted batches."""
-    from coursekit.labs import datasets
+    from coursekit.labs.kit import datasets
 
     if not datasets.cifar10_present(folder):
         try:
@@ -118,9 +118,9 @@ def verify_cifar10(folder: Path) -> list[str]:
 
 def data_jpeg(folder: Path, profile: str, workers: int) -> int:
     """Lab 05's JPEG tree (its ``profile`` settings), written once in ``folder`` under the name lab 05 looks for."""
-    from coursekit.labs.loading import jpeg_tree_name
-    from coursekit.labs.settings import lab_settings
-    from coursekit.train.jpeg import write_synthetic_jpeg_tree
+    from coursekit.labs.kit.settings import lab_settings
+    from coursekit.labs.lab05_data_loading import jpeg_tree_name
+    from coursekit.train.data.jpeg import write_synthetic_jpeg_tree
 
     s = lab_settings("05", profile)
     root = Path(folder).expanduser() / jpeg_tree_name(s.jpeg_classes, s.jpeg_images_per_class, s.jpeg_size)
@@ -157,7 +157,7 @@ def course_jobs(prefix: str, finished: bool) -> list[dict[str, str]]:
         rows = [{"job_id": j.job_id, "name": j.name, "user": os.environ.get("USER", ""), "state": j.state,
                  "elapsed": "", "node_list": "local"} for j in list_jobs() if j.name.startswith(start)]
         return [r for r in rows if finished or not _ended(r["state"])]
-    from coursekit.jobs import slurm_cli
+    from coursekit import slurm_cli
 
     rows = [r for r in slurm_cli.squeue(all_states=finished) if r["name"].startswith(start)]
     if finished and slurm_cli.accounting_enabled():
@@ -169,7 +169,7 @@ def course_jobs(prefix: str, finished: bool) -> list[dict[str, str]]:
 
 
 def _ended(state: str) -> bool:
-    from coursekit.jobs.slurm_cli import is_terminal
+    from coursekit.slurm_cli import is_terminal
 
     return is_terminal(state)
 
@@ -194,7 +194,7 @@ def cancel_course(prefix: str) -> list[str]:
         for job_id in ids:
             get_job(job_id).cancel()
     else:
-        from coursekit.jobs import slurm_cli
+        from coursekit import slurm_cli
 
         slurm_cli.scancel(ids)
     return ids

@@ -81,7 +81,7 @@ SINFO_ROWS = [
 ])
 def test_doctor_partition_check_reads_sinfo(monkeypatch: pytest.MonkeyPatch, partition: str | None, status: str,
                                             words: str) -> None:
-    from coursekit.jobs import slurm_cli
+    from coursekit import slurm_cli
 
     monkeypatch.setattr(slurm_cli, "sinfo_partitions", lambda: SINFO_ROWS)
     check = doctor.check_partition(FakeSite(partition))

@@ -10,7 +10,7 @@ import pytest
 
 import coursekit
 from coursekit import cli, instructor
-from coursekit.labs import datasets
+from coursekit.labs.kit import datasets
 from coursekit.metrics import MetricsWriter
 
 END_S = 60
@@ -41,9 +41,9 @@ def test_setup_writes_the_course_and_notebooks_without_solutions(course: Path, c
     copies = sorted(p.name for p in (course / "notebooks").glob("*.ipynb"))
     assert "09_race.ipynb" in copies and "00_cluster_from_the_notebook.ipynb" in copies
     assert not any("### BEGIN SOLUTION" in (course / "notebooks" / name).read_text() for name in copies)
-    from coursekit.labs.participant import job_name
-    from coursekit.labs.profiles import data_dir
-    from coursekit.race import leaderboard_path
+    from coursekit.labs.kit.participant import job_name
+    from coursekit.labs.kit.profiles import data_dir
+    from coursekit.labs.lab09_race import leaderboard_path
 
     assert job_name("ada", "bs") == "dl9-ada-bs" and data_dir() == str(course.parent / "shared")
     assert leaderboard_path() == course / "race" / "leaderboard.jsonl" and leaderboard_path().parent.is_dir()
@@ -64,8 +64,8 @@ def test_data_jpeg_writes_lab05s_tree_once_where_lab05_reads_it(course: Path, tm
     trees = list(shared.glob("jpeg-*"))
     assert len(trees) == 1 and (trees[0] / ".complete").exists() and list(trees[0].glob("train/*/*.jpg"))
     assert cli.main(["instructor", "setup", str(course), "--data-dir", str(shared), "--no-doctor"]) == 0
-    from coursekit.labs.loading import prepare_jpeg_tree
-    from coursekit.labs.settings import lab_settings
+    from coursekit.labs.kit.settings import lab_settings
+    from coursekit.labs.lab05_data_loading import prepare_jpeg_tree
 
     s = lab_settings("05", "cpu")
     assert prepare_jpeg_tree(s.jpeg_classes, s.jpeg_images_per_class, s.jpeg_size) == trees[0]
@@ -122,7 +122,7 @@ def test_jobs_without_a_prefix_say_how_to_set_one(course: Path, capsys: pytest.C
 def test_slurm_branch_reads_every_users_jobs_by_prefix_and_cancels_only_the_active_ones(
         course: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
     """The Slurm path with Slurm's answers faked (the real cluster: tests/integration/test_instructor_on_slurm.py)."""
-    from coursekit.jobs import slurm_cli
+    from coursekit import slurm_cli
 
     monkeypatch.setenv("COURSEKIT_SITE", "slurm")
     active = [{"job_id": "7", "name": "ck-ada-bs", "user": "u1", "state": "RUNNING", "elapsed": "1:00", "node_list": "n1"},

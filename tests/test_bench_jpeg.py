@@ -36,7 +36,7 @@ def test_the_probes_knobs_reach_the_decoding_loader(tmp_path: Path, monkeypatch:
     import jpeg_probe
     from torch.utils.data import DataLoader, DistributedSampler
 
-    from coursekit.train import jpeg
+    from coursekit.train.data import jpeg
 
     batches_class = jpeg.GpuDecodedBatches
     for name in ("__init__", "_decode", "_original_init", "_original_decode"):  # all undone after the test

@@ -13,7 +13,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import large_batch_gpu  # noqa: E402
 
-from coursekit.labs.large_batch import load_recorded  # noqa: E402
+from coursekit.labs.lab07_large_batch import load_recorded  # noqa: E402
 
 pytestmark = pytest.mark.xdist_group("large_batch_smoke")  # one worker: the smoke record below is made once
 

@@ -85,7 +85,7 @@ def test_gpus_needed_and_cpu_share():
 
 
 def test_claims_are_read_in_the_labs_words_and_only_a_failed_one_fails(capsys):
-    from coursekit.labs import claims
+    from coursekit.labs.kit import claims
 
     claims.check_claim("a", True, "1")
     claims.check_claim("b", False, "2", strict=False)

@@ -56,7 +56,7 @@ def test_a_multi_gpu_only_section_is_compared_with_the_one_gpu_record(tmp_path: 
 
 
 def test_the_multi_gpu_entry_keeps_or_splits_the_tuned_batch() -> None:
-    from coursekit.labs.settings import lab_settings
+    from coursekit.labs.kit.settings import lab_settings
 
     s = lab_settings("09", "gpu")
     tuned = s.baseline.replace(**s.tuned)

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from coursekit.race import read_runs
+from coursekit.labs.lab09_race import read_runs
 from coursekit.train.config import DATASETS, TrainConfig
 from coursekit.train.engine import train
 

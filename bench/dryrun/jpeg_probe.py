@@ -30,7 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import gpu_jpeg_decode as bench  # noqa: E402
 
-from coursekit.train import data, jpeg  # noqa: E402
+from coursekit.train import data
+from coursekit.train.data import jpeg  # noqa: E402
 
 TIMED_WINDOWS = 6
 VARIANTS: dict[str, dict[str, Any]] = {  # loader options; GpuDecodedBatches' prefetch / run_ahead / sync; endless

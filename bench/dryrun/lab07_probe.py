@@ -15,10 +15,10 @@ import tempfile
 import time
 from typing import Any
 
-from coursekit.labs import large_batch as lb
-from coursekit.labs.datasets import cifar10_or_standin
-from coursekit.labs.profiles import data_dir
-from coursekit.labs.settings import Settings, _lab07
+from coursekit.labs import lab07_large_batch as lb
+from coursekit.labs.kit.datasets import cifar10_or_standin
+from coursekit.labs.kit.profiles import data_dir
+from coursekit.labs.kit.settings import Settings, _lab07
 from coursekit.train.engine import train
 
 # name -> (training images, epochs, small batch, large batch, table methods at equal epochs)

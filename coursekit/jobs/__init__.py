@@ -2,8 +2,8 @@
 
 from coursekit.jobs.handle import Job, JobFailedError
 from coursekit.jobs.registry import get_job, list_jobs
-from coursekit.jobs.slurm_cli import SlurmError
 from coursekit.jobs.submit import gpu_jobs_submitter, submit_function, submit_jobs
+from coursekit.slurm_cli import SlurmError
 
 __all__ = ["Job", "JobFailedError", "SlurmError", "get_job", "gpu_jobs_submitter", "list_jobs",
            "submit_function", "submit_jobs"]

@@ -24,13 +24,14 @@ from typing import Any
 
 from submitit.core.utils import JobPaths, pickle_load
 
-from coursekit.jobs import registry, slurm_cli
+from coursekit import slurm_cli
+from coursekit.jobs import registry
 from coursekit.jobs.local_process import child_pids, interrupt, process_start_time, reap_when_done
 from coursekit.jobs.logs import job_output
-from coursekit.jobs.slurm_cli import TERMINAL_STATES, SlurmError
 from coursekit.jobs.tasks import CANCEL_MARKER
 from coursekit.jobs.watcher import NOT_ASKED, UNREACHABLE, UNSETTLED_STATES, watcher
 from coursekit.metrics import read_metrics
+from coursekit.slurm_cli import TERMINAL_STATES, SlurmError
 
 POLL_START_S = 0.5  # local jobs: a process poll, cheap; Slurm jobs wait for the watcher's next call
 POLL_MAX_S = 5.0

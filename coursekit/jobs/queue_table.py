@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from coursekit.jobs.logs import is_chatter
-from coursekit.jobs.slurm_cli import TERMINAL_STATES, SlurmError
 from coursekit.metrics import epochs, of_kind, steps, summary
+from coursekit.slurm_cli import TERMINAL_STATES, SlurmError
 
 LAST_LINE_CHARS = 70
 COLUMNS = ("job id", "name", "state", "elapsed", "node", "progress", "last log line")

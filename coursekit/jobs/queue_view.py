@@ -22,7 +22,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import IO
 
-from coursekit.jobs import registry, slurm_cli
+from coursekit import slurm_cli
+from coursekit.jobs import registry
 from coursekit.jobs.handle import ENDED_BY_SLURM, UNCACHED_TERMINAL, Job, tail_lines
 from coursekit.jobs.queue_table import (
     QueueRow,
@@ -32,9 +33,9 @@ from coursekit.jobs.queue_table import (
     rows_to_text,
     status_message,
 )
-from coursekit.jobs.slurm_cli import SlurmError
 from coursekit.jobs.watcher import SACCT, SQUEUE, UNREACHABLE, Observation, watcher
 from coursekit.metrics import metrics_path
+from coursekit.slurm_cli import SlurmError
 
 DEFAULT_TIMESTEP_S = 2.0
 RECENT_S = 3600.0  # ended jobs submitted this long ago or less are still shown

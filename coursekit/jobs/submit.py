@@ -24,13 +24,14 @@ from typing import Any
 import submitit
 from submitit.core.utils import FailedJobError, FailedSubmissionError, JobPaths
 
-from coursekit.jobs import plan, registry, slurm_cli, validate
+from coursekit import slurm_cli
+from coursekit.jobs import plan, registry, validate
 from coursekit.jobs.handle import Job
 from coursekit.jobs.local_process import process_start_time
-from coursekit.jobs.slurm_cli import SlurmError, submission_error
 from coursekit.jobs.tasks import CommandTask, FunctionTask, submitter_gpu_env
 from coursekit.metrics import RUN_ROOT_ENV
 from coursekit.sites import Site, load_site
+from coursekit.slurm_cli import SlurmError, submission_error
 
 DEFAULT_TIME = "02:00:00"
 MAX_TIMEOUT_REQUEUES = 3  # a checkpointable job is requeued at most this many times

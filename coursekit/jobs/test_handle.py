@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 from submitit.core.utils import cloudpickle_dump
 
-from coursekit.jobs import handle, local_process, registry, slurm_cli, watcher
+from coursekit import slurm_cli
+from coursekit.jobs import handle, local_process, registry, watcher
 from coursekit.jobs.handle import Job, JobFailedError, tail_lines
 from coursekit.jobs.local_process import process_start_time
-from coursekit.jobs.slurm_cli import SlurmError
 from coursekit.metrics import MetricsWriter
+from coursekit.slurm_cli import SlurmError
 
 
 class FakeSlurmState:

@@ -26,7 +26,7 @@ from coursekit.jobs.queue_table import (
     status_message,
 )
 from coursekit.jobs.queue_view import QueueSource, QueueView, display_slurm_queue, watch_queue
-from coursekit.jobs.slurm_cli import SlurmError
+from coursekit.slurm_cli import SlurmError
 
 QUICK_RETURN_S = 0.5  # display_slurm_queue in a kernel must return well within this
 THREAD_END_S = 10.0

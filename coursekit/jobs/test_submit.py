@@ -12,10 +12,10 @@ import pytest
 from submitit.core.utils import DelayedSubmission
 
 from coursekit.jobs import registry
-from coursekit.jobs.slurm_cli import SlurmError
 from coursekit.jobs.submit import gpu_jobs_submitter, submit_function, submit_jobs
 from coursekit.jobs.tasks import CommandTask
 from coursekit.sites import SITE_ENV
+from coursekit.slurm_cli import SlurmError
 
 FIRST_FAKE_JOB_ID = 100
 FAKE_SBATCH = f"""#!/bin/bash

@@ -7,12 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from coursekit.jobs import slurm_cli, watcher
+from coursekit import slurm_cli
+from coursekit.jobs import watcher
 from coursekit.jobs.handle import Job
 from coursekit.jobs.queue_view import QueueSource
-from coursekit.jobs.slurm_cli import SlurmError
 from coursekit.jobs.watcher import StateWatcher
-from coursekit.labs.experiments import wait_all
+from coursekit.labs.kit.experiments import wait_all
+from coursekit.slurm_cli import SlurmError
 
 
 class Clock:
@@ -152,8 +153,8 @@ def test_wait_all_and_the_queue_view_share_the_calls(tmp_path: Path, slurm: Fake
         if clock.now - 1000.0 > 20:
             slurm.queue = {j.job_id: "COMPLETED" for j in jobs}
 
-    monkeypatch.setattr("coursekit.labs.experiments.time.sleep", sleep)
-    monkeypatch.setattr("coursekit.labs.experiments.time.monotonic", clock)
+    monkeypatch.setattr("coursekit.labs.kit.experiments.time.sleep", sleep)
+    monkeypatch.setattr("coursekit.labs.kit.experiments.time.monotonic", clock)
     assert wait_all(jobs, timeout_s=600) == ["COMPLETED"] * 16
     assert len(slurm.calls) <= 7, slurm.calls  # 16 jobs, 20+ s: 0, 1, 2, 4, 8, 16, 32 s at most
     assert all(len(ids) == 16 for _, ids in slurm.calls)

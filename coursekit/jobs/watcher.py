@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from coursekit.jobs import slurm_cli
-from coursekit.jobs.slurm_cli import TERMINAL_STATES, SlurmError
+from coursekit import slurm_cli
+from coursekit.slurm_cli import TERMINAL_STATES, SlurmError
 
 MIN_DELAY_S = 1.0  # a just-submitted job is asked about after 1 s, 2 s, 4 s, 8 s, ...
 MAX_DELAY_S = 10.0  # ... then every 10 s at most: a participant waits at most this long to see a job end

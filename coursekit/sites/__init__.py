@@ -197,7 +197,7 @@ def visible_gpu_count() -> int:
 def _sinfo_shape(partition: str | None) -> tuple[int, int, int | None]:
     """(GPUs per node, CPUs per node, nodes with that many GPUs or None) of a partition (default partition
     when None), from sinfo."""
-    from coursekit.jobs import slurm_cli
+    from coursekit import slurm_cli
 
     rows = slurm_cli.sinfo_partitions()
     if partition is not None:

@@ -118,7 +118,7 @@ def test_generic_slurm_learns_gpus_from_sinfo(course: Path, monkeypatch: pytest.
     rows = [{"name": "cpu", "default": True, "gpus_per_node": 0, "cpus": 64, "nodes": 9},
             {"name": "gpu", "default": False, "gpus_per_node": 4, "cpus": 16, "nodes": 2},
             {"name": "gpu", "default": False, "gpus_per_node": 2, "cpus": 16, "nodes": 5}]
-    monkeypatch.setattr("coursekit.jobs.slurm_cli.sinfo_partitions", lambda: rows)
+    monkeypatch.setattr("coursekit.slurm_cli.sinfo_partitions", lambda: rows)
     site = load_site("slurm")
     shape = site.node_shape("gpu")
     assert (shape.gpus_per_node, shape.cpus_per_gpu, shape.max_nodes) == (4, 4, 2)  # 2 nodes with 4 GPUs

@@ -9,16 +9,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from coursekit.train import jpeg
 from coursekit.train.config import TrainConfig
 from coursekit.train.data import (
     CIFAR10_FOLDER,
     DeviceBatches,
     build_data,
+    jpeg,
     make_generated_images,
     shutdown_workers,
 )
-from coursekit.train.pointclouds import SPECIES, make_point_clouds
+from coursekit.train.data.pointclouds import SPECIES, make_point_clouds
 
 CPU = torch.device("cpu")
 SINGLE = SimpleNamespace(rank=0, world_size=1, device=CPU)
@@ -230,7 +230,7 @@ def test_gpu_decode_needs_cuda_and_its_decoding_matches_pil(jpeg_tree):
 
 
 def test_empty_image_folder_is_a_clear_error(tmp_path):
-    with pytest.raises(ValueError, match="coursekit.train.jpeg"):
+    with pytest.raises(ValueError, match="coursekit.train.data.jpeg"):
         build_data(TrainConfig(dataset="jpeg_folder", data_dir=str(tmp_path)), SINGLE)
 
 

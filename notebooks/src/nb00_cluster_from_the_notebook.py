@@ -31,7 +31,7 @@ CELLS = [
 
     import coursekit
     from coursekit import labs
-    from coursekit.labs import failures, plots
+    from coursekit.labs.kit import failures, plots
 
     pseudo = labs.choose_pseudonym("ada")  # <- put yours here
     profile = labs.choose_profile()

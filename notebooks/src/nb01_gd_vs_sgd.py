@@ -22,8 +22,8 @@ CELLS = [
     code("""
     %matplotlib inline
     from coursekit import labs
-    from coursekit.labs import gradient_descent as gd
-    from coursekit.labs import failures, plots
+    from coursekit.labs import lab01_gd_vs_sgd as gd
+    from coursekit.labs.kit import failures, plots
 
     pseudo = labs.choose_pseudonym("ada")  # your pseudonym: at most 5 lower-case letters or digits
     profile = labs.choose_profile()

@@ -19,8 +19,8 @@ CELLS = [
     code("""
     %matplotlib inline
     from coursekit import labs
-    from coursekit.labs import batch_size as bs
-    from coursekit.labs import failures, plots, recorded
+    from coursekit.labs import lab02_batch_size as bs
+    from coursekit.labs.kit import failures, plots, recorded
 
     pseudo = labs.choose_pseudonym("ada")
     profile = labs.choose_profile()

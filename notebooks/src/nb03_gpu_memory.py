@@ -20,7 +20,8 @@ CELLS = [
     %matplotlib inline
     import coursekit
     from coursekit import labs
-    from coursekit.labs import anatomy, failures, hardware, plots, recorded
+    from coursekit.labs import lab03_gpu_memory as anatomy
+    from coursekit.labs.kit import failures, hardware, plots, recorded
     from coursekit.train.config import TrainConfig
     from coursekit.train.memory import estimate_memory
     from coursekit.train.models import build_model

@@ -24,7 +24,8 @@ CELLS = [
     %matplotlib inline
     import coursekit
     from coursekit import labs
-    from coursekit.labs import failures, hardware, numerics, plots, recorded
+    from coursekit.labs.kit import failures, hardware, plots, recorded
+    from coursekit.labs import lab04_mixed_precision as numerics
 
     pseudo = labs.choose_pseudonym("ada")
     profile = labs.choose_profile()

@@ -25,7 +25,8 @@ CELLS = [
     from pathlib import Path
 
     from coursekit import labs
-    from coursekit.labs import failures, loading, plots, recorded
+    from coursekit.labs.kit import failures, plots, recorded
+    from coursekit.labs import lab05_data_loading as loading
 
     pseudo = labs.choose_pseudonym("ada")
     profile = labs.choose_profile()

@@ -29,8 +29,8 @@ CELLS = [
     import coursekit
     from coursekit import labs
     from coursekit.course import course_dir
-    from coursekit.labs import data_parallel as dp
-    from coursekit.labs import plots
+    from coursekit.labs import lab06_data_parallel as dp
+    from coursekit.labs.kit import plots
 
     pseudo = labs.choose_pseudonym("ada")
     profile = labs.choose_profile()

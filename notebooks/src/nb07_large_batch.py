@@ -23,7 +23,7 @@ CELLS = [
     code("""
     %matplotlib inline
     from coursekit import labs
-    from coursekit.labs import large_batch as lb
+    from coursekit.labs import lab07_large_batch as lb
 
     pseudo = labs.choose_pseudonym("ada")
     profile = labs.choose_profile()

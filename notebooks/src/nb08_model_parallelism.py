@@ -28,8 +28,8 @@ CELLS = [
     import coursekit
     from coursekit import labs
     from coursekit.course import course_dir
-    from coursekit.labs import model_parallel as mp
-    from coursekit.labs import failures, plots
+    from coursekit.labs import lab08_model_parallel as mp
+    from coursekit.labs.kit import failures, plots
     from coursekit.train.memory import sharded_memory
 
     pseudo = labs.choose_pseudonym("ada")

@@ -25,7 +25,8 @@ CELLS = [
     """),
     code("""
     %matplotlib inline
-    from coursekit import labs, race
+    from coursekit import labs
+    from coursekit.labs import lab09_race as race
 
     pseudo = labs.choose_pseudonym("ada")
     profile = labs.choose_profile()

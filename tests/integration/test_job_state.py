@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 import coursekit
-from coursekit.jobs import slurm_cli, watcher
+from coursekit import slurm_cli
+from coursekit.jobs import watcher
 from coursekit.jobs.handle import Job
-from coursekit.labs.experiments import wait_all
+from coursekit.labs.kit.experiments import wait_all
 
 END_S = 90
 HELD_JOBS = 8

@@ -17,10 +17,11 @@ from slurm_helpers import cluster
 from submitit.core.utils import JobPaths
 
 import coursekit
-from coursekit.jobs import handle, registry, slurm_cli
+from coursekit import slurm_cli
+from coursekit.jobs import handle, registry
 from coursekit.jobs.handle import JobFailedError
-from coursekit.jobs.slurm_cli import SlurmError
 from coursekit.jobs.watcher import watcher
+from coursekit.slurm_cli import SlurmError
 
 # jobs cannot import the test files: send their functions by value
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

@@ -14,9 +14,10 @@ import pytest
 import submitit
 
 import coursekit
-from coursekit.jobs import plan, slurm_cli
-from coursekit.jobs.slurm_cli import SlurmError
+from coursekit import slurm_cli
+from coursekit.jobs import plan
 from coursekit.sites import load_site
+from coursekit.slurm_cli import SlurmError
 
 REPO = Path(__file__).resolve().parents[2]
 END_S = 120  # a tiny job, waiting behind other tests' jobs on a small cluster

@@ -10,7 +10,7 @@ training (pipeline/tensor/FSDP on a mesh of one).
 The command-line contract (lab 08 consumes it; ``python -m coursekit.train --help``)
 -------------------------------------------------------------------------------------
 Model and data: ``--model gpt --dataset tokens`` with ``--gpt-layers L --gpt-dim D --gpt-heads H
---seq-len T --vocab-size V`` (a pre-LayerNorm GPT, ``coursekit/train/gpt.py``; the token task of
+--seq-len T --vocab-size V`` (a pre-LayerNorm GPT, ``coursekit/train/models/gpt.py``; the token task of
 ``data.py``: the next token follows a hidden seeded rule, so the loss falls). The model's tensor-parallel
 plan and pipeline split points live in its :class:`coursekit.train.models.ModelSpec`.
 

@@ -1,0 +1,1 @@
+"""Helpers every lab shares: profiles, experiments as jobs, results, plots, claims."""

@@ -1,0 +1,259 @@
+"""Experiments of the labs: configurations of the engine, submitted as jobs, read back as one table.
+
+A lab never trains in the notebook. It builds ``TrainConfig``s, and ``run_sweep`` submits each as a job
+of ``python -m coursekit.train`` through coursekit's job API (Slurm on a cluster, submitit's local
+executor elsewhere), waits for them, and turns each job's ``metrics.jsonl`` into one row of a
+:class:`~coursekit.labs.kit.results.ResultsTable`: the options that differ between the runs, then the
+figures (images/s, time, accuracy, memory, the share of step time spent waiting for data, ...).
+
+Timing sweeps on one machine run ``one_at_a_time``: jobs that share a CPU would slow each other down
+and the figures would measure the crowd, not the setting.
+"""
+
+from __future__ import annotations
+
+import shlex
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from coursekit.labs.kit.progress import JobsBar
+from coursekit.labs.kit.results import ResultsTable
+from coursekit.metrics import epochs, steps, summary
+from coursekit.train.config import TrainConfig
+
+ENGINE = "-m coursekit.train"
+DEFAULT_TIMEOUT_S = 900.0
+DEFAULT_TIME_MAX = "00:30:00"
+WARMUP_STEP_RECORDS = 1  # the first step record (allocations, lazy init) is left out of step statistics
+OOM_STATE = "OUT_OF_MEMORY"
+OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError", "out of memory")
+ERR_TAIL_LINES = 200
+LOCAL_POLL_S = 0.2  # a local job's state is a process poll: cheap, so ask often
+MAX_PAUSE_S = 5.0  # wait_all looks at least this often (the watcher decides when Slurm is asked)
+METRICS_POLL_S = 0.5  # wait_until_training reads the job's metrics file this often
+
+
+def engine_command(config: TrainConfig) -> str:
+    """The job command of one run: ``-m coursekit.train --opt value ...`` (only non-default options)."""
+    return " ".join([ENGINE, *(shlex.quote(arg) for arg in config.to_args())])
+
+
+def varying_fields(configs: Sequence[TrainConfig]) -> list[str]:
+    """The option names whose values differ between the configurations, in TrainConfig order."""
+    if len(configs) < 2:
+        return []
+    names = [f.name for f in fields(TrainConfig)]
+    return [n for n in names if len({repr(getattr(c, n)) for c in configs}) > 1]
+
+
+def is_oom(job: Any) -> bool:
+    """Did the job run out of memory? Its state (OUT_OF_MEMORY) or its .err (as DLO-JZ checks it)."""
+    if getattr(job, "state", None) == OOM_STATE:
+        return True
+    try:
+        err_text = job.tail(ERR_TAIL_LINES, stream="err")
+    except (OSError, ValueError):
+        return False
+    return any(marker in err_text for marker in OOM_MARKERS)
+
+
+def _pause(jobs: Sequence[Any]) -> float:
+    """How long to sleep before looking again: local jobs are a process poll (cheap); Slurm jobs are
+    asked about by the process's one state watcher, at its pace (coursekit/jobs/watcher.py)."""
+    if all(getattr(job, "scheduler", "slurm") == "local" for job in jobs):
+        return LOCAL_POLL_S
+    from coursekit.jobs.watcher import watcher
+
+    return min(MAX_PAUSE_S, max(LOCAL_POLL_S, watcher().next_update_in()))
+
+
+def wait_all(jobs: Sequence[Any], timeout_s: float | None = DEFAULT_TIMEOUT_S,
+             on_progress: Callable[[int], None] | None = None) -> list[str]:
+    """Wait until every job has ended (TimeoutError after ``timeout_s``); their final states, in order.
+    ``on_progress(n)`` is told on every poll how many have ended (a progress bar).
+
+    Slurm jobs are followed by the process's state watcher: one squeue for all of them per call, at a
+    pace that slows as they age, however many jobs there are."""
+    start = time.monotonic()
+    pending = list(jobs)
+    while pending:
+        pending = [job for job in pending if not job.done()]
+        if on_progress is not None:
+            on_progress(len(jobs) - len(pending))
+        if not pending:
+            break
+        if timeout_s is not None and time.monotonic() - start > timeout_s:
+            names = ", ".join(f"{j.job_id} ({j.state})" for j in pending)
+            raise TimeoutError(f"jobs still running after {timeout_s:.0f} s: {names}")
+        pause = _pause(pending)
+        if timeout_s is not None:
+            pause = max(0.0, min(pause, timeout_s - (time.monotonic() - start)) + LOCAL_POLL_S / 10)
+        time.sleep(pause)
+    return [job.state for job in jobs]
+
+
+def wait_until_training(job: Any, timeout_s: float = DEFAULT_TIMEOUT_S, min_steps: int = 1) -> int:
+    """Wait until the job has written ``min_steps`` step records (it is really training); that count.
+
+    Raises RuntimeError when the job ends first and TimeoutError after ``timeout_s``. The metrics file is
+    read often (a file); Slurm is asked only through the state watcher, at its pace."""
+    start = time.monotonic()
+    while True:
+        done = len(steps(job.metrics()))
+        if done >= min_steps:
+            return done
+        if job.done():
+            done = len(steps(job.metrics()))  # the last records may have come with the end
+            if done >= min_steps:
+                return done
+            raise RuntimeError(f"job {job.job_id} ended ({job.state}) after {done} step record(s); "
+                               f"last lines of its stderr:\n{job.tail(10, stream='err')}")
+        if time.monotonic() - start > timeout_s:
+            raise TimeoutError(f"job {job.job_id} wrote no step record within {timeout_s:.0f} s (state {job.state})")
+        time.sleep(METRICS_POLL_S)
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def summarize_run(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The figures of one run from its metrics records (None where the run did not record them)."""
+    step_records = steps(records)
+    epoch_records = epochs(records)
+    final = summary(records) or {}
+    timed = step_records[WARMUP_STEP_RECORDS:] or step_records
+    data_times = [r["data_time_s"] for r in timed if r.get("data_time_s") is not None]
+    compute_times = [r["compute_time_s"] for r in timed if r.get("compute_time_s") is not None]
+    total_step = sum(data_times) + sum(compute_times)
+    last_epoch = epoch_records[-1] if epoch_records else {}
+    peaks = [r["mem_allocated_peak_mb"] for r in step_records if r.get("mem_allocated_peak_mb") is not None]
+    rates = [r["images_per_s_global"] for r in timed if r.get("images_per_s_global")]
+    return {
+        "status": final.get("status"),
+        "images_per_s": final.get("images_per_s"),
+        "images_per_s_median": _median(rates),
+        "total_time_s": final.get("total_time_s"),
+        "val_acc": final.get("val_acc", last_epoch.get("val_acc")),
+        "val_loss": final.get("val_loss", last_epoch.get("val_loss")),
+        "train_loss": step_records[-1].get("loss") if step_records else None,
+        "step_time_s": _median([d + c for d, c in zip(data_times, compute_times, strict=False)]),
+        "data_time_s": _median(data_times),
+        "compute_time_s": _median(compute_times),
+        "data_fraction": sum(data_times) / total_step if total_step > 0 else None,
+        "peak_mem_mb": final.get("mem_allocated_peak_mb") or (max(peaks) if peaks else None),
+        "device": final.get("device_name"),
+        "steps": step_records,
+        "epochs": epoch_records,
+        "summary": final,
+    }
+
+
+def job_row(job: Any, config: TrainConfig, varied: Sequence[str]) -> dict[str, Any]:
+    """One row of a results table: the varied options, the job, and the figures of its run."""
+    row: dict[str, Any] = {name: getattr(config, name) for name in varied}
+    row.update({"job_id": job.job_id, "state": job.state, "oom": is_oom(job)})
+    row.update(summarize_run(job.metrics()))
+    row["config"] = config
+    return row
+
+
+@dataclass
+class Sweep:
+    """Jobs of one experiment, in the order of their configurations."""
+
+    name: str
+    configs: list[TrainConfig]
+    jobs: list[Any] = field(default_factory=list)
+    n_gpus: list[int] | None = None  # a sweep over GPU counts: each job's count (a column of the results)
+
+    @property
+    def varied(self) -> list[str]:
+        return varying_fields(self.configs)
+
+    def wait(self, timeout_s: float | None = DEFAULT_TIMEOUT_S) -> list[str]:
+        """Wait until every job has ended (a progress bar when it takes a while); their final states."""
+        with JobsBar(len(self.jobs), self.name) as bar:
+            return wait_all(self.jobs, timeout_s, on_progress=bar.done)
+
+    def results(self, timeout_s: float | None = DEFAULT_TIMEOUT_S, title: str = "") -> ResultsTable:
+        """Wait, then one row per job (see :func:`job_row`)."""
+        self.wait(timeout_s)
+        varied = self.varied
+        rows = [job_row(j, c, varied) for j, c in zip(self.jobs, self.configs, strict=True)]
+        for row, count in zip(rows, self.n_gpus or [], strict=False):
+            row["n_gpu"] = count
+        return ResultsTable(rows, title=title)
+
+
+def _validate(configs: Sequence[TrainConfig], name: str) -> list[TrainConfig]:
+    configs = list(configs)
+    if not configs:
+        raise ValueError("configs is empty: give at least one TrainConfig")
+    for index, config in enumerate(configs):
+        if not isinstance(config, TrainConfig):
+            raise ValueError(f"configs[{index}] is a {type(config).__name__}, not a TrainConfig")
+    if not name:
+        raise ValueError("name is empty: give the experiment a name (e.g. '<pseudonym>-bs')")
+    return configs
+
+
+def _gpu_counts(n_gpu: int | Sequence[int]) -> list[int]:
+    counts = [n_gpu] if isinstance(n_gpu, int) else list(n_gpu)
+    if not counts or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in counts):
+        raise ValueError(f"n_gpu={n_gpu!r}: give a GPU count >= 1 or a list of them (e.g. [1, 2, 4])")
+    return counts
+
+
+def _shares_local_gpus(site: Any) -> bool:
+    """Jobs of a sweep would share GPUs: the local site on a machine with GPUs (a cluster gives each its own)."""
+    from coursekit.sites import Site, load_site, visible_gpu_count
+
+    the_site = site if isinstance(site, Site) else load_site(site)
+    return the_site.is_local and visible_gpu_count() > 0
+
+
+def submit_sweep(configs: Sequence[TrainConfig], *, name: str, n_gpu: int | Sequence[int] = 1,
+                 one_at_a_time: bool = False, timeout_s: float | None = DEFAULT_TIMEOUT_S,
+                 time_max: str = DEFAULT_TIME_MAX, **submit_options: Any) -> Sweep:
+    """Submit one job per configuration under ``name``; ``one_at_a_time`` waits for each before the next.
+
+    ``n_gpu`` may be a list: every configuration runs on every GPU count (GPU counts outer, like
+    ``gpu_jobs_submitter``), and the results get an ``n_gpu`` column. On the local site of a GPU machine
+    the jobs always run one at a time: side by side they would share the GPUs (and their memory)."""
+    from coursekit.jobs import submit_jobs
+
+    configs = _validate(configs, name)
+    counts = _gpu_counts(n_gpu)
+    one_at_a_time = one_at_a_time or _shares_local_gpus(submit_options.get("site"))
+    pairs = [(c, n) for n in counts for c in configs]  # the order submit_jobs returns the jobs in
+    sweep = Sweep(name, [c for c, _ in pairs], n_gpus=[n for _, n in pairs] if not isinstance(n_gpu, int) else None)
+    if not one_at_a_time:
+        commands = [engine_command(c) for c in configs]
+        sweep.jobs = list(submit_jobs(commands, n_gpu=counts if len(counts) > 1 else counts[0], name=name,
+                                      time_max=time_max, **submit_options))
+        return sweep
+    with JobsBar(len(pairs), name) as bar:  # one bar over the whole sweep
+        for ended, (config, count) in enumerate(pairs):
+            (job,) = submit_jobs(engine_command(config), n_gpu=count, name=name, time_max=time_max, **submit_options)
+            sweep.jobs.append(job)
+            wait_all([job], timeout_s, on_progress=lambda n, ended=ended: bar.done(ended + n))
+    return sweep
+
+
+def collect(jobs: Sequence[Any], configs: Sequence[TrainConfig], timeout_s: float | None = DEFAULT_TIMEOUT_S,
+            title: str = "") -> ResultsTable:
+    """The results table of jobs submitted some other way (``gpu_jobs_submitter`` ids -> ``get_job``)."""
+    if len(jobs) != len(configs):
+        raise ValueError(f"jobs and configs differ in length ({len(jobs)} vs {len(configs)}): one config per job")
+    sweep = Sweep(jobs[0].name if jobs else "", list(configs), list(jobs))
+    return sweep.results(timeout_s=timeout_s, title=title)
+
+
+def run_sweep(configs: Sequence[TrainConfig], *, name: str, title: str = "", **options: Any) -> ResultsTable:
+    """Submit, wait, and return the results table (see :func:`submit_sweep` for the options)."""
+    timeout_s = options.get("timeout_s", DEFAULT_TIMEOUT_S)
+    return submit_sweep(configs, name=name, **options).results(timeout_s=timeout_s, title=title)

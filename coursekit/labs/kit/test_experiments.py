@@ -1,0 +1,136 @@
+"""Experiments: commands, rows from metrics, OOM detection, waiting, and one real local job."""
+
+import shlex
+
+import pytest
+
+from coursekit.labs.kit import experiments
+from coursekit.metrics import MetricsWriter, read_metrics
+from coursekit.train.config import TrainConfig, parse_args
+
+
+class StandInJob:
+    """Just enough of a Job for the helpers that only read state, logs and metrics."""
+
+    def __init__(self, job_id="1", state="COMPLETED", err="", records=(), done_after=0):
+        self.job_id, self._state, self._err, self._records = job_id, state, err, list(records)
+        self.scheduler, self.name, self._polls, self._done_after = "local", "t", 0, done_after
+
+    @property
+    def state(self):
+        return self._state if self.done() else "RUNNING"
+
+    def done(self):
+        self._polls += 1
+        return self._polls > self._done_after
+
+    def tail(self, n=10, stream="out"):
+        return self._err if stream == "err" else ""
+
+    def metrics(self):
+        return self._records
+
+
+def write_run(path, steps=4, epochs=2):
+    with MetricsWriter(path) as writer:
+        writer.write("start", config={})
+        for step in range(1, steps + 1):
+            writer.write("step", step=step, epoch=1, loss=1.0 / step, data_time_s=0.01 * step, compute_time_s=0.03,
+                         mem_allocated_peak_mb=100.0 + step, images_per_s_global=10.0 * step)
+        for epoch in range(1, epochs + 1):
+            writer.write("epoch", epoch=epoch, val_acc=0.5 + 0.1 * epoch, val_loss=1.0, epoch_time_s=1.0)
+        writer.write("summary", status="completed", images_per_s=123.0, total_time_s=5.0, val_acc=0.7, val_loss=0.9,
+                     device_name="CPU")
+    return read_metrics(path)
+
+
+def test_engine_command_round_trips_through_the_engine_parser():
+    config = TrainConfig(model="linear", dataset="line", batch_size=1, lr=0.2, log_params=True, momentum=0.0)
+    words = shlex.split(experiments.engine_command(config))
+    assert words[:2] == ["-m", "coursekit.train"]
+    assert parse_args(words[2:]) == config
+
+
+def test_varying_fields_in_config_order():
+    base = TrainConfig()
+    configs = [base.replace(batch_size=b, lr=0.1) for b in (8, 16)] + [base.replace(batch_size=8, lr=0.2)]
+    assert experiments.varying_fields(configs) == ["batch_size", "lr"]
+    assert experiments.varying_fields(configs[:1]) == []
+
+
+def test_summarize_run_reads_every_figure(tmp_path):
+    run = experiments.summarize_run(write_run(tmp_path))
+    assert run["status"] == "completed" and run["images_per_s"] == 123.0 and run["val_acc"] == 0.7
+    # the first step record is warm-up: data 0.02+0.03+0.04 over (0.09 + 3 * 0.03)
+    assert run["data_fraction"] == pytest.approx(0.09 / 0.18)
+    assert run["data_time_s"] == pytest.approx(0.03) and run["step_time_s"] == pytest.approx(0.06)
+    assert run["peak_mem_mb"] == 104.0 and run["train_loss"] == 0.25
+    assert run["images_per_s_median"] == 30.0  # median of steps 2..4
+    assert len(run["steps"]) == 4 and len(run["epochs"]) == 2
+
+
+def test_summarize_run_of_a_run_that_wrote_nothing():
+    run = experiments.summarize_run([])
+    assert run["status"] is None and run["data_fraction"] is None and run["steps"] == []
+
+
+@pytest.mark.parametrize("state, err, oom", [
+    ("OUT_OF_MEMORY", "", True),
+    ("FAILED", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", True),
+    ("FAILED", "ValueError: bad config", False),
+    ("COMPLETED", "", False),
+])
+def test_is_oom_reads_state_and_err(state, err, oom):
+    assert experiments.is_oom(StandInJob(state=state, err=err)) is oom
+
+
+def test_job_row_has_varied_options_first(tmp_path):
+    config = TrainConfig(batch_size=32)
+    row = experiments.job_row(StandInJob(job_id="7", records=write_run(tmp_path)), config, ["batch_size"])
+    assert list(row)[:4] == ["batch_size", "job_id", "state", "oom"]
+    assert row["batch_size"] == 32 and row["config"] is config
+
+
+def test_wait_all_polls_until_done_and_times_out():
+    jobs = [StandInJob(done_after=2), StandInJob(done_after=0)]
+    assert experiments.wait_all(jobs, timeout_s=10) == ["COMPLETED", "COMPLETED"]
+    with pytest.raises(TimeoutError, match="still running"):
+        experiments.wait_all([StandInJob(done_after=10**6)], timeout_s=0.3)
+
+
+def test_wait_until_training_raises_when_the_job_ends_first():
+    with pytest.raises(RuntimeError, match="ended"):
+        experiments.wait_until_training(StandInJob(records=[]), timeout_s=5)
+
+
+def test_bad_sweeps_submit_nothing():
+    with pytest.raises(ValueError, match="configs is empty"):
+        experiments.submit_sweep([], name="x")
+    with pytest.raises(ValueError, match=r"configs\[1\] is a dict"):
+        experiments.submit_sweep([TrainConfig(), {"lr": 1}], name="x")
+    with pytest.raises(ValueError, match="name is empty"):
+        experiments.submit_sweep([TrainConfig()], name="")
+    with pytest.raises(ValueError, match="differ in length"):
+        experiments.collect([StandInJob()], [])
+
+
+def test_a_real_local_job_becomes_a_row(tmp_path, monkeypatch):
+    monkeypatch.setenv("COURSEKIT_COURSE_DIR", str(tmp_path))
+    monkeypatch.setenv("COURSEKIT_SITE", "local")
+    config = TrainConfig(model="linear", dataset="line", num_samples=32, batch_size=16, epochs=1, progress="off")
+    table = experiments.run_sweep([config, config.replace(batch_size=8)], name="labs-test", timeout_s=120)
+    assert table.column("batch_size") == [16, 8]
+    assert table.column("state") == ["COMPLETED", "COMPLETED"]
+    assert table.column("status") == ["completed", "completed"]
+    assert [len(row["steps"]) for row in table] == [2, 4]
+
+
+def test_a_sweep_on_the_local_site_of_a_gpu_machine_runs_one_job_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    from coursekit.labs.kit import experiments
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # one GPU, as the local site sees it
+    assert experiments._shares_local_gpus("local")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert not experiments._shares_local_gpus("local")  # CPU jobs may share the cores (the cpu profile)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    assert not experiments._shares_local_gpus("slurm")  # a cluster gives every job its own GPUs

@@ -1,0 +1,40 @@
+"""The progress bar over a sweep's waiting: told how many jobs ended on every poll, never beyond the total."""
+
+import pytest
+
+from coursekit.labs.kit import experiments
+from coursekit.labs.kit.progress import JobsBar
+from coursekit.labs.kit.test_experiments import StandInJob
+
+
+def test_wait_all_reports_how_many_jobs_ended_on_every_poll(monkeypatch):
+    monkeypatch.setattr(experiments, "LOCAL_POLL_S", 0.001)
+    jobs = [StandInJob(job_id=str(i), done_after=i) for i in range(3)]
+    seen = []
+    assert experiments.wait_all(jobs, timeout_s=10, on_progress=seen.append) == ["COMPLETED"] * 3
+    assert seen == sorted(seen) and seen[0] == 1 and seen[-1] == 3
+
+
+def test_bar_counts_up_to_the_total_and_closes():
+    with JobsBar(3, "ada-bs") as bar:
+        assert bar._bar is not None and bar._bar.total == 3
+        bar.done(1)
+        bar.done(0)  # a poll of a later job of a one-at-a-time sweep never moves the bar back
+        bar.done(5)
+        assert bar.count == 3 and bar._bar.n == 3
+    assert bar._bar is None
+
+
+def test_bar_disabled_or_empty_draws_nothing():
+    assert JobsBar(0)._bar is None and JobsBar(2, enabled=False)._bar is None
+    with pytest.raises(ValueError, match="total="):
+        JobsBar(-1)
+
+
+def test_sweep_wait_draws_one_bar_over_its_jobs(monkeypatch):
+    monkeypatch.setattr(experiments, "LOCAL_POLL_S", 0.001)
+    drawn = []
+    monkeypatch.setattr(experiments, "JobsBar", lambda total, desc: drawn.append((total, desc)) or JobsBar(total, desc))
+    sweep = experiments.Sweep("ada-bs", [], [StandInJob(job_id="1", done_after=2), StandInJob(job_id="2")])
+    assert sweep.wait(timeout_s=10) == ["COMPLETED", "COMPLETED"]
+    assert drawn == [(2, "ada-bs")]

@@ -1,0 +1,116 @@
+"""Lab 01: one neuron on a noisy line — the loss surface, the paths of GD and SGD on it, gradient noise.
+
+The data are the engine's own (``coursekit.train.data.make_line``, same seed), so the surface drawn
+here is exactly the one the jobs descended. Paths come from the jobs' step records (``--log-params``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from coursekit.labs.kit.plots import new_figure
+from coursekit.labs.kit.results import ResultsTable
+from coursekit.train.config import TrainConfig
+
+SURFACE_POINTS = 121  # grid points per axis of the contour plot
+SURFACE_MARGIN = 0.35  # share of the path's extent added around it
+CONTOUR_LEVELS = 30
+
+
+def line_points(config: TrainConfig) -> tuple[np.ndarray, np.ndarray]:
+    """The training points ``(x, y)`` of a ``line`` run, as the engine generates them."""
+    from coursekit.train.data import LINE_POINTS, make_line
+
+    x, y = make_line(config.num_samples or LINE_POINTS, config.seed)
+    return x.numpy().ravel().astype(np.float64), y.numpy().ravel().astype(np.float64)
+
+
+def mse(x: np.ndarray, y: np.ndarray, w: Any, b: Any) -> Any:
+    """Mean squared error of ``w x + b`` on the points, for scalars or broadcastable grids of (w, b)."""
+    w, b = np.asarray(w, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    residual = w[..., None] * x + b[..., None] - y
+    return (residual**2).mean(axis=-1)
+
+
+def best_fit(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """The least-squares (w, b): the bottom of the loss surface."""
+    w, b = np.polyfit(x, y, 1)
+    return float(w), float(b)
+
+
+def param_path(step_records: Sequence[dict[str, Any]]) -> np.ndarray:
+    """``(steps, 2)`` array of (w, b) after each logged step."""
+    points = [(r["params"]["weight"][0], r["params"]["bias"][0]) for r in step_records if "params" in r]
+    return np.asarray(points, dtype=np.float64).reshape(-1, 2)
+
+
+def path_losses(x: np.ndarray, y: np.ndarray, path: np.ndarray) -> np.ndarray:
+    """The full-data loss at every point of a path (what the surface says, not the mini-batch's loss)."""
+    return mse(x, y, path[:, 0], path[:, 1])
+
+
+def add_paths(table: ResultsTable, x: np.ndarray, y: np.ndarray) -> ResultsTable:
+    """Give every row its ``path`` (w, b per step) and ``path_loss`` (full-data loss per step)."""
+    for row in table:
+        row["path"] = param_path(row["steps"])
+        row["path_loss"] = path_losses(x, y, row["path"])
+        row["final_loss"] = float(row["path_loss"][-1]) if len(row["path_loss"]) else None
+    return table
+
+
+def surface_figure(x: np.ndarray, y: np.ndarray, table: ResultsTable | None = None, label_key: str = "batch_size",
+                   max_points: int = 2000) -> Any:
+    """Contours of the loss over (w, b), with each run's path drawn on them."""
+    figure, ax = new_figure()
+    w_best, b_best = best_fit(x, y)
+    paths = [row["path"] for row in table] if table is not None else []
+    ws = np.concatenate([[w_best, 0.0], *[p[:, 0] for p in paths]])
+    bs = np.concatenate([[b_best, 0.0], *[p[:, 1] for p in paths]])
+    w_pad, b_pad = SURFACE_MARGIN * (np.ptp(ws) + 1), SURFACE_MARGIN * (np.ptp(bs) + 1)
+    w_grid, b_grid = np.meshgrid(np.linspace(ws.min() - w_pad, ws.max() + w_pad, SURFACE_POINTS),
+                                 np.linspace(bs.min() - b_pad, bs.max() + b_pad, SURFACE_POINTS))
+    losses = mse(x, y, w_grid, b_grid)
+    ax.contour(w_grid, b_grid, np.log10(losses), levels=CONTOUR_LEVELS, cmap="viridis", linewidths=0.6)
+    ax.plot([w_best], [b_best], marker="*", color="black", markersize=12, linestyle="none", label="least squares")
+    largest = max((row[label_key] for row in table or []), default=None)
+    for row in table or []:
+        path = row["path"]
+        stride = max(1, len(path) // max_points)
+        full = row[label_key] == largest
+        ax.plot(path[::stride, 0], path[::stride, 1], linewidth=2.0 if full else 0.8, zorder=3 if full else 2,
+                marker="o" if full else ("." if len(path) < 60 else None), label=f"{label_key}={row[label_key]}")
+    ax.set_xlabel("w")
+    ax.set_ylabel("b")
+    ax.set_title("loss surface (log10 MSE) and the paths of the runs")
+    ax.legend(fontsize="small")
+    return figure
+
+
+def data_figure(x: np.ndarray, y: np.ndarray) -> Any:
+    figure, ax = new_figure()
+    w_best, b_best = best_fit(x, y)
+    ax.scatter(x, y, s=8, label="training points")
+    grid = np.linspace(x.min(), x.max(), 2)
+    ax.plot(grid, w_best * grid + b_best, color="black", label=f"least squares: y = {w_best:.2f} x + {b_best:.2f}")
+    ax.set_xlabel("x")
+    ax.set_ylabel("y")
+    ax.legend(fontsize="small")
+    return figure
+
+
+def without_replacement_factor(batch_size: int, points: int) -> float:
+    """(n - B) / (n - 1): how much less noisy a batch drawn without replacement is than an independent one."""
+    return (points - batch_size) / (points - 1)
+
+
+def noise_rows(table: ResultsTable) -> ResultsTable:
+    """One row per batch size with the gradient-noise variance its job measured (first step record)."""
+    rows = []
+    for row in table:
+        measured = [r["grad_noise_var"] for r in row["steps"] if r.get("grad_noise_var") is not None]
+        rows.append({"batch_size": row["config"].batch_size, "grad_noise_var": measured[0] if measured else None,
+                     "job_id": row["job_id"], "state": row["state"]})
+    return ResultsTable(rows, title="variance of the mini-batch gradient")

@@ -1,0 +1,80 @@
+"""Lab 02: what the batch size does to throughput, memory, and accuracy within a fixed epoch budget."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from coursekit.labs.kit.claims import time_to_target
+from coursekit.labs.kit.plots import OOM_COLOR, RECORDED_COLOR, new_figure, outside_legend
+from coursekit.labs.kit.results import ResultsTable
+
+MB_PER_GB = 1024.0
+
+
+def add_time_to_accuracy(table: ResultsTable, target: float) -> ResultsTable:
+    """Give every row ``time_to_target_s`` (training seconds until val_acc >= target, None if never) and
+    ``epochs_to_target``; training seconds are the sum of the epochs' times (validation not counted)."""
+    for row in table:
+        elapsed, times, accs = 0.0, [], []
+        for record in row["epochs"]:
+            elapsed += record["epoch_time_s"]
+            times.append(elapsed)
+            accs.append(record.get("val_acc"))
+        row["time_to_target_s"] = time_to_target(times, accs, target)
+        row["epochs_to_target"] = time_to_target([r["epoch"] for r in row["epochs"]], accs, target)
+        row["train_time_s"] = elapsed
+    return table
+
+
+def add_peak_memory_gb(table: ResultsTable) -> ResultsTable:
+    for row in table:
+        row["peak_mem_gb"] = row["peak_mem_mb"] / MB_PER_GB if row.get("peak_mem_mb") else None
+    return table
+
+
+def memory_figure(table: ResultsTable, title: str, recorded: bool = False, limit_gb: float | None = None) -> Any:
+    """Peak memory against batch size; runs that ran out of memory are red crosses at the top."""
+    figure, ax = new_figure()
+    fits = [r for r in table if not r.get("oom") and r.get("peak_mem_gb")]
+    color = RECORDED_COLOR if recorded else None
+    ax.plot([r["batch_size"] for r in fits], [r["peak_mem_gb"] for r in fits], marker="o", color=color,
+            label="recorded peak" if recorded else "measured peak")
+    ooms = [r["batch_size"] for r in table if r.get("oom")]
+    top = max([r["peak_mem_gb"] for r in fits] + [limit_gb or 0]) or 1.0
+    if ooms:
+        ax.plot(ooms, [top] * len(ooms), marker="x", markersize=12, linestyle="none", color=OOM_COLOR,
+                label="out of memory")
+    if limit_gb:
+        ax.axhline(limit_gb, color=OOM_COLOR, linestyle="--", linewidth=0.8, label=f"GPU memory {limit_gb:g} GB")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("batch size")
+    ax.set_ylabel("peak memory (GB)")
+    ax.set_title(title)
+    ax.legend(fontsize="small")
+    return figure
+
+
+def accuracy_figure(table: ResultsTable, target: float) -> Any:
+    """Left: validation accuracy per epoch for every batch size; right: training time to reach ``target``."""
+    figure, (left, right) = new_figure(ncols=2)
+    for row in table:
+        epochs = row["epochs"]
+        left.plot([e["epoch"] for e in epochs], [e["val_acc"] for e in epochs], marker="o",
+                  label=f"batch {row['batch_size']}")
+    left.axhline(target, color="black", linestyle=":", linewidth=0.8, label=f"target {target:.0%}")
+    left.set_xlabel("epoch")
+    left.set_ylabel("validation accuracy")
+    outside_legend(left)  # beside the axes: the curves fill them
+    labels = [str(r["batch_size"]) for r in table]
+    values = [r["time_to_target_s"] or 0.0 for r in table]
+    bars = right.bar(range(len(labels)), values, color=["tab:blue" if r["time_to_target_s"] else "lightgray"
+                                                        for r in table])
+    for bar, row in zip(bars, table, strict=True):
+        text = f"{row['time_to_target_s']:.2f} s" if row["time_to_target_s"] else "never"
+        right.annotate(text, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom",
+                       fontsize="small")
+    right.set_xticks(range(len(labels)), labels)
+    right.set_xlabel("batch size")
+    right.set_ylabel(f"training time to {target:.0%} (s)")
+    right.set_title("time to accuracy within the epoch budget")
+    return figure

@@ -1,0 +1,120 @@
+"""Lab 04: number formats, underflow, loss scaling, memory layouts and tensor-core-friendly sizes.
+
+Small, exact demonstrations (they run in the kernel in milliseconds) and two measurements meant to
+run as jobs on a GPU (``matmul_tflops``) or anywhere (``training_flop_per_image``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from coursekit.labs.kit.results import ResultsTable
+
+FP16_SMALLEST_SUBNORMAL = 2.0**-24
+FP16_SMALLEST_NORMAL = 2.0**-14
+DEFAULT_INIT_SCALE = 2.0**16
+TF32_MANTISSA_BITS = 10
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+MATMUL_WARMUP = 3
+MATMUL_REPEATS = 20
+
+
+def formats_table() -> ResultsTable:
+    """Bits, range and precision of fp32, tf32, bf16 and fp16."""
+    rows = []
+    for name, dtype in (("fp32", torch.float32), ("tf32", None), ("bf16", torch.bfloat16), ("fp16", torch.float16)):
+        info = torch.finfo(dtype or torch.float32)
+        mantissa = TF32_MANTISSA_BITS if dtype is None else {torch.float32: 23, torch.bfloat16: 7, torch.float16: 10}[dtype]
+        exponent = 8 if dtype in (None, torch.float32, torch.bfloat16) else 5
+        rows.append({"format": name, "bits": 1 + exponent + mantissa, "exponent_bits": exponent,
+                     "mantissa_bits": mantissa, "max": info.max, "smallest_normal": info.smallest_normal,
+                     "smallest_subnormal": None if dtype is None else info.smallest_normal * 2.0**-mantissa,
+                     "eps": 2.0**-mantissa})
+    return ResultsTable(rows, title="floating-point formats (tf32: fp32's range, fp16's precision; tensor cores only)")
+
+
+def underflow_table(values: Sequence[float] = (FP16_SMALLEST_NORMAL, FP16_SMALLEST_SUBNORMAL, 2.0**-25, 1e-8),
+                    scale: float = DEFAULT_INIT_SCALE) -> ResultsTable:
+    """Each value stored in fp16, and stored after multiplying by ``scale`` then divided back in fp32."""
+    rows = []
+    for value in values:
+        plain = torch.tensor(value, dtype=torch.float16).item()
+        scaled = torch.tensor(value * scale, dtype=torch.float16)
+        recovered = (scaled.float() / scale).item()
+        rows.append({"value": value, "as_fp16": plain, "scaled_fp16": scaled.item(), "unscaled_fp32": recovered,
+                     "lost_without_scaling": plain == 0.0 and value != 0.0,
+                     "recovered_with_scaling": abs(recovered - value) <= 2**-11 * value})
+    return ResultsTable(rows, title=f"fp16 underflow, and loss scaling by {scale:g}")
+
+
+def grad_scaler_demo(gradient: float = 1000.0, steps: int = 14, init_scale: float = DEFAULT_INIT_SCALE) -> ResultsTable:
+    """A one-weight model whose fp16 backward overflows while the scale is too large: each overflow
+    skips the step and halves the scale, until scaled gradients fit in fp16 and steps go through."""
+    weight = torch.nn.Parameter(torch.ones(1, 1))
+    optimizer = torch.optim.SGD([weight], lr=1e-3)
+    scaler = torch.amp.GradScaler("cpu", init_scale=init_scale)
+    inputs = torch.ones(1, 1)
+    rows = []
+    for step in range(1, steps + 1):
+        before = weight.item()
+        scale = scaler.get_scale()
+        with torch.autocast("cpu", dtype=torch.float16):
+            output = torch.mm(inputs, weight)  # fp16 under autocast: its gradient is an fp16 tensor
+        loss = gradient * output.float().sum()
+        optimizer.zero_grad()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        rows.append({"step": step, "scale": scale, "scaled_gradient": gradient * scale,
+                     "fits_fp16": gradient * scale <= torch.finfo(torch.float16).max,
+                     "skipped": weight.item() == before})
+    return ResultsTable(rows, title=f"GradScaler with a gradient of {gradient:g} flowing through fp16")
+
+
+def strides_table(shape: Sequence[int] = (8, 3, 32, 32)) -> ResultsTable:
+    """Strides of an (N, C, H, W) tensor in the default layout and in channels_last."""
+    x = torch.empty(*shape)
+    rows = [{"layout": "contiguous (NCHW)", "shape": tuple(x.shape), "strides": x.stride()},
+            {"layout": "channels_last (NHWC)", "shape": tuple(x.shape),
+             "strides": x.contiguous(memory_format=torch.channels_last).stride()}]
+    return ResultsTable(rows, title="same shape, two memory layouts")
+
+
+def matmul_tflops(sizes: Sequence[int], precision: str = "bf16", device: str = "auto") -> list[dict[str, Any]]:
+    """TFLOP/s of a square matmul of each size (run as a job on a GPU: tensor cores like multiples of 8)."""
+    where = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else
+                         ("cpu" if device == "auto" else device))
+    dtype = DTYPES[precision]
+    rows = []
+    for n in sizes:
+        a = torch.randn(n, n, device=where, dtype=dtype)
+        b = torch.randn(n, n, device=where, dtype=dtype)
+        for _ in range(MATMUL_WARMUP):
+            a @ b
+        if where.type == "cuda":
+            torch.cuda.synchronize(where)
+        start = time.perf_counter()
+        for _ in range(MATMUL_REPEATS):
+            a @ b
+        if where.type == "cuda":
+            torch.cuda.synchronize(where)
+        seconds = (time.perf_counter() - start) / MATMUL_REPEATS
+        rows.append({"size": n, "multiple_of_8": n % 8 == 0, "tflops": 2 * n**3 / seconds / 1e12,
+                     "device": str(where), "precision": precision})
+    return rows
+
+
+def training_flop_per_image(model: torch.nn.Module, input_shape: Sequence[int], num_classes: int) -> float:
+    """FLOPs of one forward + backward per image, counted by torch's FlopCounterMode on a two-image batch."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    batch = 2
+    counter = FlopCounterMode(display=False)
+    with counter:
+        output = model(torch.randn(batch, *input_shape))
+        torch.nn.functional.cross_entropy(output, torch.zeros(batch, dtype=torch.long) % num_classes).backward()
+    return counter.get_total_flops() / batch

@@ -1,0 +1,136 @@
+"""Lab 05: the data pipeline — a JPEG folder to read, loader settings to compare, a profiler trace to read.
+
+``summarize_trace`` reads the Chrome-trace JSON that ``torch.profiler`` writes for TensorBoard (the
+engine's ``--profile`` puts it in ``<run>/profile/``) and answers three questions: how long the profiled
+steps took, what share of it the main process spent inside the DataLoader, and — when the trace holds
+GPU activity — what share of it the GPU sat idle.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from coursekit.course import course_dir
+from coursekit.labs.kit.profiles import data_dir
+from coursekit.labs.kit.results import ResultsTable
+
+TRACE_GLOB = "*.pt.trace.json"
+PROFILE_DIR = "profile"
+TOP_OPERATORS_FILE = "top_operators.txt"
+STEP_PREFIX = "ProfilerStep#"
+DATALOADER_MARK = "enumerate(DataLoader)"
+GPU_STEP_CATEGORIES = ("gpu_user_annotation",)  # the GPU's copy of a ProfilerStep (torch 2.x traces)
+GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+HOST_CATEGORIES = ("cpu_op", "user_annotation")
+US_PER_MS = 1000.0
+
+
+def jpeg_tree_name(classes: int, images_per_class: int, size: tuple[int, int], seed: int = 0) -> str:
+    return f"jpeg-{size[0]}x{size[1]}-{classes}x{images_per_class}-seed{seed}"
+
+
+def prepare_jpeg_tree(classes: int, images_per_class: int, size: tuple[int, int], seed: int = 0,
+                      workers: int = 1) -> Path:
+    """A synthetic JPEG ImageFolder, written once per course and then reused: in the data folder
+    (``$COURSEKIT_DATA_DIR``, shared by a room when the instructor writes the tree there first, or
+    ``<course>/data``); where that folder is read-only, in the course's own ``data/``."""
+    from coursekit.train.data.jpeg import write_synthetic_jpeg_tree
+
+    name = jpeg_tree_name(classes, images_per_class, size, seed)
+    shared = Path(data_dir()) / name
+    if (shared / ".complete").exists():
+        return shared
+    writable = os.access(shared.parent if shared.parent.exists() else shared.parent.parent, os.W_OK)
+    root = shared if writable else course_dir() / "data" / name
+    done = root / ".complete"
+    if not done.exists():
+        write_synthetic_jpeg_tree(root, classes, images_per_class, size=tuple(size), seed=seed, workers=workers)
+        done.write_text("written by coursekit.labs.lab05_data_loading.prepare_jpeg_tree\n")
+    return root
+
+
+def loader_label(options: dict[str, Any]) -> str:
+    """A short name for a loader configuration: ``workers=2 +persistent +prefetch4``."""
+    parts = [f"workers={options.get('workers', 0)}"]
+    for key, short in (("pin_memory", "pin"), ("non_blocking", "non_blocking"), ("persistent_workers", "persistent"),
+                       ("gpu_decode", "nvjpeg")):
+        if options.get(key):
+            parts.append("+" + short)
+    if options.get("prefetch_factor"):
+        parts.append(f"+prefetch{options['prefetch_factor']}")
+    return " ".join(parts)
+
+
+def trace_file(run_dir: str | Path) -> Path:
+    """The newest profiler trace of a run (ValueError when the run wrote none)."""
+    found = sorted((Path(run_dir) / PROFILE_DIR).glob(TRACE_GLOB), key=lambda p: p.stat().st_mtime)
+    if not found:
+        raise ValueError(f"no profiler trace under {Path(run_dir) / PROFILE_DIR}: was the run started with --profile?")
+    return found[-1]
+
+
+def _union_us(intervals: list[tuple[float, float]]) -> float:
+    """Total length covered by possibly overlapping intervals."""
+    total, end = 0.0, float("-inf")
+    for start, stop in sorted(intervals):
+        if stop <= end:
+            continue
+        total += stop - max(start, end)
+        end = stop
+    return total
+
+
+def self_times_us(events: list[dict[str, Any]]) -> dict[str, float]:
+    """Per name, the time spent in an event minus the time spent in the events nested inside it (per thread)."""
+    totals: dict[str, float] = defaultdict(float)
+    by_thread: dict[tuple[Any, Any], list[dict[str, Any]]] = defaultdict(list)
+    for event in events:
+        by_thread[(event.get("pid"), event.get("tid"))].append(event)
+    for thread_events in by_thread.values():
+        stack: list[list[Any]] = []  # [end, name, self time]
+        for event in sorted(thread_events, key=lambda e: (e["ts"], -e["dur"])):
+            while stack and stack[-1][0] <= event["ts"]:
+                end, name, own = stack.pop()
+                totals[name] += own
+            if stack:
+                stack[-1][2] -= event["dur"]
+            stack.append([event["ts"] + event["dur"], event["name"], event["dur"]])
+        for _, name, own in stack:
+            totals[name] += own
+    return totals
+
+
+def summarize_trace(path: str | Path, top: int = 8) -> dict[str, Any]:
+    """Profiled time, the DataLoader's share of it, GPU idle share (None without GPU events), top operators."""
+    events = [e for e in json.loads(Path(path).read_text(encoding="utf-8"))["traceEvents"]
+              if e.get("ph") == "X" and "dur" in e]
+    # one ProfilerStep per step on the host; with CUDA the trace repeats each on the GPU's timeline
+    steps = [e for e in events if e.get("name", "").startswith(STEP_PREFIX) and e.get("cat") not in GPU_STEP_CATEGORIES]
+    if not steps:
+        raise ValueError(f"{path}: no {STEP_PREFIX} events (not a torch.profiler trace of training steps?)")
+    start = min(e["ts"] for e in steps)
+    stop = max(e["ts"] + e["dur"] for e in steps)
+    span = stop - start
+    loader = _union_us([(e["ts"], e["ts"] + e["dur"]) for e in events if DATALOADER_MARK in e.get("name", "")])
+    gpu = [(max(e["ts"], start), min(e["ts"] + e["dur"], stop)) for e in events if e.get("cat") in GPU_CATEGORIES]
+    gpu_busy = _union_us([(a, b) for a, b in gpu if b > a]) if gpu else None
+    host = [e for e in events if e.get("cat") in HOST_CATEGORIES and not e.get("name", "").startswith(STEP_PREFIX)]
+    ranked = sorted(self_times_us(host).items(), key=lambda item: -item[1])[:top]
+    return {
+        "steps": len(steps), "profiled_ms": span / US_PER_MS, "dataloader_ms": loader / US_PER_MS,
+        "dataloader_share": loader / span if span else None,
+        "gpu_busy_ms": None if gpu_busy is None else gpu_busy / US_PER_MS,
+        "gpu_idle_share": None if gpu_busy is None else 1 - gpu_busy / span,
+        "top_operators": ResultsTable(({"operator": name, "self_ms": us / US_PER_MS, "share": us / span}
+                                       for name, us in ranked), title="operators by self CPU time in the trace"),
+    }
+
+
+def top_operators_text(run_dir: str | Path, rows: int = 10) -> str:
+    """The head of the engine's own summary (``profile/top_operators.txt``): title, header and ``rows`` lines."""
+    lines = (Path(run_dir) / PROFILE_DIR / TOP_OPERATORS_FILE).read_text(encoding="utf-8").splitlines()
+    return "\n".join(lines[: 4 + rows] + [line for line in lines if line.startswith(("GPU busy", "Self CPU time"))])

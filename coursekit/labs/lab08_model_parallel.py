@@ -1,0 +1,377 @@
+"""Lab 08 (model parallelism): every strategy run as a job of the engine, compared with serial training.
+
+- :func:`strategy_runs` — one engine configuration per strategy (``--parallel``) and the serial reference;
+  :func:`run_strategies` submits them (serial on 1 process, the others on N), one at a time, and
+  :func:`strategy_table` turns the jobs into one row per strategy: memory per rank (measured local
+  shards, and the formula of :func:`coursekit.train.memory.sharded_memory`), tokens/s, final loss and
+  the largest weight difference to serial (``--save-weights`` of each run).
+- :func:`bubble_runs` / :func:`bubble_table` — the pipeline bubble measured over a sweep of micro-batches
+  m for GPipe and 1F1B, beside the theory (p−1)/(m+p−1).
+- :func:`activation_bytes` — what autograd saves for backward in one forward of the engine's model
+  (saved-tensor hooks, so it works on a CPU), with and without activation checkpointing.
+- :func:`seven_billion` — the arithmetic of section 1 (training state of a named model per GPU).
+- :func:`load_recording` — the GPU figures of ``bench/model_parallel_gpu.py`` (None, said plainly, when absent).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from coursekit.labs.kit.results import ResultsTable
+from coursekit.train.config import TrainConfig
+from coursekit.train.memory import sharded_memory, sharding_table
+
+RECORDING_ENV = "COURSEKIT_MODEL_PARALLEL_GPU"
+RECORDING_FILE = Path("bench") / "results" / "model_parallel_gpu.json"
+NO_GPU_FIGURES = "no GPU figures recorded yet"
+# lab name -> (engine options, the formula's strategy in coursekit.train.memory)
+STRATEGIES: dict[str, tuple[dict[str, Any], str]] = {
+    "serial": ({"parallel": "ddp"}, "ddp"),
+    "ddp": ({"parallel": "ddp"}, "ddp"),
+    "naive": ({"parallel": "naive"}, "ddp"),  # one process holds every layer (over its devices)
+    "gpipe": ({"parallel": "pipeline", "pipeline_schedule": "gpipe"}, "pp"),
+    "1f1b": ({"parallel": "pipeline", "pipeline_schedule": "1f1b"}, "pp"),
+    "tensor": ({"parallel": "tensor"}, "tp"),
+    "zero1": ({"parallel": "zero1"}, "zero1"),
+    # FSDP2's ZeRO-2 (reshard_after_forward=False) holds the gathered weights only from forward to backward:
+    # between steps, where the engine measures, it holds ZeRO-3's shares (DeepSpeed's ZeRO-2 keeps them whole)
+    "zero2": ({"parallel": "zero2"}, "zero3"),
+    "zero3": ({"parallel": "zero3"}, "zero3"),
+    "fsdp_tp": ({"parallel": "fsdp_tp"}, "zero3"),
+}
+PIPELINES = ("gpipe", "1f1b")
+SINGLE_PROCESS = ("serial", "naive")
+STATE_KEYS = ("param_bytes", "grad_bytes", "optimizer_bytes")
+KEY_PREFIXES = ("module.", "_orig_mod.", "_fsdp_wrapped_module.", "_checkpoint_wrapped_module.")
+GB = 1e9
+# The engine trains bf16/fp16 under autocast: weights, gradients and optimizer state stay fp32 whatever
+# --precision says, so the per-rank state is the fp32 formula's (2xH100: ZeRO-1 776 MB measured = fp32's
+# 12 bytes per parameter, not mixed precision's 10)
+STATE_PRECISION = "fp32"
+MIB = 2**20
+
+
+# --- section 1: the arithmetic -------------------------------------------------------------------
+
+def seven_billion(num_parameters: int = 7_000_000_000, n: int = 8, optimizer: str = "adamw",
+                  precision: str = "bf16", gpu_gb: float = 80.0) -> ResultsTable:
+    """Training state per GPU of a ``num_parameters`` model on ``n`` GPUs, and whether it fits ``gpu_gb``."""
+    rows = [{**r, "fits_gpu": r["total_gb"] <= gpu_gb}
+            for r in [*sharding_table(num_parameters, 1, optimizer, precision, ("ddp",)),
+                      *sharding_table(num_parameters, n, optimizer, precision)]]
+    return ResultsTable(rows, title=f"{num_parameters / 1e9:g}B parameters, {optimizer}, {precision}: "
+                                    f"training state per GPU (no activations), {gpu_gb:g} GB GPUs")
+
+
+# --- sections 2-6: the strategies as engine runs --------------------------------------------------
+
+def data_parallel_size(strategy: str, n: int) -> int:
+    """How many copies of the data-parallel group see different data: N for ddp and ZeRO, N / 2 for the
+    fsdp_tp mesh (tp = 2), 1 where the processes share one batch (tensor, pipelines, serial, naive)."""
+    if strategy in ("ddp", "zero1", "zero2", "zero3"):
+        return n
+    return max(n // 2, 1) if strategy == "fsdp_tp" else 1
+
+
+def strategy_config(base: TrainConfig, strategy: str, weights_dir: str | os.PathLike | None = None,
+                    n: int = 1, **options: Any) -> TrainConfig:
+    """``base`` run with ``strategy`` (a key of ``STRATEGIES``) on ``n`` processes, writing its final weights
+    to ``weights_dir``. ``base.batch_size`` is the global batch: data-parallel ranks get their share of it,
+    so that every strategy takes the steps serial training takes."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy={strategy!r} is unknown; choose one of {', '.join(STRATEGIES)}")
+    dp = data_parallel_size(strategy, n)
+    if base.batch_size % dp:
+        raise ValueError(f"batch_size={base.batch_size} does not split over {dp} data-parallel ranks ({strategy}): "
+                         f"choose a multiple of {dp}")
+    engine_options = dict(STRATEGIES[strategy][0], batch_size=base.batch_size // dp)
+    if weights_dir is not None:
+        engine_options["save_weights"] = str(Path(weights_dir) / f"{strategy}.pt")
+    return base.replace(**engine_options, **options)
+
+
+def processes(strategy: str, n: int) -> int:
+    """Processes a strategy runs on: 1 for serial and naive (one process, layers over its devices), else ``n``."""
+    return 1 if strategy in SINGLE_PROCESS else n
+
+
+def run_strategies(base: TrainConfig, strategies: Sequence[str], n: int, *, name: str,
+                   weights_dir: str | os.PathLike, options: dict[str, dict[str, Any]] | None = None,
+                   naive_gpus: int = 1, timeout_s: float = 600, **job: Any) -> ResultsTable:
+    """Run every strategy (``n`` processes; serial and naive 1), one job at a time, each with its
+    ``options`` (e.g. ``{"gpipe": {"microbatches": 4}}``); with "serial" first, the others' weights are
+    compared with it. ``naive_gpus``: GPUs of naive's one process (1 on a CPU: its stages share it).
+    See :func:`strategy_table`."""
+    from coursekit.labs.kit.experiments import submit_sweep
+
+    if n < 2:
+        raise ValueError(f"n={n}: model parallelism needs at least 2 processes")
+    Path(weights_dir).mkdir(parents=True, exist_ok=True)
+    wanted = list(strategies)
+    for strategy in wanted:
+        if strategy not in STRATEGIES:
+            raise ValueError(f"strategies: {strategy!r} is unknown; choose among {', '.join(STRATEGIES)}")
+    configs = [strategy_config(base, s, weights_dir, n=processes(s, n), **(options or {}).get(s, {})) for s in wanted]
+    jobs = []
+    for strategy, config in zip(wanted, configs, strict=True):
+        shape = ({"n_gpu": naive_gpus, "n_gpu_per_task": naive_gpus} if strategy == "naive"
+                 else {"n_gpu": processes(strategy, n)})
+        sweep = submit_sweep([config], name=name, one_at_a_time=True, timeout_s=timeout_s, **shape, **job)
+        jobs.append(sweep.jobs[0])
+    return strategy_table(jobs, configs, wanted, [processes(s, n) for s in wanted], timeout_s=timeout_s)
+
+
+def tp_split_parameters(config: TrainConfig) -> tuple[int, int]:
+    """(split, replicated) parameters under tensor parallelism: the blocks' matrices of the model spec's TP
+    plan are split (column-wise ones with their bias), the rest — embeddings, norms, head, row-wise biases —
+    stays whole on every rank."""
+    from torch.distributed.tensor.parallel import ColwiseParallel
+
+    from coursekit.train.models import model_spec
+
+    spec = model_spec(config.model)
+    model = _build(config)
+    split = 0
+    if spec.tp_plan is not None and spec.blocks is not None:
+        for block in spec.blocks(model):
+            for name, style in spec.tp_plan().items():
+                module = block.get_submodule(name)
+                split += module.weight.numel()
+                if getattr(module, "bias", None) is not None and isinstance(style, ColwiseParallel):
+                    split += module.bias.numel()
+    return split, sum(p.numel() for p in model.parameters()) - split
+
+
+def formula_bytes(config: TrainConfig, strategy: str, n: int, psi: int) -> float:
+    """Training state per rank by the Playbook's formula; tensor parallelism counts its replicated parts whole."""
+    sharding = STRATEGIES[strategy][1]
+    if sharding != "tp":
+        return sharded_memory(psi, sharding, n, config.optimizer, STATE_PRECISION).total_bytes
+    split, whole = tp_split_parameters(config)
+    return (sharded_memory(split, "tp", n, config.optimizer, STATE_PRECISION).total_bytes
+            + sharded_memory(whole, "ddp", 1, config.optimizer, STATE_PRECISION).total_bytes)
+
+
+def num_parameters(config: TrainConfig) -> int:
+    """Ψ: the parameters of the engine's model for ``config`` (built on the CPU, not trained)."""
+    return sum(p.numel() for p in _build(config).parameters())
+
+
+def parallel_block(summary: dict[str, Any]) -> dict[str, Any]:
+    """The engine's ``parallel`` summary block (empty when the run wrote none)."""
+    block = (summary or {}).get("parallel")
+    return block if isinstance(block, dict) else {}
+
+
+def rank_state_bytes(block: dict[str, Any]) -> list[dict[str, float]]:
+    """Per rank: the local bytes of parameters, gradients and optimizer state (and peak memory) it held."""
+    ranks = block.get("ranks")
+    if isinstance(ranks, list) and ranks:
+        return [{k: float(r.get(k) or 0) for k in (*STATE_KEYS, "peak_memory_bytes")} for r in ranks]
+    return [{k: float(block.get(k) or 0) for k in (*STATE_KEYS, "peak_memory_bytes")}] if block else []
+
+
+def strategy_table(jobs: Sequence[Any], configs: Sequence[TrainConfig], strategies: Sequence[str],
+                   n_gpus: Sequence[int], timeout_s: float = 600) -> ResultsTable:
+    """One row per strategy: processes, memory per rank (measured largest rank; formula), tokens/s, loss,
+    max |w − w_serial| (the first strategy is the reference)."""
+    from coursekit.labs.kit.experiments import summarize_run, wait_all
+
+    wait_all(list(jobs), timeout_s)
+    table = ResultsTable(title="strategies against serial training")
+    reference, psi = None, 0
+    for job, config, strategy, n in zip(jobs, configs, strategies, n_gpus, strict=True):
+        run = summarize_run(job.metrics())
+        block = parallel_block(run["summary"])
+        ranks = rank_state_bytes(block)
+        psi = psi or num_parameters(config)
+        measured = max((sum(r[k] for k in STATE_KEYS) for r in ranks), default=None)
+        formula = formula_bytes(config, strategy, n, psi)
+        weights = Path(config.save_weights) if config.save_weights else None
+        if strategy == "serial":
+            reference = weights
+        dw = weights_difference(reference, weights) if reference and weights and strategy != "serial" else None
+        table.append({
+            "strategy": strategy, "n_gpu": n, "state": job.state,
+            "state_mb_per_rank": measured / MIB if measured else None,
+            "formula_mb_per_rank": formula / MIB,
+            "memory_vs_formula": measured / formula if measured else None,
+            "peak_mem_mb": max((r["peak_memory_bytes"] for r in ranks), default=0) / MIB or run["peak_mem_mb"],
+            "tokens_per_s": block.get("tokens_per_s") or run["summary"].get("tokens_per_s"),
+            "train_loss": block.get("final_loss", run["train_loss"]), "max_abs_dw": dw,
+            "bubble_measured": block.get("bubble_fraction"), "bubble_theory": block.get("bubble_fraction_theory"),
+            "num_parameters": psi, "job_id": job.job_id, "summary": run["summary"], "config": config})
+    return table
+
+
+def _normalised(state: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for key, value in state.items():
+        for prefix in KEY_PREFIXES:
+            key = key.replace(prefix, "")
+        out[key] = value
+    return out
+
+
+def weights_difference(reference: str | os.PathLike | None, other: str | os.PathLike | None) -> float | None:
+    """max |w − w_ref| over the parameters (None when a file is missing, inf when the parameters differ)."""
+    import torch
+
+    if reference is None or other is None or not Path(reference).is_file() or not Path(other).is_file():
+        return None
+    a = _normalised(torch.load(reference, map_location="cpu", weights_only=True))
+    b = _normalised(torch.load(other, map_location="cpu", weights_only=True))
+    common = [k for k in a if k in b and torch.is_tensor(a[k]) and a[k].shape == b[k].shape]
+    if not common or len(common) < len(a) or len(b) > len(a):
+        missing = sorted(set(a).symmetric_difference(b))[:5]
+        print(f"{other} and {reference} hold different parameters (e.g. {missing}): not the same model")
+        return math.inf
+    return max((a[k].float() - b[k].float()).abs().max().item() for k in common)
+
+
+def tp_allreduce_bytes(config: TrainConfig) -> dict[str, float]:
+    """Tensor parallelism's communication per step: each block all-reduces its attention and MLP outputs
+    in the forward (2) and their input gradients in the backward (2), each (batch, seq_len, dim) values."""
+    values = config.batch_size * config.seq_len * config.gpt_dim
+    element = 2 if config.precision in ("bf16", "fp16") else 4
+    per_block = 4 * values * element
+    return {"allreduces_per_step": 4 * config.gpt_layers, "bytes_per_allreduce": values * element,
+            "bytes_per_step": per_block * config.gpt_layers}
+
+
+def in_flight_activations(config: TrainConfig, stages: int, microbatches: int) -> dict[str, float]:
+    """Activations one stage holds at its peak: GPipe keeps all m micro-batches until their backward, 1F1B
+    at most p (measured per micro-batch with saved-tensor hooks, divided by the stages)."""
+    per_micro = activation_bytes(config, batch_size=max(config.batch_size // microbatches, 1)) / stages
+    return {"microbatches": microbatches, "per_microbatch_mb": per_micro / MIB,
+            "gpipe_mb": microbatches * per_micro / MIB, "1f1b_mb": min(stages, microbatches) * per_micro / MIB}
+
+
+# --- section 2: the pipeline bubble ----------------------------------------------------------------
+
+def bubble_theory(stages: int, microbatches: int) -> float:
+    """The idle share of a GPipe or 1F1B step: (p − 1) / (m + p − 1)."""
+    if stages < 1 or microbatches < 1:
+        raise ValueError(f"stages={stages} and microbatches={microbatches} must be >= 1")
+    return (stages - 1) / (microbatches + stages - 1)
+
+
+def bubble_configs(base: TrainConfig, microbatches: Sequence[int], stages: int,
+                   schedules: Sequence[str] = PIPELINES) -> list[TrainConfig]:
+    """One pipeline run per (schedule, m); 1F1B only where m >= p (it refuses fewer micro-batches)."""
+    for m in microbatches:
+        if base.batch_size % m:
+            raise ValueError(f"microbatches={m} does not divide batch_size={base.batch_size}: choose divisors")
+    return [strategy_config(base, schedule, n=stages, microbatches=m, pp=stages)
+            for schedule in schedules for m in microbatches if schedule != "1f1b" or m >= stages]
+
+
+def bubble_table(rows: ResultsTable | Sequence[dict[str, Any]], stages: int) -> ResultsTable:
+    """schedule, m, bubble measured and theory, tokens/s (rows of a sweep of :func:`bubble_configs`)."""
+    table = ResultsTable(title=f"pipeline bubble, {stages} stages: measured vs (p-1)/(m+p-1)",
+                         columns=["schedule", "microbatches", "bubble_measured", "bubble_theory", "excess",
+                                  "tokens_per_s"])
+    for row in rows:
+        config: TrainConfig = row["config"]
+        block = parallel_block(row.get("summary") or {})
+        theory = bubble_theory(stages, config.microbatches)
+        measured = block.get("bubble_fraction")
+        table.append({"schedule": config.pipeline_schedule, "microbatches": config.microbatches,
+                      "bubble_measured": measured, "bubble_theory": theory,
+                      "excess": measured - theory if measured is not None else None,
+                      "tokens_per_s": block.get("tokens_per_s"), "state": row.get("state")})
+    return table
+
+
+def decreasing(values: Sequence[float | None]) -> bool:
+    """Every value smaller than the one before (None counts as a failure)."""
+    return all(v is not None for v in values) and all(b < a for a, b in zip(values, values[1:], strict=False))
+
+
+# --- section 5: activation checkpointing ----------------------------------------------------------
+
+def _build(config: TrainConfig) -> Any:
+    """The engine's model for ``config`` (token task: vocab_size classes, seq_len inputs), on the CPU."""
+    import torch
+
+    from coursekit.train.models import build_model
+
+    torch.manual_seed(config.seed)
+    return build_model(config, config.vocab_size, (config.seq_len,))
+
+
+def activation_bytes(config: TrainConfig, batch_size: int | None = None) -> int:
+    """Bytes autograd saves for backward in one training forward of the engine's model for ``config``
+    (with its ``activation_checkpointing``), counted by saved-tensor hooks on the CPU: parameters left out,
+    each storage once. What checkpointing removes from this count is memory a GPU does not hold."""
+    import torch
+
+    batch = batch_size or config.batch_size
+    model = _build(config).train()
+    owned = {t.untyped_storage().data_ptr() for t in [*model.parameters(), *model.buffers()]}
+    seen: set[int] = set()
+    total = 0
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        nonlocal total
+        key = tensor.untyped_storage().data_ptr()
+        if key not in owned and key not in seen:
+            seen.add(key)
+            total += tensor.untyped_storage().nbytes()
+        return tensor
+
+    tokens = torch.randint(0, config.vocab_size, (batch, config.seq_len))
+    with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(tokens)
+    return total
+
+
+def checkpointing_table(base: TrainConfig, timed: ResultsTable | Sequence[dict[str, Any]] = ()) -> ResultsTable:
+    """Activation bytes without and with checkpointing, and (from engine runs ``timed``) tokens/s."""
+    speeds = {row["config"].activation_checkpointing: parallel_block(row.get("summary") or {}).get("tokens_per_s")
+              or (row.get("summary") or {}).get("tokens_per_s") for row in timed}
+    table = ResultsTable(title=f"activation checkpointing, batch {base.batch_size}, {base.gpt_layers} blocks")
+    for on in (False, True):
+        table.append({"activation_checkpointing": on,
+                      "activations_mb": activation_bytes(base.replace(activation_checkpointing=on)) / MIB,
+                      "tokens_per_s": speeds.get(on)})
+    return table
+
+
+# --- recorded GPU figures (bench/model_parallel_gpu.py) -------------------------------------------
+
+def default_recording_path() -> Path:
+    """``$COURSEKIT_MODEL_PARALLEL_GPU``, else bench/results/model_parallel_gpu.json of the source tree."""
+    explicit = os.environ.get(RECORDING_ENV)
+    return Path(explicit).expanduser() if explicit else Path(__file__).resolve().parents[2] / RECORDING_FILE
+
+
+def load_recording(path: str | os.PathLike | None = None, verbose: bool = True) -> dict[str, Any] | None:
+    """The figures recorded by ``bench/model_parallel_gpu.py``, or None (saying so) when there are none."""
+    path = Path(path) if path is not None else default_recording_path()
+    if not path.is_file():
+        if verbose:
+            print(f"{NO_GPU_FIGURES}: {path} does not exist. It is written on a GPU machine by "
+                  f"`python bench/model_parallel_gpu.py`; the recorded table is skipped.")
+        return None
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data["_path"] = str(path)
+    return data
+
+
+def recorded_table(recording: dict[str, Any]) -> ResultsTable | None:
+    """strategy x (GPUs, memory per GPU, tokens/s, fits) of the recording, naming its machine."""
+    rows = [r for r in recording.get("runs") or [] if not r.get("skipped")]  # skipped: the bench's time ran out
+    if not rows:
+        return None
+    machine = recording.get("machine") or {}
+    title = (f"recorded on {machine.get('gpus', '?')} x {machine.get('device_name', '?')}, torch "
+             f"{machine.get('torch', '?')}, CUDA {machine.get('cuda', '?')}, {str(recording.get('date', ''))[:10]}")
+    return ResultsTable([{k: r.get(k) for k in ("name", "n_gpu", "ok", "oom", "peak_mem_gb", "state_gb_per_gpu",
+                                                 "formula_gb_per_gpu", "tokens_per_s", "bubble_measured")}
+                         for r in rows], title=title)

@@ -1,0 +1,114 @@
+"""The leaderboard: a JSON-lines file in a folder the instructor shares, written only from finished runs.
+
+One line per run (a seed of a submission), appended under an exclusive ``flock`` in one ``write``: many
+participants' kernels may post at once and no line is ever torn or lost (the same scheme as the job
+registry, ``coursekit/jobs/registry.py``). No network service, no keys: the path comes from the course's
+``coursekit.toml`` (``leaderboard = "/shared/course/race/leaderboard.jsonl"``), default
+``<course>/race/leaderboard.jsonl``.
+
+``entries(...)`` groups the runs by participant and submission: time-to-target mean ± std over the seeds,
+and the marks of the verification (``verify.py``): an entry is ranked only when it has no mark.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from coursekit.course import course_path
+from coursekit.jobs.registry import append_line
+from coursekit.labs.kit.participant import choose_pseudonym
+
+LEADERBOARD_SETTING = "leaderboard"
+DEFAULT_LEADERBOARD = "race/leaderboard.jsonl"
+BASELINE = "baseline"  # the submission name of the instructor's baseline
+# the summary fields a run keeps on the leaderboard
+RUN_FIELDS = ("status", "target_acc", "target_reached", "time_to_target_s", "steps_to_target", "epochs_to_target",
+              "val_acc_at_target", "seed", "config_hash", "code_hash", "val_samples", "val_hash", "torch_version",
+              "cuda_version", "device_name", "gpu_name", "gpu_count", "world_size", "num_parameters", "train_time_s",
+              "total_time_s", "evaluations", "config")
+
+
+def leaderboard_path() -> Path:
+    """The course's leaderboard file (``leaderboard`` in coursekit.toml, else ``<course>/race/leaderboard.jsonl``)."""
+    return course_path(LEADERBOARD_SETTING, DEFAULT_LEADERBOARD)
+
+
+def append_run(record: dict[str, Any], path: Path | None = None) -> None:
+    """Append one run (one ``write`` under ``flock``: concurrent writers never interleave)."""
+    path = Path(path or leaderboard_path())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    append_line(path, (json.dumps(record, sort_keys=True, default=str) + "\n").encode())
+
+
+def read_runs(path: Path | None = None) -> list[dict[str, Any]]:
+    """Every complete run, oldest first (a torn or foreign line is skipped)."""
+    path = Path(path or leaderboard_path())
+    if not path.is_file():
+        return []
+    runs = []
+    with open(path, "rb") as handle:
+        fcntl.flock(handle, fcntl.LOCK_SH)
+        try:
+            lines = handle.read().decode("utf-8", errors="replace").splitlines()
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict) and record.get("participant") and record.get("submission"):
+            runs.append(record)
+    return runs
+
+
+def run_record(participant: str, submission: str, summary: dict[str, Any], job_id: str | None = None,
+               round_: int = 1) -> dict[str, Any]:
+    """The leaderboard line of one finished run (its summary's verifiable fields)."""
+    if participant != BASELINE:
+        choose_pseudonym(participant)
+    if not submission:
+        raise ValueError("submission is empty: name it (e.g. 'bs512-bf16')")
+    if not summary:
+        raise ValueError(f"run of {participant}/{submission} (job {job_id}) has no summary: it did not finish")
+    return {"participant": participant, "submission": submission, "round": round_, "job_id": job_id,
+            "posted": time.time(), **{k: summary.get(k) for k in RUN_FIELDS}}
+
+
+def post_runs(participant: str, submission: str, rows: Any, path: Path | None = None, round_: int = 1) -> int:
+    """Post the finished runs of a submission (rows of ``labs.run_sweep``: ``job_id`` and ``summary``);
+    a run already posted (same job id) is not posted twice. Returns how many were posted."""
+    known = {(r.get("job_id"), r.get("participant")) for r in read_runs(path) if r.get("job_id")}
+    posted = 0
+    for row in rows:
+        if not row.get("summary"):
+            continue  # a job that did not finish leaves no summary: nothing to post
+        if (row.get("job_id"), participant) in known:
+            continue
+        append_run(run_record(participant, submission, row["summary"], row.get("job_id"), round_), path)
+        posted += 1
+    return posted
+
+
+def has_baseline(path: Path | None = None, round_: int = 1) -> bool:
+    """Has the baseline of this round been posted (by the instructor, on the room's hardware)?"""
+    return any(r["participant"] == BASELINE and int(r.get("round") or 1) == round_ for r in read_runs(path))
+
+
+def group_runs(runs: list[dict[str, Any]]) -> dict[tuple[str, str, int], list[dict[str, Any]]]:
+    """Runs by (participant, submission, round), in posting order."""
+    groups: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
+    for run in runs:
+        groups.setdefault((run["participant"], run["submission"], int(run.get("round") or 1)), []).append(run)
+    return groups
+
+
+def mean_std(values: list[float]) -> tuple[float | None, float | None]:
+    if not values:
+        return None, None
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)

@@ -1,0 +1,138 @@
+"""The dry race end to end (engine runs, leaderboard file, verification), the rules, concurrent writers."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+from pathlib import Path
+
+import pytest
+
+from coursekit.labs import lab09_race as race
+from coursekit.labs.lab09_race import leaderboard as lb
+from coursekit.train.config import TrainConfig
+from coursekit.train.engine import train
+
+DRY = TrainConfig(model="mlp", dataset="generated", num_samples=2000, num_classes=4, image_size=16, batch_size=50,
+                  epochs=10, lr=0.05, target_acc=0.6, eval_every=5, data_seed=0, progress="off", device="cpu")
+RULES = race.Rules("dry", DRY, models=("mlp",), max_parameters=300_000)
+WRITERS, LINES_EACH = 4, 250
+
+
+def run_submission(config: TrainConfig, tmp: Path, tag: str) -> list[dict]:
+    rows = []
+    for run in RULES.submission(config):
+        summary = train(run.replace(out=str(tmp / f"{tag}-{run.seed}")))
+        rows.append({"job_id": f"{tag}-{run.seed}", "summary": summary})
+    return rows
+
+
+def test_dry_race_two_participants_three_seeds_one_rule_breaker_marked(tmp_path: Path) -> None:
+    board = tmp_path / "leaderboard.jsonl"
+    assert race.post_runs(race.BASELINE, "baseline", run_submission(DRY, tmp_path, "base"), board) == 3
+    assert race.post_runs("ada", "bs100", run_submission(DRY.replace(batch_size=100, lr=0.1), tmp_path, "ada"),
+                          board) == 3
+    cheat = DRY.replace(val_fraction=0.1)  # a smaller, easier validation set
+    assert race.post_runs("bob", "small-val", run_submission(cheat, tmp_path, "bob"), board) == 3
+    assert race.post_runs("bob", "small-val", [{"job_id": "bob-0", "summary": {"x": 1}}], board) == 0  # posted once
+
+    table = race.standings(RULES, race.code_hash(), board)
+    by_who = {row["participant"]: row for row in table}
+    assert by_who["baseline"]["counts"] and by_who["ada"]["counts"], table
+    assert by_who["baseline"]["seeds"] == by_who["ada"]["seeds"] == 3
+    assert by_who["ada"]["time_to_target_s"] > 0 and by_who["ada"]["std_s"] >= 0
+    bob = by_who["bob"]
+    assert not bob["counts"] and bob["rank"] is None
+    assert "val_fraction = 0.1, the race fixes it to 0.2" in bob["marks"]
+    assert "validation set differs" in bob["marks"]
+    assert sorted(r["rank"] for r in table if r["counts"]) == [1, 2]
+    for run in by_who["ada"]["runs"]:  # what the engine recorded for every seed
+        assert run["target_reached"] and run["val_acc_at_target"] >= 0.6 and run["code_hash"] == race.code_hash()
+        assert run["config_hash"] == by_who["ada"]["runs"][0]["config_hash"]
+    assert {r["seed"] for r in by_who["ada"]["runs"]} == {0, 1, 2}
+    race.plot_leaderboard(table)
+
+
+def test_target_run_stops_at_the_target_and_times_training_only(tmp_path: Path) -> None:
+    summary = train(DRY.replace(out=str(tmp_path / "r"), epochs=50))
+    records = [json.loads(line) for line in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
+    evaluations = [r for r in records if r.get("event") == "evaluation"]
+    assert summary["target_reached"] and summary["steps"] == summary["steps_to_target"] < 50 * 32
+    assert evaluations[-1]["val_acc"] >= 0.6 > max(e["val_acc"] for e in evaluations[:-1])
+    assert summary["time_to_target_s"] < summary["total_time_s"]
+    assert summary["val_samples"] == 400 and summary["gpu_count"] == 0 and summary["seed"] == 0
+
+
+def test_unreached_target_and_tampered_runs_are_marked(tmp_path: Path) -> None:
+    board = tmp_path / "b.jsonl"
+    good = {"target_reached": True, "time_to_target_s": 1.0, "steps_to_target": 10, "config": DRY.to_dict(),
+            "code_hash": race.code_hash(), "val_hash": "v", "val_samples": 400, "device_name": "cpu",
+            "config_hash": "c", "num_parameters": 1000}
+    for seed in range(3):
+        race.append_run(race.run_record(race.BASELINE, "baseline", {**good, "seed": seed}, f"b{seed}"), board)
+        race.append_run(race.run_record("eve", "edit", {**good, "seed": seed, "code_hash": "0" * 16}, f"e{seed}"), board)
+        missed = {**good, "seed": seed, "target_reached": seed != 2}
+        race.append_run(race.run_record("kim", "short", missed, f"k{seed}"), board)
+    race.append_run(race.run_record("max", "one", {**good, "seed": 0, "config": {**good["config"], "model": "resnet50"}},
+                                    "m0"), board)
+    rows = {r["participant"]: r for r in race.standings(RULES, race.code_hash(), board)}
+    assert rows["baseline"]["counts"]
+    assert "not the kit's" in rows["eve"]["marks"]
+    assert "seed(s) [2] did not reach the target" in rows["kim"]["marks"]
+    assert "1 seed(s) posted, the rules ask for 3" in rows["max"]["marks"]
+    assert "model = 'resnet50' is not allowed" in rows["max"]["marks"]
+
+
+def test_rules_are_printed_and_refuse_a_race_without_a_fixed_task() -> None:
+    text = RULES.text()
+    assert "60.0%" in text and "3 seeds" in text and "every 5 steps" in text
+    assert RULES.problems(DRY.replace(batch_size=256, precision="bf16", seed=4)) == []
+    assert RULES.problems(DRY.replace(num_classes=2))[0].startswith("num_classes = 2")
+    with pytest.raises(ValueError, match="data_seed"):
+        race.Rules("x", DRY.replace(data_seed=None), models=("mlp",), max_parameters=1)
+    with pytest.raises(ValueError, match="repeats a seed"):
+        RULES.submission(DRY, seeds=[1, 1, 2])
+
+
+def _write_lines(path: str, writer: int) -> None:
+    for index in range(LINES_EACH):
+        lb.append_run({"participant": f"p{writer}", "submission": "s", "seed": index, "pad": "x" * 3000}, Path(path))
+
+
+def test_leaderboard_survives_concurrent_writers(tmp_path: Path) -> None:
+    """WRITERS processes append at once: every line is whole and none is lost (lines longer than a pipe
+    buffer, so that an unlocked writer would interleave)."""
+    path = tmp_path / "board.jsonl"
+    context = multiprocessing.get_context("spawn")
+    workers = [context.Process(target=_write_lines, args=(str(path), w)) for w in range(WRITERS)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(60)
+        assert worker.exitcode == 0
+    lines = path.read_text().splitlines()
+    assert len(lines) == WRITERS * LINES_EACH
+    runs = lb.read_runs(path)
+    assert len(runs) == WRITERS * LINES_EACH
+    for writer in range(WRITERS):
+        assert sorted(r["seed"] for r in runs if r["participant"] == f"p{writer}") == list(range(LINES_EACH))
+
+
+def test_gpu_count_is_free_the_gpu_model_is_not(tmp_path: Path) -> None:
+    """An entry on 4 GPUs of the baseline's model counts (the rules allow 4); one on another model is marked."""
+    board = tmp_path / "b.jsonl"
+    rules = race.Rules("gpus", DRY, models=("mlp",), max_parameters=300_000, max_gpus=4)
+    good = {"target_reached": True, "time_to_target_s": 1.0, "steps_to_target": 10, "config": DRY.to_dict(),
+            "code_hash": race.code_hash(), "val_hash": "v", "val_samples": 400, "config_hash": "c",
+            "num_parameters": 1000, "gpu_count": 1, "gpu_name": "NVIDIA H100 80GB HBM3"}
+    for seed in range(3):
+        race.append_run(race.run_record(race.BASELINE, "baseline", {**good, "seed": seed}, f"b{seed}"), board)
+        race.append_run(race.run_record("ada", "ddp", {**good, "seed": seed, "gpu_count": 4}, f"a{seed}"), board)
+        race.append_run(race.run_record("bob", "a100", {**good, "seed": seed, "gpu_name": "NVIDIA A100-SXM4-80GB"},
+                                        f"o{seed}"), board)
+        race.append_run(race.run_record("cyd", "eight", {**good, "seed": seed, "gpu_count": 8}, f"c{seed}"), board)
+    rows = {r["participant"]: r for r in race.standings(rules, race.code_hash(), board)}
+    assert rows["ada"]["counts"], rows["ada"]["marks"]
+    assert "ran on 1 x NVIDIA A100-SXM4-80GB" in rows["bob"]["marks"]
+    assert "8 GPUs, over the limit of 4" in rows["cyd"]["marks"]
+    assert race.verify.device_kind({"device_name": "CPU x86_64 (2 threads)"}) == "CPU x86_64"

@@ -1,0 +1,114 @@
+"""The leaderboard in a notebook: a live widget refreshed in the background (never blocking the kernel),
+and a plot of time-to-target with error bars per entry, the baseline marked."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from coursekit.labs.kit.plots import RECORDED_COLOR, new_figure
+from coursekit.labs.kit.results import ResultsTable
+from coursekit.labs.lab09_race.leaderboard import BASELINE, leaderboard_path, read_runs
+from coursekit.labs.lab09_race.rules import Rules
+from coursekit.labs.lab09_race.verify import entries
+
+DEFAULT_REFRESH_S = 5.0
+DEFAULT_STOP_AFTER_S = 3 * 3600.0  # a workshop's afternoon; stop() ends it earlier
+COUNTS_COLOR, MARKED_COLOR, BASELINE_COLOR = "tab:blue", "tab:red", "tab:gray"
+
+
+def standings(rules: Rules, kit_code_hash: str, path: Path | None = None) -> ResultsTable:
+    """The leaderboard now: every entry, ranked when it counts, marked and explained when it does not."""
+    return entries(read_runs(path), rules, kit_code_hash)
+
+
+class LeaderboardView:
+    """An ipywidgets HTML table re-read from the file every ``refresh_s`` seconds by a daemon thread."""
+
+    def __init__(self, rules: Rules, kit_code_hash: str, path: Path | None = None,
+                 refresh_s: float = DEFAULT_REFRESH_S, stop_after_s: float = DEFAULT_STOP_AFTER_S) -> None:
+        import ipywidgets
+
+        if not refresh_s > 0:
+            raise ValueError(f"refresh_s={refresh_s}: give a positive number of seconds (e.g. 5)")
+        self.rules, self.kit_code_hash = rules, kit_code_hash
+        self.path = Path(path or leaderboard_path())
+        self.refresh_s, self.stop_after_s = refresh_s, stop_after_s
+        self.widget = ipywidgets.HTML(value="<i>loading the leaderboard…</i>")
+        self.table: ResultsTable | None = None
+        self._stop = threading.Event()
+        self._seen: tuple[float, int] | None = None
+        self.thread = threading.Thread(target=self._run, name="coursekit-leaderboard", daemon=True)
+
+    def refresh(self) -> None:
+        """Re-read the file when it changed and redraw."""
+        stat = self.path.stat() if self.path.exists() else None
+        seen = (stat.st_mtime, stat.st_size) if stat else (0.0, 0)
+        if seen == self._seen:
+            return
+        self._seen = seen
+        self.table = standings(self.rules, self.kit_code_hash, self.path)
+        self.widget.value = self.table.to_html() + f"<div style='color:#57606a'>{self.path}</div>"
+
+    def _run(self) -> None:
+        waited = 0.0
+        while not self._stop.is_set() and waited <= self.stop_after_s:
+            try:
+                self.refresh()
+            except Exception as error:  # noqa: BLE001 - say why the view stopped instead of dying silently
+                self.widget.value = f"<b>leaderboard view stopped: {error!r}</b>"
+                return
+            self._stop.wait(self.refresh_s)
+            waited += self.refresh_s
+
+    def start(self) -> LeaderboardView:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        display(self.widget)
+
+
+def live_leaderboard(rules: Rules, kit_code_hash: str, path: Path | None = None,
+                     refresh_s: float = DEFAULT_REFRESH_S, stop_after_s: float = DEFAULT_STOP_AFTER_S) -> Any:
+    """In a notebook: the live view (returned at once, refreshed in the background); elsewhere the table."""
+    from coursekit.jobs.queue_view import in_kernel
+
+    if not in_kernel():
+        return standings(rules, kit_code_hash, path)
+    view = LeaderboardView(rules, kit_code_hash, path, refresh_s, stop_after_s)
+    view.refresh()  # the first rendering is there when the cell returns
+    return view.start()
+
+
+def plot_leaderboard(table: ResultsTable, title: str = "") -> Any:
+    """Time-to-target (mean ± std over seeds) per entry; marked entries in red with their rank left empty;
+    the baseline as a dashed line."""
+    figure, ax = new_figure()
+    shown = [r for r in table if r["time_to_target_s"] is not None]
+    labels = [f"{r['participant']}/{r['submission']}" + ("" if r["counts"] else " (marked)") for r in shown]
+    colors = [BASELINE_COLOR if r["participant"] == BASELINE else COUNTS_COLOR if r["counts"] else MARKED_COLOR
+              for r in shown]
+    positions = list(range(len(shown)))
+    ax.barh(positions, [r["time_to_target_s"] for r in shown], xerr=[r["std_s"] or 0 for r in shown],
+            color=colors, capsize=4, alpha=0.85)
+    ax.set_yticks(positions, labels)
+    ax.invert_yaxis()  # the fastest on top
+    for row in shown:
+        if row["participant"] == BASELINE and row["counts"]:
+            ax.axvline(row["time_to_target_s"], color=RECORDED_COLOR, linestyle="--", label="baseline")
+            ax.legend(fontsize="small", loc="lower right")
+            break
+    ax.set_xlabel("time to target (s, mean ± std over seeds)")
+    ax.set_title(title or table.title)
+    missing = len(table) - len(shown)
+    if missing:
+        ax.text(0.99, 0.01, f"{missing} entr{'y' if missing == 1 else 'ies'} never reached the target",
+                transform=ax.transAxes, ha="right", va="bottom", fontsize="small")
+    return figure

@@ -1,0 +1,19 @@
+"""Lab 02: time to accuracy within an epoch budget."""
+
+from coursekit.labs import lab02_batch_size as bs
+from coursekit.labs.kit.results import ResultsTable
+
+
+def test_time_to_accuracy_sums_epoch_times():
+    epochs = [{"epoch": 1, "epoch_time_s": 2.0, "val_acc": 0.4}, {"epoch": 2, "epoch_time_s": 3.0, "val_acc": 0.7},
+              {"epoch": 3, "epoch_time_s": 3.0, "val_acc": 0.8}]
+    table = bs.add_time_to_accuracy(ResultsTable([{"batch_size": 8, "epochs": epochs},
+                                                  {"batch_size": 64, "epochs": epochs[:1]}]), target=0.6)
+    assert table.column("time_to_target_s") == [5.0, None]
+    assert table.column("epochs_to_target") == [2, None]
+    assert table.column("train_time_s") == [8.0, 2.0]
+
+
+def test_peak_memory_in_gb():
+    table = bs.add_peak_memory_gb(ResultsTable([{"peak_mem_mb": 2048.0}, {"peak_mem_mb": None}]))
+    assert table.column("peak_mem_gb") == [2.0, None]

@@ -1,0 +1,87 @@
+"""Lab 05: profiler traces summarised, JPEG folders prepared once, loader labels."""
+
+import json
+
+import pytest
+
+from coursekit.labs import lab05_data_loading as loading
+
+
+def event(name, ts, dur, cat="cpu_op", tid=1):
+    return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "pid": 1, "tid": tid}
+
+
+def write_trace(folder, with_gpu):
+    events = [
+        event("ProfilerStep#2", 0, 100, "user_annotation"), event("ProfilerStep#3", 100, 100, "user_annotation"),
+        event("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 5, 40, "user_annotation"),
+        event("aten::linear", 50, 40), event("aten::addmm", 55, 30),
+        event("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 105, 40, "user_annotation"),
+        event("aten::linear", 150, 40), event("aten::addmm", 155, 30),
+    ]
+    if with_gpu:
+        events += [event("gemm", 60, 30, "kernel", tid=7), event("gemm", 160, 30, "kernel", tid=7),
+                   event("gemm", 170, 10, "kernel", tid=8),  # overlapping kernels count once
+                   # the GPU's copy of each step annotation (seen in a torch 2.11 trace on an H100)
+                   event("ProfilerStep#2", 58, 40, "gpu_user_annotation", tid=7),
+                   event("ProfilerStep#3", 158, 40, "gpu_user_annotation", tid=7)]
+    path = folder / "profile" / "host_1.123.pt.trace.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"traceEvents": events}))
+    return path
+
+
+def test_trace_summary_without_gpu(tmp_path):
+    path = write_trace(tmp_path, with_gpu=False)
+    assert loading.trace_file(tmp_path) == path
+    summary = loading.summarize_trace(path)
+    assert summary["steps"] == 2 and summary["profiled_ms"] == pytest.approx(0.2)
+    assert summary["dataloader_share"] == pytest.approx(0.4)
+    assert summary["gpu_idle_share"] is None
+    top = {row["operator"]: row["self_ms"] for row in summary["top_operators"]}
+    assert top["aten::addmm"] == pytest.approx(0.06) and top["aten::linear"] == pytest.approx(0.02)  # self time
+
+
+def test_trace_summary_with_gpu(tmp_path):
+    summary = loading.summarize_trace(write_trace(tmp_path, with_gpu=True))
+    assert summary["steps"] == 2  # each step once, not once more for its GPU timeline
+    assert summary["gpu_busy_ms"] == pytest.approx(0.06)
+    assert summary["gpu_idle_share"] == pytest.approx(0.7)
+
+
+def test_missing_or_foreign_trace_is_explained(tmp_path):
+    with pytest.raises(ValueError, match="--profile"):
+        loading.trace_file(tmp_path)
+    path = tmp_path / "x.pt.trace.json"
+    path.write_text(json.dumps({"traceEvents": [event("aten::mm", 0, 1)]}))
+    with pytest.raises(ValueError, match="ProfilerStep"):
+        loading.summarize_trace(path)
+
+
+def test_loader_label():
+    assert loading.loader_label({"workers": 0}) == "workers=0"
+    assert loading.loader_label({"workers": 8, "pin_memory": True, "persistent_workers": True,
+                                 "prefetch_factor": 4}) == "workers=8 +pin +persistent +prefetch4"
+
+
+def test_jpeg_tree_is_written_once(tmp_path, monkeypatch):
+    monkeypatch.setenv("COURSEKIT_COURSE_DIR", str(tmp_path))
+    monkeypatch.delenv("COURSEKIT_DATA_DIR", raising=False)
+    root = loading.prepare_jpeg_tree(2, 2, (16, 12))
+    assert root.parent == tmp_path / "data"
+    files = sorted(root.glob("*/*/*.jpg"))
+    assert len(files) == 2 * 2 + 2 * 1  # train + one val image per class
+    stamp = files[0].stat().st_mtime_ns
+    assert loading.prepare_jpeg_tree(2, 2, (16, 12)) == root
+    assert files[0].stat().st_mtime_ns == stamp
+
+
+def test_jpeg_tree_shared_by_the_room_is_reused(tmp_path, monkeypatch):
+    shared = tmp_path / "shared"
+    monkeypatch.setenv("COURSEKIT_DATA_DIR", str(shared))
+    monkeypatch.setenv("COURSEKIT_COURSE_DIR", str(tmp_path / "ada"))
+    first = loading.prepare_jpeg_tree(2, 2, (16, 12))  # the instructor (or the first participant) writes it
+    assert first.parent == shared and (first / ".complete").exists()
+    monkeypatch.setenv("COURSEKIT_COURSE_DIR", str(tmp_path / "bob"))
+    assert loading.prepare_jpeg_tree(2, 2, (16, 12)) == first  # everybody else reads the same tree
+    assert not (tmp_path / "bob" / "data").exists()

@@ -1,0 +1,61 @@
+"""The lab notebooks: built from their sources, executed, shaped like labs, exercises well formed."""
+
+import importlib.util
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from coursekit.labs.kit import exercises
+
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+NAMES = ["00_cluster_from_the_notebook", "01_gd_vs_sgd", "02_batch_size", "03_gpu_memory",
+         "04_mixed_precision", "05_data_loading_profiler", "06_data_parallelism",
+         "07_large_batch", "08_model_parallelism", "09_race"]
+TRAINING_LOOP_SIGNS = (".backward(", "optimizer.step(", "opt.step(", "zero_grad(")
+
+
+def load(name: str) -> nbformat.NotebookNode:
+    return nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+
+
+def test_every_notebook_is_built_from_its_source():
+    spec = importlib.util.spec_from_file_location("build_notebooks", NOTEBOOKS / "build_notebooks.py")
+    builder = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(builder)
+    assert builder.main(["--check"]) == 0
+    assert sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb")) == NAMES
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_notebook_is_shaped_like_a_lab(name):
+    nb = load(name)
+    nbformat.validate(nb)
+    assert nb.cells[0].cell_type == "markdown" and "Learning goals" in nb.cells[0].source
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert "check_claim" in code[-1].source, "the closing cell checks the lab's claim"
+    for cell in code:
+        assert not any(sign in cell.source for sign in TRAINING_LOOP_SIGNS), f"a training loop in: {cell.source[:80]}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_notebook_carries_the_outputs_nbval_compares(name):
+    for index, cell in enumerate(load(name).cells):
+        if cell.cell_type != "code":
+            continue
+        assert cell.execution_count is not None, f"cell {index} was not executed: run build_notebooks.py --execute"
+        raises = "raises-exception" in cell.metadata.get("tags", [])
+        for output in cell.outputs:
+            assert not (output.output_type == "stream" and output.name == "stderr"), f"cell {index} wrote to stderr"
+            assert output.output_type != "error" or raises, f"cell {index} failed"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_exercises_strip_cleanly(name, tmp_path):
+    nb = load(name)
+    report = exercises.strip_notebook(nb, name)
+    assert report.code_blocks >= 1, "every lab has at least one exercise"
+    text = "\n".join(c.source for c in nb.cells)
+    assert exercises.BEGIN not in text and exercises.END not in text
+    assert text.count(exercises.PLACEHOLDER_RAISE) == report.code_blocks
+    nbformat.validate(nb)
