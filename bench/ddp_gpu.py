@@ -13,7 +13,8 @@ One command on a machine with 2 or 4 GPUs (no Slurm needed; about 5 minutes on 2
     time; (e) an NCCL_DEBUG=INFO log per binding (rings, trees, transports) for the notebook; and lab 06's
     participant script (notebooks/ddp/train_ddp.py, plain PyTorch DDP) on the same GPU counts.
 Throughputs are medians over step windows after the warm-up steps. Writes bench/results/ddp_gpu.json, the
-run logs next to it, and bench/REPORT-ddp.md (bench/report_ddp.py). ``--cpu-smoke``: the same on CPU
+run logs next to it (``ddp_gpu_logs/``, not kept in git), and bench/REPORT-ddp.md (bench/report_ddp.py);
+``--publish`` also copies the JSON to lab 06's recording, coursekit/labs/recordings/ddp_gpu.json. ``--cpu-smoke``: the same on CPU
 processes with gloo and tiny sizes, to check this script anywhere (not a measurement).
 """
 
@@ -39,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 RESULTS = ROOT / "bench" / "results"
+RECORDING = "ddp_gpu"  # --publish: coursekit/labs/recordings/ddp_gpu.json
 NCCL_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 NCCL_DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,GRAPH,ENV"}
 RUN_TIMEOUT_S = 420
@@ -266,7 +268,7 @@ def allreduce_worker(sizes: list[int], iters: int, device: str, out: Path) -> No
     import torch
     import torch.distributed as dist
 
-    from coursekit.distributed import cleanup, init_distributed
+    from coursekit.train.parallel.process_group import cleanup, init_distributed
 
     ctx = init_distributed(device)
     rows = []
@@ -360,12 +362,21 @@ def gpu_count(profile: Profile, requested: int | None) -> int:
     return min(requested or available, available, 8)
 
 
+def binding_logs(result: dict[str, Any], logs: Path) -> dict[str, Path]:
+    """The NCCL_DEBUG=INFO log of each binding's bus-bandwidth run (lab 06 shows them), where it was written."""
+    runs = {binding: logs / row["busbw"]["log"] for binding, row in (result.get("binding") or {}).items()
+            if isinstance(row, dict) and (row.get("busbw") or {}).get("log")}
+    return {binding: path for binding, path in runs.items() if path.exists()}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cpu-smoke", action="store_true", help="gloo on CPU processes, tiny sizes (a check)")
     parser.add_argument("--gpus", type=int, default=None, help="most GPUs to use (default: all, at most 8)")
     parser.add_argument("--out", type=Path, default=None, help="result JSON (default bench/results/ddp_gpu.json)")
     parser.add_argument("--report", type=Path, default=None, help="Markdown report (default bench/REPORT-ddp.md)")
+    parser.add_argument("--publish", action="store_true",
+                        help=f"also copy the JSON to coursekit/labs/recordings/{RECORDING}.json (what the labs read)")
     parser.add_argument("--parts", default=",".join(PARTS), help=f"which parts to run (default all: {','.join(PARTS)})")
     parser.add_argument("--repeats", type=int, default=1, help="runs of each scaling configuration (mean ± std)")
     parser.add_argument("--scaling-modes", default="weak,strong", help="weak, strong or both (default)")
@@ -377,6 +388,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="", help=argparse.SUPPRESS)
     parser.add_argument("--iters", type=int, default=1, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.publish and args.cpu_smoke:
+        parser.error("--publish writes the labs' recording: not from a --cpu-smoke run")
     if args.allreduce_worker:
         allreduce_worker([int(s) for s in args.sizes.split(",")], args.iters, args.device, args.allreduce_worker)
         return 0
@@ -430,7 +443,14 @@ def main(argv: list[str] | None = None) -> int:
 
     write_report(result, report, logs_dir=logs.relative_to(ROOT) if logs.is_relative_to(ROOT) else logs)
     print(f"wrote {out} and {report} in {result['total_s']:.0f} s", flush=True)
-    return 0 if all(run["ok"] for run in all_runs(result)) else 1
+    ok = all(run["ok"] for run in all_runs(result))
+    if args.publish:
+        if ok:
+            from publish import publish  # bench/publish.py
+            publish(out, RECORDING, logs=binding_logs(result, logs))
+        else:
+            print("not published: some runs failed (the report lists them)", file=sys.stderr)
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

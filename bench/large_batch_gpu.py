@@ -8,11 +8,12 @@ ETA printed per run):
 ResNet-18 (bf16, channels_last) on the generated stand-in of CIFAR-10's size (50,000 + 10,000 images of
 32 x 32, 10 classes): CIFAR-10 itself cannot be downloaded on the benchmark machine, so the accuracies are
 the stand-in's, not CIFAR-10's (the report says so). Lab 07's methods (SGD; SGD + linear scaling + warm-up +
-cosine; AdamW; LARS; LAMB, from ``coursekit/labs/kit/settings.py``) at batch 256 and 4096 for the same number
+cosine; AdamW; LARS; LAMB, from ``coursekit.labs.lab_settings("07", ...)``) at batch 256 and 4096 for the same number
 of epochs (equal-epochs budget only: equal steps at 4096 would be 16 times longer), seeds 0-2, each run
 through the engine (``coursekit.train.train``, in this process: one start-up); then images/s of short runs
 at batch 256 ... 4096. Writes bench/results/large_batch_gpu.json and bench/REPORT-large-batch.md
-(bench/report_large_batch.py). ``--cpu-smoke``: the same plan with a tiny MLP on the CPU, to check the
+(bench/report_large_batch.py); ``--publish`` also copies the JSON to lab 07's recording,
+coursekit/labs/recordings/large_batch_gpu.json. ``--cpu-smoke``: the same plan with a tiny MLP on the CPU, to check the
 script anywhere (not a measurement; written to a temporary folder unless --out is given).
 """
 
@@ -37,12 +38,13 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from coursekit.labs import lab_settings  # noqa: E402
 from coursekit.labs.kit.datasets import standin_config  # noqa: E402
-from coursekit.labs.kit.settings import lab_settings  # noqa: E402
 from coursekit.train.config import TrainConfig  # noqa: E402
 from coursekit.train.engine import train  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "large_batch_gpu.json"
+RECORDING = "large_batch_gpu"  # --publish: coursekit/labs/recordings/large_batch_gpu.json
 EPOCHS = 3  # per run: 30 runs x 3 epochs of 50,000 images, estimated ~6 minutes on one H100
 WARMUP_EPOCHS = 1.0
 SEEDS = (0, 1, 2)
@@ -105,10 +107,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int, default=EPOCHS)
     parser.add_argument("--max-minutes", type=float, default=MAX_MINUTES)
     parser.add_argument("--out", type=Path, default=None, help=f"results JSON (default {RESULTS})")
+    parser.add_argument("--publish", action="store_true",
+                        help=f"also copy the JSON to coursekit/labs/recordings/{RECORDING}.json (what the labs read)")
     parser.add_argument("--complete", type=Path, default=None,
                         help="an earlier results JSON of the same plan: its completed runs and throughput are kept, "
                              "only the rest run (a record that a time budget cut short)")
     args = parser.parse_args(argv)
+    if args.publish and args.cpu_smoke:
+        parser.error("--publish writes the labs' recording: not from a --cpu-smoke run")
     if not args.cpu_smoke and not torch.cuda.is_available():
         print("large_batch_gpu: no GPU here; use --cpu-smoke to check the script on a CPU", file=sys.stderr)
         return 2
@@ -172,6 +178,9 @@ def main(argv: list[str] | None = None) -> int:
 
     report = write_report(out, out.parent / "REPORT-large-batch.md" if args.cpu_smoke else None)
     print(f"large_batch_gpu: wrote {report}", flush=True)
+    if args.publish:
+        from publish import publish  # bench/publish.py
+        publish(out, RECORDING)
     return 0
 
 

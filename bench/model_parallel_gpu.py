@@ -15,7 +15,8 @@
 Every run is ``torchrun -m coursekit.train`` (the engine the lab uses); a run that does not finish within its
 time limit is stopped and recorded as such. New runs stop being launched after ``BUDGET_S``.
 Results: bench/results/model_parallel_gpu.json (``--cpu-smoke``: model_parallel_cpu_smoke.json) and
-bench/REPORT-model-parallel.md (bench/report_model_parallel.py).
+bench/REPORT-model-parallel.md (bench/report_model_parallel.py); ``--publish`` also copies the JSON to lab 08's
+recording, coursekit/labs/recordings/model_parallel_gpu.json.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
+RECORDING = "model_parallel_gpu"  # --publish: coursekit/labs/recordings/model_parallel_gpu.json
 STATE_BYTES_PER_PARAM_DDP = 16  # fp32 weights 4 + gradients 4 + Adam m 4 + v 4
 OVERSIZE = 1.15  # the large model's DDP state is this many times one GPU's memory
 BIG_DIM, BIG_HEADS, BIG_SEQ, BIG_VOCAB, BIG_BATCH = 4096, 32, 1024, 8192, 2
@@ -153,10 +155,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cpu-smoke", action="store_true", help="gloo on 2 CPU processes, tiny sizes")
     parser.add_argument("--out", type=Path, default=None, help="JSON file (default: bench/results/...)")
+    parser.add_argument("--publish", action="store_true",
+                        help=f"also copy the JSON to coursekit/labs/recordings/{RECORDING}.json (what the labs read)")
     parser.add_argument("--complete", type=Path, default=None,
                         help="an earlier result JSON: keep its runs and run only those it skipped or lacks")
     parser.add_argument("--budget-s", type=float, default=BUDGET_S, help="no new run after this many seconds")
     args = parser.parse_args(argv)
+    if args.publish and args.cpu_smoke:
+        parser.error("--publish writes the labs' recording: not from a --cpu-smoke run")
     earlier = {}
     if args.complete is not None:
         earlier = {r["name"]: r for r in json.loads(args.complete.read_text())["runs"] if not r.get("skipped")}
@@ -236,6 +242,9 @@ def main(argv: list[str] | None = None) -> int:
 
     report = write_report(result, ROOT / "bench" / ("REPORT-model-parallel-smoke.md" if cpu else "REPORT-model-parallel.md"))
     print(f"wrote {report}")
+    if args.publish:
+        from publish import publish  # bench/publish.py
+        publish(path, RECORDING)
     return 0
 
 

@@ -1,7 +1,7 @@
 """Lab 09's race on one GPU: the baseline and one tuned entry, each ``--seeds`` runs of the engine, verified.
 
 Each run is its own ``python -m coursekit.train`` process (as a job would be), with lab 09's gpu settings
-(``_lab09`` in coursekit/labs/kit/settings.py): ResNet-18 to 85 % validation accuracy, evaluated every 50 steps,
+(``settings`` in coursekit/labs/lab09_race/): ResNet-18 to 85 % validation accuracy, evaluated every 50 steps,
 timed by the engine (untimed warm-up, evaluations off the clock). Where CIFAR-10 is not staged (the GPU
 machine has no internet) the settings switch to the generated stand-in of CIFAR-10's shape, and the report
 says so. The runs are posted to a leaderboard file and verified as lab 09 does (rules, validation-set
@@ -94,7 +94,7 @@ def run_race(profile: str, seeds: int, time_limit_s: float, work: Path, gpus: in
     tuned batch on each GPU (a ``gpus`` times larger global batch, the LR scaled linearly), or with
     ``same_global_batch`` splits it over the GPUs (the same global batch and LR as on one GPU)."""
     from coursekit.labs import lab09_race as race
-    from coursekit.labs.kit.settings import lab_settings
+    from coursekit.labs import lab_settings
 
     os.environ.setdefault("COURSEKIT_COURSE_DIR", str(work))
     s = lab_settings("09", profile)

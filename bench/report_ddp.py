@@ -110,7 +110,7 @@ def render(result: dict[str, Any], logs_dir: Path | str = "bench/results/ddp_gpu
              f"{m['cpus']} CPUs; torch {m['torch']}, CUDA {m['cuda']}, NCCL {m.get('nccl')}, Python {m['python']}. "
              f"Environment: {', '.join(f'{k}={v}' for k, v in result['nccl_env'].items())}.", "",
              f"Command: `{result['command']}` ({result['total_s']:.0f} s in all; every run's log, with the exact "
-             f"command it ran, is in `{logs_dir}/`).", "",
+             f"command it ran, goes to `{logs_dir}/`: per-run logs are not kept in git, rerun to get them).", "",
              f"Engine runs: `{p['model']}`, {p['precision']}, channels_last, synthetic GPU-resident "
              f"{p['image_size']}×{p['image_size']} images, {p['steps']} steps logged every {p['log_every']}; the "
              f"first {p['warmup_steps']} steps are warm-up; throughput = median over the remaining windows.", ""]

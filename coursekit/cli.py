@@ -16,6 +16,8 @@ import sys
 from collections.abc import Callable, Sequence
 
 from coursekit.jobs.logs import job_logs, looks_like_job_id
+from coursekit.sites import load_site, site_names
+from coursekit.slurm_cli import SlurmError
 
 DEFAULT_LOG_LINES = 20
 DEFAULT_JOBS_LIMIT = 50
@@ -74,8 +76,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    from coursekit.jobs.handle import tail_lines
-    from coursekit.jobs.registry import get_job
+    from coursekit.jobs.handle import get_job, tail_lines
 
     job = get_job(args.job)
     stream = "err" if args.err else "out"
@@ -91,7 +92,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    from coursekit.jobs.registry import get_job, list_jobs
+    from coursekit.jobs.handle import get_job, list_jobs
 
     if bool(args.jobs) == bool(args.name):
         print("coursekit cancel: give job ids or --name NAME (not both)", file=sys.stderr)
@@ -115,8 +116,6 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_sites(args: argparse.Namespace) -> int:
-    from coursekit.sites import load_site, site_names
-
     try:
         chosen = load_site().name
     except ValueError as error:
@@ -195,8 +194,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; its exit code. Errors are one line on stderr, never a traceback."""
-    from coursekit.slurm_cli import SlurmError
-
     args = build_parser().parse_args(argv)
     handler: Handler = args.handler
     try:

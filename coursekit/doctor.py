@@ -16,6 +16,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, Any
 
+from coursekit import slurm_cli
+from coursekit.course import course_dir, jobs_dir
+from coursekit.sites import load_site, site_names
+
 MIN_PYTHON = (3, 10)
 SLURM_COMMANDS = ("sbatch", "srun", "squeue", "sacct", "scancel", "sinfo", "scontrol")
 SYMBOLS = {"ok": "✓", "warn": "!", "fail": "✗"}
@@ -61,8 +65,6 @@ def check_gpus() -> Check:
 
 
 def check_course_folder() -> Check:
-    from coursekit.course import course_dir, jobs_dir
-
     folder = course_dir()
     try:
         jobs_dir().mkdir(parents=True, exist_ok=True)
@@ -75,8 +77,6 @@ def check_course_folder() -> Check:
 
 
 def check_site(site_name: str | None) -> tuple[Check, Any]:
-    from coursekit.sites import load_site, site_names
-
     try:
         site = load_site(site_name)
     except ValueError as error:
@@ -99,8 +99,6 @@ def check_slurm_commands() -> Check:
 
 
 def check_controller() -> Check:
-    from coursekit import slurm_cli
-
     try:
         answer = slurm_cli.run(["scontrol", "ping"]).strip()
     except slurm_cli.SlurmError as error:
@@ -112,8 +110,6 @@ def check_controller() -> Check:
 
 
 def check_accounting() -> Check:
-    from coursekit import slurm_cli
-
     if slurm_cli.accounting_enabled(max_age_s=0):
         return Check("ok", "Slurm accounting on (sacct answers)")
     return Check("fail", "Slurm accounting on (sacct answers)", "sacct fails: finished jobs' states are unknown",
@@ -121,8 +117,6 @@ def check_accounting() -> Check:
 
 
 def check_partition(site: Any) -> Check:
-    from coursekit import slurm_cli
-
     try:
         partitions = slurm_cli.sinfo_partitions()
     except slurm_cli.SlurmError as error:

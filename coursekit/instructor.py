@@ -22,7 +22,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from coursekit import slurm_cli
 from coursekit.course import COURSE_CONFIG_FILE, COURSE_DIR_ENV, course_dir, course_setting
+from coursekit.sites import load_site, site_jobs_dir
 
 REPO_NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 PARTICIPANT_NOTEBOOKS = "notebooks"
@@ -118,7 +120,7 @@ def verify_cifar10(folder: Path) -> list[str]:
 
 def data_jpeg(folder: Path, profile: str, workers: int) -> int:
     """Lab 05's JPEG tree (its ``profile`` settings), written once in ``folder`` under the name lab 05 looks for."""
-    from coursekit.labs.kit.settings import lab_settings
+    from coursekit.labs import lab_settings
     from coursekit.labs.lab05_data_loading import jpeg_tree_name
     from coursekit.train.data.jpeg import write_synthetic_jpeg_tree
 
@@ -148,17 +150,13 @@ def job_prefix(explicit: str | None) -> str:
 
 def course_jobs(prefix: str, finished: bool) -> list[dict[str, str]]:
     """The course's jobs: Slurm's (every user's, by name prefix) on a Slurm site, else the course registry's."""
-    from coursekit.sites import load_site
-
     start = prefix + "-"
     if load_site().is_local:
-        from coursekit.jobs.registry import list_jobs
+        from coursekit.jobs.handle import list_jobs
 
         rows = [{"job_id": j.job_id, "name": j.name, "user": os.environ.get("USER", ""), "state": j.state,
                  "elapsed": "", "node_list": "local"} for j in list_jobs() if j.name.startswith(start)]
         return [r for r in rows if finished or not _ended(r["state"])]
-    from coursekit import slurm_cli
-
     rows = [r for r in slurm_cli.squeue(all_states=finished) if r["name"].startswith(start)]
     if finished and slurm_cli.accounting_enabled():
         seen = {r["job_id"] for r in rows}
@@ -169,9 +167,7 @@ def course_jobs(prefix: str, finished: bool) -> list[dict[str, str]]:
 
 
 def _ended(state: str) -> bool:
-    from coursekit.slurm_cli import is_terminal
-
-    return is_terminal(state)
+    return slurm_cli.is_terminal(state)
 
 
 def print_jobs(rows: list[dict[str, str]], prefix: str) -> None:
@@ -184,18 +180,14 @@ def print_jobs(rows: list[dict[str, str]], prefix: str) -> None:
 
 def cancel_course(prefix: str) -> list[str]:
     """Cancel every active job of the course; their ids."""
-    from coursekit.sites import load_site
-
     active = [r for r in course_jobs(prefix, finished=False) if not _ended(r["state"])]
     ids = [r["job_id"] for r in active]
     if load_site().is_local:
-        from coursekit.jobs.registry import get_job
+        from coursekit.jobs.handle import get_job
 
         for job_id in ids:
             get_job(job_id).cancel()
     else:
-        from coursekit import slurm_cli
-
         slurm_cli.scancel(ids)
     return ids
 
@@ -269,8 +261,6 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_results(args: argparse.Namespace) -> int:
-    from coursekit.course import site_jobs_dir
-
     prefix = args.prefix or course_setting("job_prefix")
     roots = [Path(p) for p in args.jobs_dir] or [site_jobs_dir()]
     rows = gather_results(roots, prefix)

@@ -4,6 +4,7 @@ real local cluster)."""
 from __future__ import annotations
 
 import io
+import signal
 import subprocess
 import sys
 import time
@@ -13,7 +14,7 @@ import pytest
 
 from coursekit import cli, doctor
 from coursekit.jobs import registry
-from coursekit.jobs.handle import Job
+from coursekit.jobs.handle import Job, get_job
 
 COMMAND_TIMEOUT_S = 120
 
@@ -147,7 +148,9 @@ def test_cancel_by_name_cancels_only_active_jobs(course: Path, capsys: pytest.Ca
 
     ended = add_local_job(course, "2001", name="sweep")
     (ended.folder / ".coursekit_cancelled").write_text("")
-    process = subprocess.Popen(["sleep", "60"])
+    # SIGINT as default (a pytest started as a background job of a script inherits it ignored): cancel's SIGINT
+    # ends it, not the SIGTERM that follows after local_process.STOP_GRACE_S
+    process = subprocess.Popen(["sleep", "60"], preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         folder = course / "jobs" / "sweep" / str(process.pid)
         folder.mkdir(parents=True)
@@ -210,4 +213,4 @@ def test_cancel_a_real_slurm_job(course: Path, monkeypatch: pytest.MonkeyPatch,
     [job_id] = gpu_jobs_submitter("wait.py", n_gpu=1, name="to-cancel", time_max="00:10:00")
     assert cli.main(["cancel", job_id]) == 0
     assert f"cancelled {job_id}" in capsys.readouterr().out
-    assert registry.get_job(job_id).wait(timeout=60) == "CANCELLED"
+    assert get_job(job_id).wait(timeout=60) == "CANCELLED"

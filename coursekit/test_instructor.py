@@ -64,7 +64,7 @@ def test_data_jpeg_writes_lab05s_tree_once_where_lab05_reads_it(course: Path, tm
     trees = list(shared.glob("jpeg-*"))
     assert len(trees) == 1 and (trees[0] / ".complete").exists() and list(trees[0].glob("train/*/*.jpg"))
     assert cli.main(["instructor", "setup", str(course), "--data-dir", str(shared), "--no-doctor"]) == 0
-    from coursekit.labs.kit.settings import lab_settings
+    from coursekit.labs import lab_settings
     from coursekit.labs.lab05_data_loading import prepare_jpeg_tree
 
     s = lab_settings("05", "cpu")

@@ -7,17 +7,37 @@ carry the outputs of one run in the cpu profile (the profile CI runs)::
     python notebooks/build_notebooks.py --execute 01    # rebuild and run notebook 01, storing its outputs
     python notebooks/build_notebooks.py --check         # exit 1 when a notebook differs from its source
 
+A source is a Python script in jupytext's percent format, which ruff checks like the rest of the code
+(this builder reads it without jupytext)::
+
+    # Notebook NN: what the lab is about (a docstring or comments before the first cell: not a cell)
+
+    # %% [markdown] tags=["exercise"]
+    # ## A markdown cell
+    #
+    # Every line commented with "# ", an empty line as "#".
+
+    # %% tags=["nbval-ignore-output"]
+    # %matplotlib inline
+    print("a code cell: tags in its header, IPython magics and shell escapes commented out")
+
+A cell ends at the next ``# %%`` line; the blank lines around its text are not part of it. The tags are
+those nbval reads (``nbval-ignore-output``, ``raises-exception``, ``nbval-skip``) and the exercises'
+(``exercise``, ``solution``); nbval's comment markers (``# NBVAL_IGNORE_OUTPUT`` ...) on the first lines
+of a code cell become tags too. Magics are commented out and back with jupytext's rules, so
+``jupytext --to ipynb`` reads a source as this builder does (plus a first cell: the docstring).
+
 Runs use the local site and a temporary course folder, like notebooks/conftest.py does under nbval.
-What participants open in JupyterLab is cleaned on the way: nbval's comment markers become cell tags
-(src/cells.py), the temporary course folder reads ``~/course``, and a live widget (the queue view, a
-progress bar), whose state JupyterLab does not restore, is stored as its last rendering.
+What participants open in JupyterLab is cleaned on the way: nbval's comment markers become cell tags,
+the temporary course folder reads ``~/course``, and a live widget (the queue view, a progress bar),
+whose state JupyterLab does not restore, is stored as its last rendering.
 """
 
 from __future__ import annotations
 
 import argparse
 import html
-import importlib.util
+import json
 import os
 import re
 import sys
@@ -30,8 +50,6 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 HERE = Path(__file__).resolve().parent
 SOURCES = HERE / "src"
-sys.path.insert(0, str(SOURCES))
-from cells import split_markers  # noqa: E402 - notebooks/src is not a package
 
 KERNELSPEC = {"display_name": "Python 3", "language": "python", "name": "python3"}
 CELL_TIMEOUT_S = 600
@@ -46,12 +64,167 @@ STORED_VIEW_NOTE = ("<div style='font-size:90%;color:#57606a'><i>stored copy of 
                     "this notebook was built: run the cell to follow your own jobs</i></div>")
 
 
+# nbval's comment markers and the cell tags it reads for each (nbval/plugin.py: metadata_tags)
+MARKER_TAGS = {
+    "NBVAL_IGNORE_OUTPUT": "nbval-ignore-output",
+    "NBVAL_CHECK_OUTPUT": "nbval-check-output",
+    "NBVAL_RAISES_EXCEPTION": "raises-exception",
+    "NBVAL_SKIP": "nbval-skip",
+}
+# A cell's first line, as jupytext reads it (cell_reader.py: DoublePercentScriptCellReader.start_code_re);
+# this builder knows the options jupytext writes for our cells: [markdown], then tags=<JSON list>
+CELL_HEADER = re.compile(r"^\s*#\s*%%(%*)(\s.*)?$")
+HEADER_OPTIONS = re.compile(r"^(?P<markdown>\[markdown\])?\s*(?:tags=(?P<tags>\[.*\]))?$")
+# IPython magics and shell escapes, commented out in a source ("# %matplotlib inline"): jupytext's rules for
+# Python (magics.py: is_magic, for a cell with an explicit marker), so that both read a source the same way
+_MAGIC = re.compile(r"^\s*(# |#)*(%|%%|%%%)[a-zA-Z]")
+_MAGIC_FORCE_ESCAPE = re.compile(r"^\s*(# |#)*(%|%%|%%%)[a-zA-Z](.*)#\s*escape")
+_MAGIC_NO_ESCAPE = re.compile(r"^\s*(# |#)*(%|%%|%%%)[a-zA-Z](.*)#\s*noescape")
+_HELP_OR_SHELL = re.compile(r"^\s*(?:(?:# |#)+\s*)?(\?|!)\s*[A-Za-z\.\~\$\\\/\{\}]")
+_MAGIC_ASSIGN = re.compile(r"^(# |#)*\s*([a-zA-Z_][a-zA-Z_$0-9]*)\s*=\s*(%|%%|%%%|!)[a-zA-Z](.*)")
+_HELP = re.compile(r"^\s*(# )*[^\s]*\?\s*$")
+_SHELL_COMMAND = re.compile(r"^(# |#)*(cat|cd|cp|mv|rm|rmdir|mkdir|copy|ddir|echo|ls|ldir|ren)($|\s$|\s[^=,])")
+_CONTINUED = re.compile(r".*\\\s*$")
+
+
+def split_markers(source: str) -> tuple[str, tuple[str, ...]]:
+    """The source without its leading nbval marker lines, and the tags they stand for."""
+    lines = source.splitlines()
+    tags: list[str] = []
+    while lines and lines[0].strip().lstrip("#").strip() in MARKER_TAGS and lines[0].lstrip().startswith("#"):
+        tags.append(MARKER_TAGS[lines.pop(0).strip().lstrip("#").strip()])
+    return "\n".join(lines), tuple(tags)
+
+
+class _Quotes:
+    """Whether the next line starts inside a string literal (jupytext's StringParser, for Python)."""
+
+    def __init__(self) -> None:
+        self.single: str | None = None
+        self.triple: str | None = None
+
+    def quoted(self) -> bool:
+        return bool(self.single or self.triple)
+
+    def read(self, line: str) -> None:
+        if not self.quoted() and line.lstrip().startswith("#"):
+            return
+        triple_start = -1
+        for i, char in enumerate(line):
+            if self.single is None and self.triple is None and char == "#":
+                break
+            if char not in "\"'" or line[i - 1:i] == "\\":
+                continue
+            if self.single == char:
+                self.single = None
+            elif self.single is not None:
+                continue
+            elif line[i - 2:i + 1] == 3 * char and i >= triple_start + 3:
+                if self.triple == char:
+                    self.triple, triple_start = None, i
+                elif self.triple is None:
+                    self.triple, triple_start = char, i
+            elif self.triple is None:
+                self.single = char
+        self.single = None
+
+
+def _is_magic(line: str) -> bool:
+    if _MAGIC_FORCE_ESCAPE.match(line):
+        return True
+    if _MAGIC_NO_ESCAPE.match(line):
+        return False
+    return any(p.match(line) for p in (_MAGIC, _HELP_OR_SHELL, _MAGIC_ASSIGN, _HELP, _SHELL_COMMAND))
+
+
+def _escape_magics(source: str, escape: bool) -> str:
+    """Comment out (escape) or uncomment once the magic lines of a code cell, outside string literals."""
+    lines, quotes, continued = source.split("\n"), _Quotes(), False
+    for pos, line in enumerate(lines):
+        if not quotes.quoted() and (continued or _is_magic(line)):
+            text = line if continued and escape else line.lstrip()
+            indent = line[:len(line) - len(text)]
+            if escape:
+                lines[pos] = indent + "# " + text
+            else:
+                lines[pos] = indent + (text[2:] if text.startswith("# ") else text[1:] if text.startswith("#") else text)
+            continued = bool(_CONTINUED.match(line))
+        quotes.read(line)
+    return "\n".join(lines)
+
+
+def comment_magics(source: str) -> str:
+    """A code cell's source as a source file holds it: magics and shell escapes commented out."""
+    return _escape_magics(source, escape=True)
+
+
+def uncomment_magics(source: str) -> str:
+    """A code cell's source from a source file: the commented magics (and shell escapes) restored."""
+    return _escape_magics(source, escape=False)
+
+
+def _strip_blank_lines(lines: list[str]) -> list[str]:
+    while lines and not lines[-1].strip():
+        lines.pop()
+    while lines and not lines[0].strip():
+        lines.pop(0)
+    return lines
+
+
+def read_source(text: str, name: str = "<source>") -> list[dict]:
+    """The cells of a source in percent format, each ``{"kind", "source", "tags"}``; what comes before the
+    first ``# %%`` (the module docstring) is not a cell."""
+    found: list[tuple[int, re.Match, list[str]]] = []  # each cell's header: line number, options, lines
+    quotes = _Quotes()
+    for number, line in enumerate(text.splitlines(), 1):
+        header = None if quotes.quoted() else CELL_HEADER.match(line)
+        quotes.read(line)
+        if header is None:
+            if found:
+                found[-1][2].append(line)
+            continue
+        options = HEADER_OPTIONS.match((header.group(2) or "").strip())
+        if header.group(1) or options is None:
+            raise ValueError(f"{name}:{number}: a cell header this builder does not read: {line!r} "
+                             '(write "# %%" or "# %% [markdown]", then tags=["...", ...] if any)')
+        found.append((number, options, []))
+        quotes = _Quotes()
+    if not found:
+        raise ValueError(f"{name}: no '# %%' cell (a source is in percent format, see build_notebooks.py)")
+    cells = []
+    for number, options, lines in found:
+        lines = _strip_blank_lines(lines)
+        tags = tuple(json.loads(options["tags"])) if options["tags"] else ()
+        if options["markdown"]:
+            wrong = [line for line in lines if line and line != "#" and not line.startswith("# ")]
+            if wrong:
+                raise ValueError(f"{name}: the markdown cell at line {number} has a line without '# ': {wrong[0]!r}")
+            cells.append({"kind": "markdown", "source": "\n".join(line[2:] for line in lines), "tags": tags})
+        else:
+            source, marker_tags = split_markers(uncomment_magics("\n".join(lines)))
+            tags = (*marker_tags, *(t for t in tags if t not in marker_tags))
+            cells.append({"kind": "code", "source": source, "tags": tags})
+    return cells
+
+
+def source_text(cells: list[dict], preamble: str = "") -> str:
+    """The source file of `cells` (``read_source`` reads them back), `preamble` (a module docstring) first."""
+    parts = [preamble.strip("\n")] if preamble.strip() else []
+    for cell in cells:
+        header = "# %%" + (" [markdown]" if cell["kind"] == "markdown" else "")
+        if cell["tags"]:
+            header += f" tags={json.dumps(list(cell['tags']))}"
+        if cell["kind"] == "markdown":
+            lines = [f"# {line}" if line else "#" for line in cell["source"].split("\n")]
+        else:
+            lines = comment_magics(cell["source"]).split("\n")
+        parts.append("\n".join([header, *lines]) if cell["source"] else header)
+    return "\n\n".join(parts) + "\n"
+
+
 def load_source(path: Path) -> list[dict]:
-    """The cells of a source file (``CELLS``; notebooks/src is on the import path for ``cells``)."""
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.CELLS
+    """The cells of a source file (see the module's docstring)."""
+    return read_source(path.read_text(encoding="utf-8"), str(path))
 
 
 def notebook_name(source: Path) -> str:
@@ -171,7 +344,11 @@ def main(argv: list[str] | None = None) -> int:
         previous = nbformat.read(target, as_version=4) if target.exists() else None
         if previous is not None:
             clean_outputs(previous)  # while its widget state is at hand
-        nb = build(source, previous)
+        try:
+            nb = build(source, previous)
+        except ValueError as error:  # a source it cannot read exactly
+            print(f"error: {error}", file=sys.stderr)
+            return 2
         if args.check:
             if previous is None or _shape(previous) != _shape(nb):
                 stale.append(target.name)

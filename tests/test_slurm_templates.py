@@ -83,8 +83,8 @@ def _fake_slurm_bin(folder: Path) -> Path:
     folder.mkdir()
     scripts = {
         "srun": 'echo "srun $*"; exec "$@"',
-        # the jobs folder comes from coursekit itself (python -m coursekit.course); anything else is printed
-        "python": f'[[ "$1 $2" == "-m coursekit.course" ]] && exec {sys.executable} "$@"; '
+        # the jobs folder comes from coursekit itself (python -m coursekit.sites); anything else is printed
+        "python": f'[[ "$1 $2" == "-m coursekit.sites" ]] && exec {sys.executable} "$@"; '
                   'echo "COURSEKIT_RUN_ROOT=$COURSEKIT_RUN_ROOT"; echo "python $*"',
         "torchrun": 'echo "COURSEKIT_RUN_ROOT=$COURSEKIT_RUN_ROOT"; echo "torchrun $*"',
         "scontrol": f'[[ "$1 $2" == "show hostnames" ]] && printf "%s\\n" {" ".join(FAKE_NODES)}',
@@ -143,7 +143,8 @@ def test_single_gpu_template_runs_python_under_srun(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name", TEMPLATE_NAMES)
 def test_templates_keep_job_folders_where_coursekit_does(tmp_path: Path, name: str) -> None:
-    """One owner of "where job folders live": coursekit.course.jobs_dir (here the course's jobs/)."""
+    """One owner of "where job folders live": coursekit.course.CoursePaths, which the templates ask through
+    ``python -m coursekit.sites`` (here the course's jobs/)."""
     out = _run_with_fake_slurm(tmp_path, name)
     expected = tmp_path / "course" / "jobs" / name.split(".")[0]
     assert f"COURSEKIT_RUN_ROOT={expected}\n" in out, out

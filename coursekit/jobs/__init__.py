@@ -1,7 +1,6 @@
 """Jobs from the notebook: submit (submitit, Slurm or local), follow, reattach after a restart."""
 
-from coursekit.jobs.handle import Job, JobFailedError
-from coursekit.jobs.registry import get_job, list_jobs
+from coursekit.jobs.handle import Job, JobFailedError, get_job, list_jobs
 from coursekit.jobs.submit import gpu_jobs_submitter, submit_function, submit_jobs
 from coursekit.slurm_cli import SlurmError
 

@@ -1,11 +1,12 @@
-"""``Job``: one submitted job, followed from the notebook (state, logs, metrics, result, cancel).
+"""``Job``: one submitted job, followed from the notebook (state, logs, metrics, result, cancel), and
+``list_jobs``/``get_job``, which build the handles back from the registry (after a kernel restart).
 
-State, for a Slurm job: from this process's state watcher (coursekit/jobs/watcher.py: one squeue for
-every job followed, at a bounded rate); once the job has left the queue, from sacct; where there is no
-accounting, from what the job left on disk (submitit's result pickle, Slurm's messages in the log).
-When squeue cannot answer, the state is ``UNKNOWN`` and ``state_reason`` says why. A job found nowhere
-is ``VANISHED`` (terminal), so ``wait()`` never polls forever. A local job (submitit's LocalExecutor) is
-followed through its controller's pid; its process is reaped as soon as it ends.
+What depends on the scheduler is a backend chosen once, when the handle is made (submitit's shape):
+``jobs/slurm.py`` (squeue through this process's watcher, then sacct, then the disk; ``UNKNOWN`` with
+``state_reason`` when squeue cannot answer) or ``jobs/local.py`` (submitit's LocalExecutor: the
+controller's pid; its process is reaped as soon as it ends). A job found nowhere is ``VANISHED``
+(terminal), so ``wait()`` never polls forever. What the job left on disk (submitit's result pickles,
+Slurm's messages in the log) is read here, for both.
 
 Logs: one stdout/stderr pair per task (rank): ``tail(n, stream, rank=...)`` shows the job's own lines
 (submitit's and srun's notes left out), ``log_paths()`` lists them all.
@@ -13,10 +14,8 @@ Logs: one stdout/stderr pair per task (rank): ``tail(n, stream, rank=...)`` show
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
-import socket
 import time
 from collections import deque
 from pathlib import Path
@@ -24,19 +23,21 @@ from typing import Any
 
 from submitit.core.utils import JobPaths, pickle_load
 
-from coursekit import slurm_cli
+from coursekit.course import CoursePaths, course_paths
 from coursekit.jobs import registry
-from coursekit.jobs.local_process import child_pids, interrupt, process_start_time, reap_when_done
+from coursekit.jobs.local import LocalBackend
 from coursekit.jobs.logs import job_output
-from coursekit.jobs.tasks import CANCEL_MARKER
-from coursekit.jobs.watcher import NOT_ASKED, UNREACHABLE, UNSETTLED_STATES, watcher
+from coursekit.jobs.slurm import SlurmBackend
+from coursekit.jobs.watcher import UNSETTLED_STATES
 from coursekit.metrics import read_metrics
+from coursekit.sites import site_paths
 from coursekit.slurm_cli import TERMINAL_STATES, SlurmError
 
+Backend = LocalBackend | SlurmBackend
+BACKENDS: dict[str, type[Backend]] = {LocalBackend.scheduler: LocalBackend, SlurmBackend.scheduler: SlurmBackend}
 POLL_START_S = 0.5  # local jobs: a process poll, cheap; Slurm jobs wait for the watcher's next call
 POLL_MAX_S = 5.0
 POLL_GROWTH = 1.5
-MIN_SLEEP_S = 0.05
 CONTROLLER_DOWN_GRACE_S = 30.0  # wait() raises when Slurm stays unreachable this long
 TAIL_BLOCK_BYTES = 8192
 TAIL_SCAN_FACTOR = 4  # tail(n) reads this many times n lines, to have n left once submitit's are dropped
@@ -103,16 +104,10 @@ class Job:
         self.submitted_at = submitted_at if submitted_at is not None else time.time()
         self.time_limit_min, self.pid, self.pid_start = time_limit_min, pid, pid_start
         self._final = final_state if final_state not in UNCACHED_TERMINAL else None
-        self._submitit_job = submitit_job
-        self._info: dict[str, str] = {}
-        self._accounted = False  # sacct asked once for a job that ended (exit code, elapsed, node)
         self.last_error: SlurmError | None = None
         self.state_reason = ""  # why the state is what it is (Slurm's pending reason, or why UNKNOWN)
-        process = getattr(submitit_job, "_process", None)
-        if process is not None:
-            reap_when_done(process)  # no <defunct> process left under the kernel
-        if scheduler != "local" and self._final is None:
-            watcher().follow(self.job_id, self.submitted_at)
+        # any scheduler but "local" is Slurm's
+        self.backend: Backend = BACKENDS.get(scheduler, SlurmBackend)(self, getattr(submitit_job, "_process", None))
 
     # ------------------------------------------------------------ construction
 
@@ -128,12 +123,11 @@ class Job:
 
     @classmethod
     def from_folder(cls, folder: Path) -> Job:
-        """A handle rebuilt from a job folder alone (``<course>/jobs/<name>/<job_id>``)."""
-        job_id = folder.name
-        is_local = not (folder / f"{job_id.split('_')[0]}_submission.sh").exists() and "_" not in job_id
-        return cls(job_id, folder.parent.name, folder, site="local" if is_local else "slurm",
-                   scheduler="local" if is_local else "slurm", submitted_at=folder.stat().st_mtime,
-                   pid=int(job_id) if is_local and job_id.isdigit() else None)
+        """A handle rebuilt from a job folder alone (``<jobs root>/<name>/<job_id>``): a Slurm job left its
+        sbatch script (or has an array task's id), a local job's id is its controller's pid."""
+        backend = LocalBackend if LocalBackend.left(folder) else SlurmBackend
+        return cls(folder.name, folder.parent.name, folder, site=backend.scheduler, scheduler=backend.scheduler,
+                   submitted_at=folder.stat().st_mtime, **backend.ids_from_folder(folder))
 
     # ------------------------------------------------------------ paths and logs
 
@@ -187,7 +181,7 @@ class Job:
         if raw:
             return "\n".join(tail_lines(path, n))
         lines = _own_last_lines(path, n)
-        state = self._final or (self.state if self.scheduler == "local" or path.exists() else None)
+        state = self._final or (self.state if self.backend.state_is_cheap or path.exists() else None)
         ending = ENDED_BY_SLURM.get(state or "")
         last = lines[-1].lower() if lines else ""
         if ending is not None and n > 0 and ending not in last and (state or "").lower() not in last:
@@ -204,7 +198,7 @@ class Job:
         """Slurm's state name (see slurm_cli.TERMINAL_STATES), ``VANISHED`` or ``UNKNOWN``."""
         if self._final is not None:
             return self._final
-        state = self._local_state() if self.scheduler == "local" else self._slurm_state()
+        state = self.backend.state()
         if state in TERMINAL_STATES and state not in UNCACHED_TERMINAL:
             self._final = state
             try:
@@ -217,39 +211,6 @@ class Job:
     def done(self) -> bool:
         return self.state in TERMINAL_STATES
 
-    def _slurm_state(self, refresh: bool = True) -> str:
-        seen = watcher().observe(self.job_id, self.submitted_at, refresh=refresh)
-        self.last_error, self.state_reason = seen.error, seen.reason
-        if seen.row is not None:
-            self._info.update(seen.row)
-            return seen.row["state"]
-        if seen.source == NOT_ASKED:
-            return "UNKNOWN"
-        if seen.source == UNREACHABLE and seen.error is not None and seen.error.command[:1] == ["squeue"]:
-            return "UNKNOWN"  # the controller did not answer: accounting or the disk may be stale
-        from_disk = self._state_from_disk()
-        if from_disk is not None:
-            self.state_reason = "read from the job's files (Slurm no longer knows the job)"
-            return from_disk
-        return "UNKNOWN" if seen.source == UNREACHABLE else "VANISHED"
-
-    def _details(self) -> dict[str, str]:
-        """squeue's or sacct's row of the job; sacct is asked once after the job ended (exit code)."""
-        self.state  # noqa: B018 - refreshes _info while the job is known to Slurm
-        if self._final is not None and not self._accounted and self.scheduler != "local":
-            row = None
-            if slurm_cli.accounting_enabled():
-                try:
-                    row = slurm_cli.row_for(slurm_cli.sacct([self.job_id]), self.job_id)
-                except SlurmError:
-                    pass
-            if row is not None and row["state"] in TERMINAL_STATES:
-                self._info.update(row)
-            # accounting lags behind the controller by about a second: ask again next time until it has
-            # the job's end (or cannot tell at all)
-            self._accounted = row is None or row["state"] in TERMINAL_STATES
-        return self._info
-
     @property
     def exit_code(self) -> int | None:
         """The command's exit code once the job has ended (what a failing task recorded, else Slurm's
@@ -259,42 +220,11 @@ class Job:
         recorded = self._commands_exit_code()
         if recorded is not None:  # srun reports 15 for a step whose peer tasks it stopped after a failure
             return recorded
-        if self.scheduler != "local":
-            code = self._details().get("exit_code", "").split(":")[0]
-            if code.isdigit():
-                return int(code)
-        outcome = self._outcome()
+        code = self.backend.exit_code()
+        if code is not None:
+            return code
+        outcome = self.outcome()
         return 0 if outcome is not None and outcome[0] == "success" else None
-
-    def _local_alive(self) -> bool:
-        process = getattr(self._submitit_job, "_process", None)
-        if process is not None:
-            return process.poll() is None
-        return self.pid is not None and self.pid_start is not None and process_start_time(self.pid) == self.pid_start
-
-    def _local_state(self) -> str:
-        if self._local_alive():
-            return "RUNNING"
-        if (self.folder / CANCEL_MARKER).exists():
-            return "CANCELLED"
-        from_disk = self._state_from_disk()
-        if from_disk in ("FAILED", None) and self._ran_out_of_time():
-            return "TIMEOUT"
-        return from_disk or "VANISHED"
-
-    def _ended_at(self) -> float:
-        """When a local job ended: the newest of its result file and logs (an empty log keeps the time it
-        was created, at the start)."""
-        stamps = []
-        for path in (self.paths.result_pickle, self.stdout, self.stderr):
-            with contextlib.suppress(OSError):
-                stamps.append(path.stat().st_mtime)
-        return max(stamps, default=time.time())
-
-    def _ran_out_of_time(self) -> bool:
-        if self.time_limit_min is None:
-            return False
-        return self._ended_at() - self.submitted_at >= self.time_limit_min * 60
 
     def _commands_exit_code(self) -> int | None:
         """The exit code a task recorded for its own command (the first task whose command failed)."""
@@ -309,7 +239,9 @@ class Job:
                 return int(found.group(1))
         return None
 
-    def _outcome(self) -> tuple[str, Any] | None:
+    def outcome(self) -> tuple[str, Any] | None:
+        """Task 0's ``("success", value)`` or ``("error", traceback)`` from submitit's result file; None
+        while there is none (or it is half-written)."""
         path = self.paths.result_pickle
         if not path.exists():
             return None
@@ -318,8 +250,9 @@ class Job:
         except Exception:  # noqa: BLE001 - half-written or unreadable: no outcome yet
             return None
 
-    def _state_from_disk(self) -> str | None:
-        outcome = self._outcome()
+    def state_from_disk(self) -> str | None:
+        """The final state the job's files tell (result file, Slurm's words in the log); None if they don't."""
+        outcome = self.outcome()
         if outcome is not None and outcome[0] == "success":
             return "COMPLETED"
         log = "\n".join(tail_lines(self.stderr, 60))
@@ -333,17 +266,11 @@ class Job:
     @property
     def elapsed(self) -> float | None:
         """Seconds the job has run (Slurm's count; for local jobs, since submission), None before it starts."""
-        if self.scheduler == "local":
-            end = self._ended_at() if self.done() else time.time()
-            return max(0.0, end - self.submitted_at)
-        return slurm_cli.parse_duration(self._details().get("elapsed", ""))
+        return self.backend.elapsed()
 
     @property
     def node(self) -> str | None:
-        if self.scheduler == "local":
-            return socket.gethostname()
-        node = self._details().get("node_list", "")
-        return None if node in ("", "None assigned", "(null)") else node
+        return self.backend.node()
 
     # ------------------------------------------------------------ waiting, cancelling, results
 
@@ -361,7 +288,7 @@ class Job:
                     raise self.last_error
             else:
                 unreachable_since = None
-            pause = delay if self.scheduler == "local" else max(MIN_SLEEP_S, watcher().next_update_in())
+            pause = self.backend.pause(delay)
             if timeout is not None:
                 left = timeout - (time.monotonic() - start)
                 if left <= 0:
@@ -371,27 +298,17 @@ class Job:
             delay = min(POLL_MAX_S, delay * POLL_GROWTH)
 
     def cancel(self) -> None:
-        """Cancel the job (Slurm: scancel; local: interrupt its controller)."""
-        if self.done():
-            return
-        if self.scheduler != "local":
-            slurm_cli.scancel([self.job_id])
-            watcher().poke(self.job_id)  # ask again soon: the job is ending
-            return
-        self.folder.mkdir(parents=True, exist_ok=True)
-        (self.folder / CANCEL_MARKER).write_text(f"{time.time()}\n")
-        if self._local_alive():
-            # interrupt the tasks, not submitit's controller: it then ends quietly (an interrupted
-            # controller prints a traceback into the notebook); SIGTERM, then SIGKILL, if one ignores it
-            interrupt(child_pids(self.pid) or [self.pid])
+        """Cancel the job (Slurm: scancel; local: interrupt its tasks)."""
+        if not self.done():
+            self.backend.cancel()
 
     def result(self, timeout: float | None = None) -> Any:
         """The function's return value (task 0), after waiting; ``JobFailedError`` otherwise."""
         state = self.wait(timeout)
-        outcome = self._outcome()
+        outcome = self.outcome()
         if outcome is None and state == "COMPLETED":
             time.sleep(POLL_START_S)  # a shared filesystem may show the file late
-            outcome = self._outcome()
+            outcome = self.outcome()
         if outcome is None:
             raise JobFailedError(f"job {self.job_id} ({self.name}) ended {state} without a result; "
                                  f"last lines of {self.stderr}:\n{self.tail(20, 'err')}")
@@ -415,3 +332,34 @@ class Job:
     def __repr__(self) -> str:
         """The state comes from the watcher (one squeue for every job, at its pace), as ``state`` does."""
         return f"Job(job_id={self.job_id!r}, name={self.name!r}, site={self.site!r}, state={self.state!r})"
+
+
+# ---------------------------------------------------------------- handles back from the registry
+
+
+def list_jobs(name: str | None = None) -> list[Job]:
+    """Handles of this course's jobs (all, or those called ``name``), oldest first."""
+    return [Job.from_record(r) for r in registry.merged_records() if name is None or r.get("name") == name]
+
+
+def _job_folder_roots() -> list[CoursePaths]:
+    """Where submission put job folders: under the course's site's ``log_folder``, else the course's ``jobs/``."""
+    roots = [site_paths(), course_paths()]
+    return [paths for i, paths in enumerate(roots) if paths.jobs_root not in [p.jobs_root for p in roots[:i]]]
+
+
+def get_job(job_id: str | int) -> Job:
+    """The handle of job ``job_id`` (the newest with that id); found in its folder when not in the registry
+    (under the site's log folder, where it was submitted)."""
+    wanted = str(job_id)
+    matches = [r for r in registry.merged_records() if str(r["job_id"]) == wanted]
+    if matches:
+        return Job.from_record(matches[-1])
+    roots = _job_folder_roots()
+    for paths in roots:
+        for folder in paths.find(wanted):
+            if (folder / f"{wanted}_submitted.pkl").exists():
+                return Job.from_folder(folder)
+    where = " nor under ".join(str(paths.jobs_root) for paths in roots)
+    raise KeyError(f"job {wanted!r} is not in {registry.registry_path()} nor under {where}: "
+                   "list_jobs() shows the jobs of this course")

@@ -30,7 +30,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
-from coursekit.course import jobs_dir
+from coursekit.sites import site_jobs_dir
 
 JOB_ID = re.compile(r"\d+(?:_\d+)?")
 LOG_FILE = re.compile(r"(?P<job_id>\d+(?:_\d+)?)_(?P<task>\d+)_log\.(?P<stream>out|err)")
@@ -182,17 +182,6 @@ def _save_index(base: str, present: set[str] | None) -> None:
             os.unlink(scratch)
 
 
-def default_jobs_root() -> Path:
-    """The folder holding ``<name>/<job_id>/`` job folders: the site's ``log_folder`` (relative to the
-    course folder), else the course's ``jobs/``."""
-    try:
-        from coursekit.sites import load_site
-
-        return load_site().jobs_root()
-    except (ValueError, OSError):
-        return jobs_dir()
-
-
 def is_chatter(line: str) -> bool:
     """A line of submitit's logger or of srun's notes about its tasks, not the job's own output."""
     return SUBMITIT_CHATTER.match(line) is not None or SRUN_CHATTER.match(line) is not None
@@ -230,7 +219,7 @@ def find_logs(name: str = "*", contains: str = "", *, root: str | os.PathLike | 
     name, contains = _check_arguments(name, contains)
     if not isinstance(all_tasks, bool):
         raise ValueError(f"all_tasks={all_tasks!r}: use True (every task's log) or False (one log per job)")
-    base = os.path.abspath(root if root is not None else default_jobs_root())
+    base = os.path.abspath(root if root is not None else site_jobs_dir())
     wanted_job = contains if looks_like_job_id(contains) else None
     substring = contains if wanted_job is None else ""
     full_scan = name == "*" and wanted_job is None

@@ -3,7 +3,8 @@
 One JSON object per line, appended under an exclusive lock (several kernels may submit at once):
 ``{"event": "submitted", "job_id": ..., "name": ..., "folder": ..., ...}`` when a job is submitted and
 ``{"event": "state", "job_id": ..., "state": ...}`` when coursekit learns a final state. Later lines
-update earlier ones. After a kernel restart, ``list_jobs()`` and ``get_job(id)`` give the handles back.
+update earlier ones. Records only: after a kernel restart, ``coursekit.jobs.handle.list_jobs()`` and
+``get_job(id)`` build the handles back from them. Where the file lives: ``coursekit.course.CoursePaths``.
 """
 
 from __future__ import annotations
@@ -12,19 +13,16 @@ import fcntl
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from coursekit.course import jobs_dir
+from coursekit.course import course_paths
 
-if TYPE_CHECKING:
-    from coursekit.jobs.handle import Job
-
-REGISTRY_FILE = "registry.jsonl"
 EVENTS = ("submitted", "state")
 
 
 def registry_path() -> Path:
-    return jobs_dir() / REGISTRY_FILE
+    """``<course>/jobs/registry.jsonl`` (``CoursePaths.registry``), whatever the site's log folder."""
+    return course_paths().registry
 
 
 def append(record: dict[str, Any], path: Path | None = None) -> None:
@@ -77,25 +75,3 @@ def merged_records(path: Path | None = None) -> list[dict[str, Any]]:
         elif key in jobs and record.get("state"):
             jobs[key]["final_state"] = record["state"]
     return list(jobs.values())
-
-
-def list_jobs(name: str | None = None) -> list[Job]:
-    """Handles of this course's jobs (all, or those called ``name``), oldest first."""
-    from coursekit.jobs.handle import Job
-
-    return [Job.from_record(r) for r in merged_records() if name is None or r.get("name") == name]
-
-
-def get_job(job_id: str | int) -> Job:
-    """The handle of job ``job_id`` (the newest with that id); found on disk when not in the registry."""
-    from coursekit.jobs.handle import Job
-
-    wanted = str(job_id)
-    matches = [r for r in merged_records() if str(r["job_id"]) == wanted]
-    if matches:
-        return Job.from_record(matches[-1])
-    for folder in sorted(jobs_dir().glob(f"*/{wanted}")):
-        if (folder / f"{wanted}_submitted.pkl").exists():
-            return Job.from_folder(folder)
-    raise KeyError(f"job {wanted!r} is not in {registry_path()} nor under {jobs_dir()}: "
-                   "list_jobs() shows the jobs of this course")

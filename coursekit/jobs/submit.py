@@ -1,12 +1,13 @@
 """Submitting: ``gpu_jobs_submitter`` (idr_pytools' parameters), ``submit_jobs`` and ``submit_function``.
 
-Built on submitit: every job gets the folder ``<jobs folder>/<name>/%j`` (script kept, never
-overwritten), ``COURSEKIT_RUN_ROOT=<jobs folder>/<name>`` and ``COURSEKIT_EXPECTED_WORLD_SIZE`` in its
+Built on submitit: every job gets the folder ``<jobs folder>/<name>/%j`` (``Site.paths()``, a
+``coursekit.course.CoursePaths``; script kept, never overwritten), ``COURSEKIT_RUN_ROOT=<jobs folder>/<name>`` and ``COURSEKIT_EXPECTED_WORLD_SIZE`` in its
 environment, and the parameters of submitit's AutoExecutor. A sweep (GPU counts x commands) is validated
 entirely, every shape against the cluster or the site's profile, before anything is sent; jobs with the
 same resources go in one job array (``executor.batch()``), so 32 jobs take one sbatch. Should sbatch
 still refuse part of a sweep, what this call had submitted is cancelled and the error says so.
-Submitting from inside a Slurm job (a JupyterHub kernel) hides the kernel's SLURM_* variables.
+Submitting from inside a Slurm job (a JupyterHub kernel) hides the kernel's SLURM_* variables. What
+differs between the local executor and Slurm is the site's backend (``jobs/local.py``, ``jobs/slurm.py``).
 """
 
 from __future__ import annotations
@@ -24,19 +25,17 @@ from typing import Any
 import submitit
 from submitit.core.utils import FailedJobError, FailedSubmissionError, JobPaths
 
-from coursekit import slurm_cli
+from coursekit.course import CoursePaths
 from coursekit.jobs import plan, registry, validate
-from coursekit.jobs.handle import Job
-from coursekit.jobs.local_process import process_start_time
-from coursekit.jobs.tasks import CommandTask, FunctionTask, submitter_gpu_env
+from coursekit.jobs.handle import BACKENDS, Backend, Job
+from coursekit.jobs.slurm import SlurmBackend
+from coursekit.jobs.tasks import CommandTask, FunctionTask
 from coursekit.metrics import RUN_ROOT_ENV
 from coursekit.sites import Site, load_site
 from coursekit.slurm_cli import SlurmError, submission_error
 
 DEFAULT_TIME = "02:00:00"
 MAX_TIMEOUT_REQUEUES = 3  # a checkpointable job is requeued at most this many times
-LOCAL_IGNORED = ("module", "script_addon", "slurm_addon", "qos", "partition", "account", "constraint",
-                 "email", "exclusive")
 
 
 @dataclass
@@ -55,8 +54,9 @@ class InterpreterCommandTask(CommandTask):
         return command
 
 
-def _run_root(site: Site, name: str) -> Path:
-    return site.jobs_root() / name
+def _backend(site: Site) -> type[Backend]:
+    """How jobs of ``site`` are submitted and followed (``jobs/local.py``, ``jobs/slurm.py``)."""
+    return BACKENDS.get(site.scheduler, SlurmBackend)
 
 
 def _options(site: Site, name: str, time_max: Any, qos: Any, partition: Any, constraint: Any, account: Any,
@@ -72,14 +72,9 @@ def _options(site: Site, name: str, time_max: Any, qos: Any, partition: Any, con
     validate.check_value(constraint, "constraint", validate.CONSTRAINT_PATTERN)
     if partition is not None and site.partitions:
         site.partition_info(partition)  # ValueError naming the allowed partitions
-    if not site.is_local:
-        partition = site.select_partition(partition, constraint, account)
-    info = site.partition_info(partition) if not site.is_local else None
+    backend = _backend(site)
+    partition, info = backend.placement(site, partition, constraint, account)
     validate.check_value(qos, "qos", allowed=info.qos if info is not None and qos is not None else ())
-    if not site.is_local and site.account_required and not (account or site.account):
-        suffix = (info.account_suffix or "") if info is not None else ""
-        raise ValueError(f"account: site {site.name!r} needs the project account to charge (e.g. "
-                         f"account='abc{suffix}'); set it here or as account under [site_defaults] in coursekit.toml")
     time_min = validate.parse_time(time_max)
     return plan.Options(
         name=name, time_min=time_min, partition=partition, qos=qos, account=account,
@@ -87,7 +82,7 @@ def _options(site: Site, name: str, time_max: Any, qos: Any, partition: Any, con
         script_addon=tuple(validate.check_script_addon(script_addon)),
         sbatch_options=tuple(validate.parse_slurm_addon(slurm_addon).items()), exclusive=exclusive,
         email=validate.check_email(email), gpu_binding=gpu_binding,
-        signal_delay_s=plan.signal_delay(time_min, signal_delay_s, warn=not site.is_local))
+        signal_delay_s=plan.signal_delay(time_min, signal_delay_s, warn=backend.warns_signal_delay))
 
 
 def _check_launcher(site: Site, launcher: Any, image: str | None) -> str:
@@ -107,11 +102,7 @@ def _cancel_submitted(error: SlurmError, site: Site, jobs: Sequence[Job]) -> Slu
         return error
     ids = sorted({j.job_id.split("_")[0] for j in jobs})
     try:
-        if site.is_local:
-            for job in jobs:
-                job.cancel()
-        else:
-            slurm_cli.scancel(ids)
+        _backend(site).cancel_all(jobs)
         note = f"the {len(jobs)} job(s) this call had already submitted were cancelled ({', '.join(ids)})"
     except SlurmError as cancel_error:
         note = (f"the {len(jobs)} job(s) this call had already submitted could not be cancelled "
@@ -119,14 +110,14 @@ def _cancel_submitted(error: SlurmError, site: Site, jobs: Sequence[Job]) -> Slu
     return SlurmError(f"{error.message}; {note}", error.command, error.returncode)
 
 
-def _warn_ignored_on_local(site: Site, given: dict[str, Any]) -> None:
-    ignored = [k for k in LOCAL_IGNORED if given.get(k) not in (None, False)]
-    if site.is_local and ignored:
-        warnings.warn(f"site 'local' runs jobs on this machine: {', '.join(ignored)} ignored", stacklevel=3)
+def _warn_ignored(site: Site, given: dict[str, Any]) -> None:
+    ignored = _backend(site).ignored(given)
+    if ignored:
+        warnings.warn(f"site {site.name!r} runs jobs on this machine: {', '.join(ignored)} ignored", stacklevel=3)
 
 
 def _executor(site: Site, folder: Path, params: dict[str, Any]) -> submitit.AutoExecutor:
-    executor = submitit.AutoExecutor(folder=folder, cluster="local" if site.is_local else "slurm",
+    executor = submitit.AutoExecutor(folder=folder, cluster=_backend(site).cluster,
                                      slurm_max_num_timeout=MAX_TIMEOUT_REQUEUES)
     executor.update_parameters(**params)
     return executor
@@ -156,14 +147,13 @@ def _drop_placeholder_folder(folder: Path) -> None:
             folder.rmdir()
 
 
-def _handle(submitted: Any, site: Site, options: plan.Options, root: Path, command: str, kind: str,
+def _handle(submitted: Any, site: Site, options: plan.Options, paths: CoursePaths, command: str, kind: str,
             shape: plan.Shape) -> Job:
     job_id = str(submitted.job_id)
-    pid = int(job_id) if site.is_local else None
-    job = Job(job_id, options.name, root / job_id, site=site.name, scheduler=site.scheduler, command=command,
+    job = Job(job_id, options.name, paths.job_folder(options.name, job_id), site=site.name, scheduler=site.scheduler, command=command,
               kind=kind, n_gpu=shape.n_gpu, num_tasks=shape.tasks_per_node * shape.nodes,
-              submitted_at=time.time(), time_limit_min=options.time_min, pid=pid,
-              pid_start=process_start_time(pid) if pid else None, submitit_job=submitted)
+              submitted_at=time.time(), time_limit_min=options.time_min, submitit_job=submitted,
+              **_backend(site).process_ids(job_id))
     registry.append(job.record())
     return job
 
@@ -195,27 +185,27 @@ def submit_jobs(srun_commands: str | Sequence[str], n_gpu: int | Sequence[int] =
         raise ValueError(f"verbose={verbose!r}: use 0 (quiet) or 1 (print the job ids)")
     node = the_site.node_shape(options.partition)
     shapes = {n: plan.job_shape(n, node, the_site, n_gpu_per_task, launcher, cpus_per_task) for n in counts}
-    _warn_ignored_on_local(the_site, {"module": module, "script_addon": script_addon, "slurm_addon": slurm_addon,
-                                      "qos": qos, "partition": partition, "account": account,
-                                      "constraint": constraint, "email": email, "exclusive": exclusive})
-    root = _run_root(the_site, job_name)
+    _warn_ignored(the_site, {"module": module, "script_addon": script_addon, "slurm_addon": slurm_addon,
+                             "qos": qos, "partition": partition, "account": account, "constraint": constraint,
+                             "email": email, "exclusive": exclusive})
+    backend, paths = _backend(the_site), the_site.paths()
+    root = paths.run_root(job_name)
     shown = [plan.display_command(w, image) for w in words]
     handles: list[Job] = []
     for count in counts:  # one executor (one array of every command) per GPU count
         shape = shapes[count]
         params = plan.executor_parameters(shape, the_site, options, shown, launcher)
-        executor = _executor(the_site, root / "%j", params)
+        executor = _executor(the_site, paths.job_folder(job_name), params)
         task_env = {**extra_env, RUN_ROOT_ENV: str(root), plan.EXPECTED_WORLD_SIZE_ENV: str(plan.world_size(shape)),
-                    **submitter_gpu_env(the_site.is_local)}
-        own_gpus = the_site.is_local and launcher == "srun" and plan.gpu_binding(shape, options) == "task"
-        bind = shape.gpus_per_task if own_gpus else 0
+                    **backend.task_env()}
+        bind = shape.gpus_per_task if backend.binds_own_gpus(launcher, plan.gpu_binding(shape, options)) else 0
         tasks = [_command_task(interpreter, rest, task_env, launcher, shape, image, bind, requeue)
                  for interpreter, rest in split]
         try:
             submitted = _submit_group(executor, [(t, (), {}) for t in tasks])
         except SlurmError as error:
             raise _cancel_submitted(error, the_site, handles) from error
-        handles += [_handle(job, the_site, options, root, commands[c], "command", shape)
+        handles += [_handle(job, the_site, options, paths, commands[c], "command", shape)
                     for c, job in enumerate(submitted)]
         if verbose:
             print(f"submitted {len(submitted)} job(s) of {count} GPU(s): {[j.job_id for j in submitted]}")
@@ -275,14 +265,16 @@ def submit_function(fn: Callable[..., Any], *args: Any, n_gpu: int = 1, name: st
     extra_env = validate.check_env(env)
     shape = plan.job_shape(n_gpu, the_site.node_shape(options.partition), the_site, n_gpu_per_task, "srun",
                            cpus_per_task)
-    _warn_ignored_on_local(the_site, {"module": module, "qos": qos, "partition": partition, "account": account,
-                                      "constraint": constraint})
-    root = _run_root(the_site, job_name)
+    _warn_ignored(the_site, {"module": module, "qos": qos, "partition": partition, "account": account,
+                             "constraint": constraint})
+    paths = the_site.paths()
+    root = paths.run_root(job_name)
     label = f"{getattr(fn, '__qualname__', type(fn).__name__)}(...)"
     shown = [f"the Python function {label} (pickled by submitit)"]
-    executor = _executor(the_site, root / "%j", plan.executor_parameters(shape, the_site, options, shown))
+    executor = _executor(the_site, paths.job_folder(job_name),
+                         plan.executor_parameters(shape, the_site, options, shown))
     task = FunctionTask(fn, {**extra_env, RUN_ROOT_ENV: str(root),
                              plan.EXPECTED_WORLD_SIZE_ENV: str(plan.world_size(shape)),
-                             **submitter_gpu_env(the_site.is_local)})
+                             **_backend(the_site).task_env()})
     submitted = _submit_group(executor, [(task, args, kwargs)])[0]
-    return _handle(submitted, the_site, options, root, label, "function", shape)
+    return _handle(submitted, the_site, options, paths, label, "function", shape)

@@ -28,7 +28,9 @@ import submitit
 from submitit.core.utils import cloudpickle_dump, temporary_save_path
 from submitit.local.local import LOCAL_REQUEUE_RETURN_CODE
 
-TORCHRUN_PORT_OFFSET = 1  # torchrun's rendezvous port = the rank-0 port distributed.py derives + this
+from coursekit import launch
+
+TORCHRUN_PORT_OFFSET = 1  # torchrun's rendezvous port = the rank-0 port launch.py derives + this
 SINGULARITY = "singularity"
 PR_SET_PDEATHSIG = 1  # prctl option: signal sent to the child when its parent dies
 STOP_GRACE_S = 5.0
@@ -75,20 +77,16 @@ def _gpu_slice_for_task(visible: str, local_rank: int, gpus_per_task: int) -> st
 def torch_env_variables(env: Mapping[str, str]) -> dict[str, str]:
     """PyTorch's ``env://`` variables (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR/PORT) of
     this task, from Slurm's or submitit's own: a plain script's ``init_process_group()`` then works under
-    srun as under torchrun (coursekit.distributed knows the ranks)."""
-    from coursekit import distributed
-
-    info = distributed.launch_info(env)
+    srun as under torchrun (coursekit.launch knows the ranks)."""
+    info = launch.launch_info(env)
     return {"RANK": str(info.rank), "LOCAL_RANK": str(info.local_rank), "WORLD_SIZE": str(info.world_size),
             "LOCAL_WORLD_SIZE": str(info.local_world_size), "MASTER_ADDR": info.master_addr,
             "MASTER_PORT": str(info.master_port)}
 
 
 def _rendezvous_endpoint() -> str:
-    """``host:port`` of torchrun's c10d rendezvous: the job's first node (coursekit.distributed knows it)."""
-    from coursekit import distributed
-
-    info = distributed.launch_info()
+    """``host:port`` of torchrun's c10d rendezvous: the job's first node (coursekit.launch knows it)."""
+    info = launch.launch_info()
     return f"{info.master_addr}:{info.master_port + TORCHRUN_PORT_OFFSET}"
 
 
@@ -151,9 +149,7 @@ class CommandTask:
             _stop(child)
             raise
         if returncode != 0:  # the local executor waits for every task: the others must not wait in vain
-            from coursekit import distributed  # torch: imported in the job only
-
-            distributed.stop_local_peer_tasks()
+            launch.stop_local_peer_tasks()
         if returncode < 0:
             name = signal.Signals(-returncode).name if -returncode in signal.valid_signals() else str(-returncode)
             _end_task(job_env, f"the command was stopped by {name}: {shlex.join(self.words)}",
@@ -241,9 +237,7 @@ class FunctionTask:
         mapped = job_gpus(os.environ)
         if mapped is not None:  # before torch sees a GPU
             os.environ["CUDA_VISIBLE_DEVICES"] = mapped
-        from coursekit import distributed  # torch: imported in the job only
-
-        with distributed.stop_peers_on_failure():
+        with launch.stop_peers_on_failure():
             return self.fn(*args, **kwargs)
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> submitit.helpers.DelayedSubmission | None:

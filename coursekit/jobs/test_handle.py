@@ -104,8 +104,8 @@ def test_a_vanished_job_is_never_waited_for_forever(course: Path, slurm: FakeSlu
     assert job.state == "RUNNING"
     slurm.squeue_rows, slurm.accounting = [], False  # gone from the queue, no accounting, nothing on disk
     start = time.monotonic()
-    assert job.wait(timeout=5) == "VANISHED"
-    assert time.monotonic() - start < 1
+    assert job.wait(timeout=60) == "VANISHED"
+    assert time.monotonic() - start < 30  # told at the first polls, far from the timeout (a busy machine too)
     with pytest.raises(JobFailedError, match="ended VANISHED without a result"):
         job.result()
 
@@ -143,18 +143,18 @@ def test_reattach_after_restart_uses_the_registry(course: Path, slurm: FakeSlurm
     slurm.sacct_rows = [{"job_id": "50", "state": "COMPLETED"}]
     assert first.state == "COMPLETED"
     slurm.sacct_rows = []
-    again = registry.get_job(50)  # a new kernel: only the registry
+    again = handle.get_job(50)  # a new kernel: only the registry
     assert (again.job_id, again.command, again.n_gpu, again.state) == ("50", "t.py", 2, "COMPLETED")
-    assert [j.job_id for j in registry.list_jobs(name="demo")] == ["50"]
-    assert registry.list_jobs(name="other") == []
+    assert [j.job_id for j in handle.list_jobs(name="demo")] == ["50"]
+    assert handle.list_jobs(name="other") == []
     with pytest.raises(KeyError, match="job '999'"):
-        registry.get_job("999")
+        handle.get_job("999")
 
 
 def test_a_job_missing_from_the_registry_is_found_in_its_folder(course: Path, slurm: FakeSlurmState) -> None:
     job = make_job(course, "61_2")
     (job.folder / "61_2_submitted.pkl").write_bytes(b"")
-    found = registry.get_job("61_2")
+    found = handle.get_job("61_2")
     assert found.folder == job.folder and found.scheduler == "slurm"
 
 
@@ -198,8 +198,9 @@ def test_local_job_reattached_by_pid(course: Path, sigint: str, monkeypatch: pyt
     """Cancel ends the process; one that ignores SIGINT (started in the background by a shell without job
     control) ends by the SIGTERM that follows (after a grace shortened here)."""
     monkeypatch.setattr(local_process, "STOP_GRACE_S", 0.5)
-    ignore = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint == "ignored" else None
-    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], preexec_fn=ignore)
+    handler = signal.SIG_IGN if sigint == "ignored" else signal.SIG_DFL  # default even where pytest inherited SIG_IGN
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"],
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, handler))
     try:
         job = make_job(course, str(sleeper.pid), scheduler="local", site="local", pid=sleeper.pid,
                        pid_start=process_start_time(sleeper.pid))

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -28,7 +29,7 @@ from coursekit.jobs.queue_table import (
 from coursekit.jobs.queue_view import QueueSource, QueueView, display_slurm_queue, watch_queue
 from coursekit.slurm_cli import SlurmError
 
-QUICK_RETURN_S = 0.5  # display_slurm_queue in a kernel must return well within this
+QUICK_RETURN_S = 30.0  # display_slurm_queue in a kernel returns while its job runs, and well within this
 THREAD_END_S = 10.0
 
 
@@ -223,12 +224,16 @@ def test_source_records_final_states_so_old_jobs_drop_out(tmp_path: Path, fake_s
 
 
 class ScriptedSource:
-    """A row source whose rows follow a script, one step per refresh; each refresh takes ``delay_s``."""
+    """A row source whose rows follow a script, one step per refresh; each refresh takes ``delay_s``, and
+    waits first until ``gate`` (if given) is set: a cluster that answers only when the test lets it."""
 
-    def __init__(self, script: list[list[QueueRow]], delay_s: float = 0.0) -> None:
-        self.script, self.delay_s, self.calls, self.error = script, delay_s, 0, None
+    def __init__(self, script: list[list[QueueRow]], delay_s: float = 0.0,
+                 gate: threading.Event | None = None) -> None:
+        self.script, self.delay_s, self.calls, self.error, self.gate = script, delay_s, 0, None, gate
 
     def rows(self) -> list[QueueRow]:
+        if self.gate is not None:
+            self.gate.wait(THREAD_END_S)
         time.sleep(self.delay_s)
         self.calls += 1
         return self.script[min(self.calls, len(self.script)) - 1]
@@ -242,13 +247,14 @@ def test_widget_returns_at_once_refreshes_in_background_and_stops_by_itself(monk
     shown: list[object] = []
     monkeypatch.setattr(queue_view, "in_kernel", lambda: True)
     monkeypatch.setattr("IPython.display.display", shown.append)
-    source = ScriptedSource([RUNNING, RUNNING, ENDED], delay_s=0.3)  # a slow cluster: 0.3 s per refresh
+    cluster_answers = threading.Event()  # no refresh can end before the test sets it: an event, not a clock
+    source = ScriptedSource([RUNNING, RUNNING, ENDED], gate=cluster_answers)
     monkeypatch.setattr(queue_view, "QueueSource", lambda name, jobs: source)
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-    started = time.monotonic()
     view = display_slurm_queue("a", timestep=0.05)
-    assert time.monotonic() - started < QUICK_RETURN_S * 0.6, "must not wait for a refresh"
+    assert source.calls == 0, "must not wait for a refresh"
     assert isinstance(view, QueueView) and shown == [view.widget] and view.thread.is_alive()
+    cluster_answers.set()
     view.thread.join(THREAD_END_S)
     assert not view.thread.is_alive(), "the view stops by itself once every job has ended"
     assert source.calls == 3 and "FAILED" in view.widget.value and "COMPLETED" in view.widget.value
@@ -257,7 +263,9 @@ def test_widget_returns_at_once_refreshes_in_background_and_stops_by_itself(monk
 
 def test_widget_stop_ends_the_thread_early() -> None:
     view = QueueView(ScriptedSource([RUNNING]), timestep=0.05).start()
-    time.sleep(0.2)
+    deadline = time.monotonic() + THREAD_END_S
+    while "RUNNING" not in view.widget.value and time.monotonic() < deadline:  # a first refresh shown
+        time.sleep(0.01)
     view.stop()
     view.thread.join(THREAD_END_S)
     assert not view.thread.is_alive() and "RUNNING" in view.widget.value
@@ -295,17 +303,19 @@ from coursekit.jobs.handle import Job
 from coursekit.jobs.local_process import process_start_time
 from coursekit.jobs.queue_view import display_slurm_queue
 before = signal.getsignal(signal.SIGINT)
-process = subprocess.Popen(["sleep", "1.5"])
+process = subprocess.Popen(["sleep", "600"])  # ends when this code ends it, after display returned
 folder = Path({folder!r}); folder.mkdir(parents=True)
 job = Job(str(process.pid), "kernel", folder, site="local", scheduler="local", pid=process.pid,
           pid_start=process_start_time(process.pid))
 started = time.monotonic()
 view = display_slurm_queue(jobs=[job], timestep=0.1)
 returned_s = time.monotonic() - started
+running_at_return = process.poll() is None
 alive_at_return = view.thread.is_alive()
+process.terminate()
 process.wait()
 view.thread.join(20)
-print("RESULT", returned_s < {quick}, alive_at_return, view.thread.is_alive(), signal.getsignal(signal.SIGINT) is before,
+print("RESULT", running_at_return and returned_s < {quick}, alive_at_return, view.thread.is_alive(), signal.getsignal(signal.SIGINT) is before,
       view.rows[0].state)
 """
 

@@ -15,7 +15,7 @@ from coursekit.jobs.submit import submit_function, submit_jobs
 from coursekit.sites import SITE_ENV
 
 END_S = 60
-REAP_S = 5.0
+REAP_S = 60.0
 
 
 @pytest.fixture(autouse=True)
@@ -69,11 +69,12 @@ def test_a_job_submitted_with_sigint_ignored_is_still_cancelled_plainly() -> Non
     deadline = time.monotonic() + END_S
     while "working" not in job.tail(1) and time.monotonic() < deadline:
         time.sleep(0.1)
-    cancelled = time.monotonic()
+    cancelled = time.time()
     job.cancel()
     assert job.wait(END_S) == "CANCELLED"
     assert job.tail(1, "err") == "coursekit: the job was cancelled"  # the task's own end, not SIGTERM's
-    assert time.monotonic() - cancelled < STOP_GRACE_S
+    # when the task wrote that line (not when wait(), polling ever less often, saw the end): before the SIGTERM
+    assert job.stderr.stat().st_mtime - cancelled < STOP_GRACE_S
 
 
 def note_the_signal_and_go_on() -> int:
@@ -102,7 +103,9 @@ def test_finished_local_processes_are_reaped() -> None:
     deadline = time.monotonic() + END_S
     while process_start_time(pid) is not None and time.monotonic() < deadline:  # never polled by the test
         time.sleep(0.2)
-    time.sleep(REAP_S)
+    deadline = time.monotonic() + REAP_S  # the reaper polls every second: wait for the reaping, not a clock
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert not Path(f"/proc/{pid}").exists(), "the job's process stays <defunct> under this process"
 
 
@@ -131,7 +134,8 @@ if os.environ["RANK"] == "1":  # before joining: rank 0 would wait for it at the
 dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=600))
 dist.all_reduce(torch.ones(1))
 """
-PROMPT_FAILURE_S = 45
+PROMPT_FAILURE_S = 120  # from rank 1's failure to the job's end (the rendezvous would wait 600 s)
+STARTUP_S = 300  # two ranks importing torch on a busy 2-core machine: not part of the promptness
 
 
 def test_a_rank_that_fails_ends_a_local_job_promptly(tmp_path: Path) -> None:
@@ -139,9 +143,12 @@ def test_a_rank_that_fails_ends_a_local_job_promptly(tmp_path: Path) -> None:
     script.write_text(RANK_ONE_FAILS)
     started = time.monotonic()
     (job,) = submit_jobs(str(script), n_gpu=2, name="rankfails", launcher="srun")
+    while "rank 1 fails on purpose" not in job.tail(5, "err", rank=1) and time.monotonic() - started < STARTUP_S:
+        time.sleep(0.2)  # the clock starts when rank 1 has failed, however long starting the ranks took
+    failed = time.monotonic()
     state = job.wait(PROMPT_FAILURE_S * 4)
     assert state == "FAILED"
-    assert time.monotonic() - started < PROMPT_FAILURE_S, "rank 0 waited for the rank that had failed"
+    assert time.monotonic() - failed < PROMPT_FAILURE_S, "rank 0 waited for the rank that had failed"
     assert "rank 1 fails on purpose" in job.tail(5, "err", rank=1)
 
 

@@ -1,5 +1,5 @@
 """The state watcher: one squeue for every job followed, at a pace that slows as jobs age; UNKNOWN when
-squeue cannot answer; used by Job.state, Job.wait, Job.__repr__, wait_all and the queue view."""
+squeue cannot answer; used by Job.state, Job.wait, Job.__repr__, labs' wait_all (tested in labs/kit/test_wait_all.py) and the queue view."""
 
 from __future__ import annotations
 
@@ -10,9 +10,7 @@ import pytest
 from coursekit import slurm_cli
 from coursekit.jobs import watcher
 from coursekit.jobs.handle import Job
-from coursekit.jobs.queue_view import QueueSource
 from coursekit.jobs.watcher import StateWatcher
-from coursekit.labs.kit.experiments import wait_all
 from coursekit.slurm_cli import SlurmError
 
 
@@ -135,26 +133,3 @@ def test_a_cancel_makes_the_watcher_ask_again_soon(tmp_path: Path, slurm: FakeSl
     job.cancel()
     clock.now += watcher.MIN_DELAY_S + 0.1
     assert job.state == "CANCELLED"
-
-
-def test_wait_all_and_the_queue_view_share_the_calls(tmp_path: Path, slurm: FakeSlurm, clock: Clock,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    jobs = make_jobs(tmp_path, 16, clock.now)
-    slurm.queue = {j.job_id: "RUNNING" for j in jobs}
-    source = QueueSource(jobs=jobs)
-    source.rows()
-    source.rows()
-    assert len(slurm.calls) == 1
-    slept: list[float] = []
-
-    def sleep(seconds: float) -> None:  # time passes only when wait_all sleeps; the jobs end at +20 s
-        slept.append(seconds)
-        clock.now += seconds
-        if clock.now - 1000.0 > 20:
-            slurm.queue = {j.job_id: "COMPLETED" for j in jobs}
-
-    monkeypatch.setattr("coursekit.labs.kit.experiments.time.sleep", sleep)
-    monkeypatch.setattr("coursekit.labs.kit.experiments.time.monotonic", clock)
-    assert wait_all(jobs, timeout_s=600) == ["COMPLETED"] * 16
-    assert len(slurm.calls) <= 7, slurm.calls  # 16 jobs, 20+ s: 0, 1, 2, 4, 8, 16, 32 s at most
-    assert all(len(ids) == 16 for _, ids in slurm.calls)

@@ -2,7 +2,18 @@
 
 ``from coursekit import labs`` gives the common names below; each lab's own helpers are submodules
 (``labs.lab01_gd_vs_sgd``, ``labs.lab03_gpu_memory``, ... ``labs.lab09_race``); shared helpers are in ``labs.kit``.
+
+Each lab module also holds the lab's numbers: ``settings(profile)`` (what every experiment runs in the ``cpu``
+and ``gpu`` profiles, its workshop budget) and ``GPUS`` (how many GPUs its notebook needs at once in the gpu
+profile). ``LABS`` maps "00" ... "09" to those modules, imported when first used (most import torch);
+``lab_settings("02", "cpu")`` is what ``profile.settings("02")`` returns.
 """
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterator, Mapping
+from types import ModuleType
 
 from coursekit.labs.kit.claims import check_claim, loglog_slope, saturates, share_of_increases, time_to_target
 from coursekit.labs.kit.experiments import (
@@ -17,15 +28,58 @@ from coursekit.labs.kit.experiments import (
     wait_until_training,
 )
 from coursekit.labs.kit.participant import choose_pseudonym, job_name
-from coursekit.labs.kit.profiles import Profile, choose_profile
-from coursekit.labs.kit.recorded import load_gpu_ladder
+from coursekit.labs.kit.profiles import PROFILE_NAMES, Profile, choose_profile, register_lab_settings
+from coursekit.labs.kit.recorded import load_recording
 from coursekit.labs.kit.results import ResultsTable
+from coursekit.labs.kit.settings import Settings
 from coursekit.labs.lab06_data_parallel.horovod import horovod_table
 
-__all__ = ["Profile", "ResultsTable", "Sweep", "check_claim", "check_ddp_script", "choose_profile",
-           "choose_pseudonym", "collect", "engine_command", "horovod_table", "is_oom", "job_name", "load_gpu_ladder",
-           "loglog_slope", "run_sweep", "saturates", "share_of_increases", "submit_sweep", "summarize_run",
-           "time_to_target", "wait_all", "wait_until_training"]
+__all__ = ["LABS", "Profile", "ResultsTable", "Sweep", "check_claim", "check_ddp_script", "choose_profile",
+           "choose_pseudonym", "collect", "engine_command", "horovod_table", "is_oom", "job_name", "lab_gpus",
+           "lab_settings", "load_recording", "loglog_slope", "run_sweep", "saturates", "share_of_increases",
+           "submit_sweep", "summarize_run", "time_to_target", "wait_all", "wait_until_training"]
+
+LAB_MODULES = {"00": "lab00_cluster", "01": "lab01_gd_vs_sgd", "02": "lab02_batch_size", "03": "lab03_gpu_memory",
+               "04": "lab04_mixed_precision", "05": "lab05_data_loading", "06": "lab06_data_parallel",
+               "07": "lab07_large_batch", "08": "lab08_model_parallel", "09": "lab09_race"}
+
+
+class _Labs(Mapping[str, ModuleType]):
+    """``LABS["02"]``: lab 02's module (``settings``, ``GPUS``), imported on first use."""
+
+    def __getitem__(self, lab: str) -> ModuleType:
+        return importlib.import_module(f"{__name__}.{LAB_MODULES[lab]}")
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(LAB_MODULES)
+
+    def __len__(self) -> int:
+        return len(LAB_MODULES)
+
+
+LABS: Mapping[str, ModuleType] = _Labs()
+
+
+def _check_lab(lab: str) -> str:
+    if lab not in LAB_MODULES:
+        raise ValueError(f"lab={lab!r} is not a lab: use one of {', '.join(LAB_MODULES)}")
+    return lab
+
+
+def lab_settings(lab: str, profile: str) -> Settings:
+    """The settings of ``lab`` ("00" ... "09") in ``profile`` ("cpu" or "gpu")."""
+    _check_lab(lab)
+    if profile not in PROFILE_NAMES:
+        raise ValueError(f"profile={profile!r} is not a profile: use one of {', '.join(PROFILE_NAMES)}")
+    return Settings(lab, profile, LABS[lab].settings(profile))
+
+
+register_lab_settings(lab_settings)
+
+
+def lab_gpus(lab: str) -> int:
+    """GPUs the notebook of ``lab`` ("00" ... "09") needs at once in the gpu profile."""
+    return int(LABS[_check_lab(lab)].GPUS)
 
 
 _LAZY = {"check_ddp_script": "coursekit.labs.lab06_data_parallel.ddp_check"}  # imports torch: only when it is used
@@ -34,7 +88,5 @@ _LAZY = {"check_ddp_script": "coursekit.labs.lab06_data_parallel.ddp_check"}  # 
 def __getattr__(name: str) -> object:
     """``labs.check_ddp_script`` (lab 06) without importing torch with every ``from coursekit import labs``."""
     if name in _LAZY:
-        import importlib
-
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -13,6 +13,7 @@ import numpy as np
 
 from coursekit.labs.kit.plots import new_figure
 from coursekit.labs.kit.results import ResultsTable
+from coursekit.labs.kit.settings import QUIET, job_options, workshop_budget
 from coursekit.train.config import TrainConfig
 
 SURFACE_POINTS = 121  # grid points per axis of the contour plot
@@ -114,3 +115,29 @@ def noise_rows(table: ResultsTable) -> ResultsTable:
         rows.append({"batch_size": row["config"].batch_size, "grad_noise_var": measured[0] if measured else None,
                      "job_id": row["job_id"], "state": row["state"]})
     return ResultsTable(rows, title="variance of the mini-batch gradient")
+
+
+# ----------------------------------------------------------------- the lab's numbers, per profile
+
+GPUS = 1  # GPUs the notebook needs at once in the gpu profile
+
+
+def settings(profile: str) -> dict[str, Any]:
+    """Lab 01's numbers in ``profile`` ("cpu" or "gpu"); ``profile.settings("01")`` shows them."""
+    # Plain gradient descent on the DLI's line: no momentum, no weight decay, the same lr for every batch.
+    # gpu profile: a two-parameter model runs on the job's CPU (device="cpu"; a GPU adds only kernel
+    # launches), in short jobs; its budget counts the GPUs they hold while they run.
+    points = 128 if profile == "cpu" else 512
+    base = TrainConfig(model="linear", dataset="line", num_samples=points, optimizer="sgd", momentum=0.0,
+                       weight_decay=0.0, lr=0.2, epochs=10 if profile == "cpu" else 20, log_params=True,
+                       val_fraction=0.25, device="cpu", **QUIET)
+    noise = base.replace(log_params=False, epochs=1, steps=1, lr=1e-6, grad_noise_batches=200, val_fraction=0.0)
+    mini = [16, 32, 64] if profile == "cpu" else [16, 64]
+    noise_batches = [1, 4, 16, 64] if profile == "cpu" else [1, 4, 16, 64, 128]
+    values = {"points": points, "base": base, "batch_sizes": [points, 1, *mini],
+              "noise_base": noise, "noise_batch_sizes": noise_batches,
+              "job": job_options(profile, "00:10:00"), "timeout_s": 300 if profile == "cpu" else 1800}
+    if profile == "gpu":
+        values["budget"] = workshop_budget({"GD/SGD paths": (2 + len(mini), 0.3),
+                                            "gradient noise": (len(noise_batches) + 1, 0.3)})
+    return values

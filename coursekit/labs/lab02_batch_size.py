@@ -6,7 +6,10 @@ from typing import Any
 
 from coursekit.labs.kit.claims import time_to_target
 from coursekit.labs.kit.plots import OOM_COLOR, RECORDED_COLOR, new_figure, outside_legend
+from coursekit.labs.kit.profiles import data_dir
 from coursekit.labs.kit.results import ResultsTable
+from coursekit.labs.kit.settings import QUIET, job_options, on_cifar10, workshop_budget
+from coursekit.train.config import TrainConfig
 
 MB_PER_GB = 1024.0
 
@@ -78,3 +81,34 @@ def accuracy_figure(table: ResultsTable, target: float) -> Any:
     right.set_ylabel(f"training time to {target:.0%} (s)")
     right.set_title("time to accuracy within the epoch budget")
     return figure
+
+
+# ----------------------------------------------------------------- the lab's numbers, per profile
+
+GPUS = 1  # GPUs the notebook needs at once in the gpu profile
+
+
+def settings(profile: str) -> dict[str, Any]:
+    """Lab 02's numbers in ``profile`` ("cpu" or "gpu"); ``profile.settings("02")`` shows them."""
+    if profile == "cpu":
+        base = TrainConfig(model="mlp", dataset="generated", num_samples=4000, num_classes=4, image_size=16, epochs=3,
+                           lr=0.01, **QUIET)
+        return {"base": base, "batch_sizes": [4, 16, 64, 256, 1024], "target_acc": 0.6, "longer_max_steps": 1000,
+                "memory_base": None, "memory_batch_sizes": [], "job": job_options(profile, "00:10:00"), "timeout_s": 300}
+    # 5 epochs: the sweep's 6 runs took 6.5 min of training at 10 epochs on one H100 (batch 64 alone 150 s; the GPU
+    # shared with other notebooks' jobs), more than a lab's slot; at 5 epochs CIFAR-10's small batches are expected
+    # to pass 75 % and batch 2048 not (not measured: no CIFAR-10 on the GPU machine, the stand-in reaches 100 %)
+    base = TrainConfig(model="resnet18", dataset="cifar10", data_dir=data_dir(), epochs=5, lr=0.1,
+                       schedule="cosine", workers=8, pin_memory=True, persistent_workers=True, non_blocking=True,
+                       precision="bf16", channels_last=True, **QUIET)
+    memory = TrainConfig(model="resnet50", dataset="synthetic", gpu_resident=True, image_size=224, num_classes=1000,
+                         test_steps=20, precision="fp32", **QUIET)
+    # The exercise gives the largest batch as many steps as batch 64 made, up to longer_max_steps: at
+    # batch 2048 the full count would be ~300 epochs per participant.
+    values = {"base": base, "batch_sizes": [64, 128, 256, 512, 1024, 2048], "target_acc": 0.75,
+              "longer_max_steps": 500,
+              "memory_base": memory, "memory_batch_sizes": [64, 256, 1024, 2048],
+              "job": job_options(profile, "00:30:00"), "timeout_s": 3600,
+              "budget": workshop_budget({"batch sweep (5 epochs)": (6, 1.0), "memory up to OOM": (4, 1.0),
+                                         "exercise (500 steps at 2048)": (1, 1.5)})}
+    return on_cifar10(values, "base")

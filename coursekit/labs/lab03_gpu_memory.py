@@ -18,6 +18,8 @@ import torch
 from coursekit.labs.kit.hardware import gpu_info
 from coursekit.labs.kit.plots import new_figure
 from coursekit.labs.kit.results import ResultsTable
+from coursekit.labs.kit.settings import QUIET, job_options, workshop_budget
+from coursekit.train.config import TrainConfig
 
 GB = 1e9
 MB = 1e6
@@ -146,3 +148,28 @@ def fill_figure(estimates: Sequence[Any], labels: Sequence[str], limit_gb: float
     ax.set_title("what fills a GPU's memory during training (calculator)")
     ax.legend(fontsize="small")
     return figure
+
+
+# ----------------------------------------------------------------- the lab's numbers, per profile
+
+GPUS = 1  # GPUs the notebook needs at once in the gpu profile
+
+
+def settings(profile: str) -> dict[str, Any]:
+    """Lab 03's numbers in ``profile`` ("cpu" or "gpu"); ``profile.settings("03")`` shows them."""
+    cpu = profile == "cpu"
+    step = TrainConfig(model="resnet50", dataset="synthetic", image_size=224, num_classes=1000,
+                       batch_size=4 if cpu else 64, **QUIET)
+    return {"step": step, "device_steps": {"cpu": 3} if cpu else {"cpu": 3, "cuda": 30},
+            "anatomy_model": "resnet18" if cpu else "resnet50",
+            "anatomy_input": (3, 32, 32) if cpu else (3, 224, 224),
+            "anatomy_batches": [8, 16] if cpu else [64, 128],
+            "depth_models": ["resnet18", "resnet34", "resnet50"],
+            # the GPU drawn in the pictures when the jobs' own GPU is unknown (cpu profile): an H100's 80 GB
+            "example_gpu_memory_gb": 80,
+            "peak_base": None if cpu else step.replace(gpu_resident=True, test_steps=10),
+            "peak_batch_sizes": [] if cpu else [32, 64, 128, 256],
+            "peak_tolerance": 0.10,  # the calculator vs max_memory_allocated, relative
+            "job": job_options(profile, "00:10:00" if cpu else "00:30:00"), "timeout_s": 300 if cpu else 1800,
+            **({} if cpu else {"budget": workshop_budget({"CPU vs GPU step": (2, 1.5), "anatomy": (1, 1.0),
+                                                          "peak memory": (4, 1.0)})})}

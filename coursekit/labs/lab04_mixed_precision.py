@@ -12,7 +12,10 @@ from typing import Any
 
 import torch
 
+from coursekit.labs.kit.profiles import data_dir
 from coursekit.labs.kit.results import ResultsTable
+from coursekit.labs.kit.settings import QUIET, job_options, on_cifar10, workshop_budget
+from coursekit.train.config import TrainConfig
 
 FP16_SMALLEST_SUBNORMAL = 2.0**-24
 FP16_SMALLEST_NORMAL = 2.0**-14
@@ -118,3 +121,29 @@ def training_flop_per_image(model: torch.nn.Module, input_shape: Sequence[int], 
         output = model(torch.randn(batch, *input_shape))
         torch.nn.functional.cross_entropy(output, torch.zeros(batch, dtype=torch.long) % num_classes).backward()
     return counter.get_total_flops() / batch
+
+
+# ----------------------------------------------------------------- the lab's numbers, per profile
+
+GPUS = 1  # GPUs the notebook needs at once in the gpu profile
+
+
+def settings(profile: str) -> dict[str, Any]:
+    """Lab 04's numbers in ``profile`` ("cpu" or "gpu"); ``profile.settings("04")`` shows them."""
+    if profile == "cpu":
+        base = TrainConfig(model="mlp", dataset="generated", num_samples=2000, image_size=16, batch_size=64,
+                           epochs=2, lr=0.05, **QUIET)
+        return {"base": base, "precisions": ["fp32", "bf16", "fp16"], "ladder_base": None, "ladder": [],
+                "matmul_sizes": [], "job": job_options(profile, "00:10:00"), "timeout_s": 300}
+    base = TrainConfig(model="resnet18", dataset="cifar10", data_dir=data_dir(), batch_size=256, epochs=3, lr=0.1,
+                       workers=8, pin_memory=True, persistent_workers=True, non_blocking=True, **QUIET)
+    ladder = TrainConfig(model="resnet50", dataset="synthetic", gpu_resident=True, image_size=224, num_classes=1000,
+                         batch_size=256, test_steps=60, **QUIET)
+    rungs = [{"precision": "fp32"}, {"precision": "tf32"}, {"precision": "bf16"}, {"precision": "fp16"},
+             {"precision": "bf16", "channels_last": True},
+             {"precision": "bf16", "channels_last": True, "compile": True}]
+    values = {"base": base, "precisions": ["fp32", "tf32", "bf16", "fp16"], "ladder_base": ladder, "ladder": rungs,
+              "matmul_sizes": [4096, 4095, 4104], "job": job_options(profile, "00:30:00"), "timeout_s": 3600,
+              "budget": workshop_budget({"GPU probe + matmuls": (2, 0.5), "precision sweep (3 epochs)": (4, 1.0),
+                                         "ladder (60 steps)": (len(rungs), 1.5)})}
+    return on_cifar10(values, "base")

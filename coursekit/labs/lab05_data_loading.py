@@ -17,6 +17,8 @@ from typing import Any
 from coursekit.course import course_dir
 from coursekit.labs.kit.profiles import data_dir
 from coursekit.labs.kit.results import ResultsTable
+from coursekit.labs.kit.settings import QUIET, job_options, workshop_budget
+from coursekit.train.config import TrainConfig
 
 TRACE_GLOB = "*.pt.trace.json"
 PROFILE_DIR = "profile"
@@ -134,3 +136,37 @@ def top_operators_text(run_dir: str | Path, rows: int = 10) -> str:
     """The head of the engine's own summary (``profile/top_operators.txt``): title, header and ``rows`` lines."""
     lines = (Path(run_dir) / PROFILE_DIR / TOP_OPERATORS_FILE).read_text(encoding="utf-8").splitlines()
     return "\n".join(lines[: 4 + rows] + [line for line in lines if line.startswith(("GPU busy", "Self CPU time"))])
+
+
+# ----------------------------------------------------------------- the lab's numbers, per profile
+
+GPUS = 1  # GPUs the notebook needs at once in the gpu profile
+
+
+def settings(profile: str) -> dict[str, Any]:
+    """Lab 05's numbers in ``profile`` ("cpu" or "gpu"); ``profile.settings("05")`` shows them."""
+    if profile == "cpu":
+        # One compute thread per job (CPU_JOB_ENV): the second core is free for a loader worker, as the CPU
+        # cores of a GPU node are while the GPU computes.
+        base = TrainConfig(model="mlp", dataset="jpeg_folder", image_size=64, batch_size=32, epochs=2, lr=0.05,
+                           **QUIET)
+        # ImageNet-sized JPEGs (500x375): decoding them is the bottleneck of a small model on a CPU, as on a
+        # GPU node, so that two workers decoding in parallel visibly shorten the epoch on two cores.
+        return {"base": base, "jpeg_classes": 4, "jpeg_images_per_class": 64, "jpeg_size": (500, 375), "jpeg_workers": 2,
+                "loaders": [{"workers": 0}, {"workers": 1}, {"workers": 2},
+                            {"workers": 1, "persistent_workers": True, "prefetch_factor": 4}],
+                "profile_steps": 4, "job": job_options(profile, "00:10:00"), "timeout_s": 300}
+    # test_steps: no validation pass; 40 steps = 2 epochs of the tree, so epoch boundaries are in the runs
+    base = TrainConfig(model="resnet50", dataset="jpeg_folder", image_size=224, batch_size=256, epochs=1,
+                       precision="bf16", channels_last=True, test_steps=40, **QUIET)
+    loaders = [{"workers": 0}, {"workers": 4}, {"workers": 8}, {"workers": 8, "pin_memory": True},
+               {"workers": 8, "pin_memory": True, "non_blocking": True},
+               {"workers": 8, "pin_memory": True, "non_blocking": True, "persistent_workers": True,
+                "prefetch_factor": 4},
+               {"workers": 8, "pin_memory": True, "non_blocking": True, "persistent_workers": True,
+                "prefetch_factor": 4, "gpu_decode": True}]
+    # 5,200 training JPEGs (20 batches): written once per course into the data folder (COURSEKIT_DATA_DIR:
+    # shared by the room when the instructor writes it first), not 13,000 per participant
+    return {"base": base, "jpeg_classes": 10, "jpeg_images_per_class": 520, "jpeg_size": (500, 375), "jpeg_workers": 8,
+            "loaders": loaders, "profile_steps": 5, "job": job_options(profile, "00:30:00"), "timeout_s": 3600,
+            "budget": workshop_budget({"loader settings (40 steps)": (len(loaders), 1.0), "profiler": (1, 1.0)})}

@@ -10,12 +10,12 @@
 - :func:`activation_bytes` — what autograd saves for backward in one forward of the engine's model
   (saved-tensor hooks, so it works on a CPU), with and without activation checkpointing.
 - :func:`seven_billion` — the arithmetic of section 1 (training state of a named model per GPU).
-- :func:`load_recording` — the GPU figures of ``bench/model_parallel_gpu.py`` (None, said plainly, when absent).
+- :func:`recorded_table` — the GPU figures of ``bench/model_parallel_gpu.py``
+  (``labs.load_recording("model_parallel_gpu")``) as one table.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Sequence
@@ -23,12 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from coursekit.labs.kit.results import ResultsTable
+from coursekit.labs.kit.settings import QUIET, job_options
 from coursekit.train.config import TrainConfig
 from coursekit.train.memory import sharded_memory, sharding_table
 
-RECORDING_ENV = "COURSEKIT_MODEL_PARALLEL_GPU"
-RECORDING_FILE = Path("bench") / "results" / "model_parallel_gpu.json"
-NO_GPU_FIGURES = "no GPU figures recorded yet"
 # lab name -> (engine options, the formula's strategy in coursekit.train.memory)
 STRATEGIES: dict[str, tuple[dict[str, Any], str]] = {
     "serial": ({"parallel": "ddp"}, "ddp"),
@@ -343,26 +341,7 @@ def checkpointing_table(base: TrainConfig, timed: ResultsTable | Sequence[dict[s
     return table
 
 
-# --- recorded GPU figures (bench/model_parallel_gpu.py) -------------------------------------------
-
-def default_recording_path() -> Path:
-    """``$COURSEKIT_MODEL_PARALLEL_GPU``, else bench/results/model_parallel_gpu.json of the source tree."""
-    explicit = os.environ.get(RECORDING_ENV)
-    return Path(explicit).expanduser() if explicit else Path(__file__).resolve().parents[2] / RECORDING_FILE
-
-
-def load_recording(path: str | os.PathLike | None = None, verbose: bool = True) -> dict[str, Any] | None:
-    """The figures recorded by ``bench/model_parallel_gpu.py``, or None (saying so) when there are none."""
-    path = Path(path) if path is not None else default_recording_path()
-    if not path.is_file():
-        if verbose:
-            print(f"{NO_GPU_FIGURES}: {path} does not exist. It is written on a GPU machine by "
-                  f"`python bench/model_parallel_gpu.py`; the recorded table is skipped.")
-        return None
-    data = json.loads(path.read_text(encoding="utf-8"))
-    data["_path"] = str(path)
-    return data
-
+# --- recorded GPU figures (bench/model_parallel_gpu.py; labs.load_recording("model_parallel_gpu")) ---
 
 def recorded_table(recording: dict[str, Any]) -> ResultsTable | None:
     """strategy x (GPUs, memory per GPU, tokens/s, fits) of the recording, naming its machine."""
@@ -375,3 +354,50 @@ def recorded_table(recording: dict[str, Any]) -> ResultsTable | None:
     return ResultsTable([{k: r.get(k) for k in ("name", "n_gpu", "ok", "oom", "peak_mem_gb", "state_gb_per_gpu",
                                                  "formula_gb_per_gpu", "tokens_per_s", "bubble_measured")}
                          for r in rows], title=title)
+
+
+# ----------------------------------------------------------------- the lab's numbers, per profile
+
+GPUS = 2  # GPUs the notebook needs at once in the gpu profile  # every strategy runs on 2 processes
+
+
+def settings(profile: str) -> dict[str, Any]:
+    """Lab 08's numbers in ``profile`` ("cpu" or "gpu"); ``profile.settings("08")`` shows them."""
+    cpu = profile == "cpu"
+    if cpu:
+        # a GPT of 4 blocks, width 64 (about 0.2 M parameters), fp32 AdamW on gloo processes: seconds per job
+        base = TrainConfig(model="gpt", dataset="tokens", gpt_layers=4, gpt_dim=64, gpt_heads=4, seq_len=32,
+                           vocab_size=32, num_samples=2048, batch_size=16, optimizer="adamw", lr=1e-3, steps=6,
+                           **QUIET)
+        # stage compute emulated by sleeping (forward X ms, backward 2X per micro-batch); 3 values of m keep the
+        # notebook under CI's 3 minutes
+        stage_delay_ms, microbatches = 20.0, [1, 2, 4]
+    else:
+        # course size on 2 GPUs: 4 blocks of width 1024 (about 0.07 B parameters), bf16, 10 steps a job (a 4xH100
+        # dry run with 8 blocks, 30 steps and m up to 16 took over 8 minutes). Micro-batches of at least 8
+        # sequences: there the measured bubble fell with m (1F1B 0.38 -> 0.28 for m = 2 -> 4); with 2-4
+        # sequences per micro-batch the fixed costs per micro-batch (P2P sends, small kernels) kept it at ~0.35
+        base = TrainConfig(model="gpt", dataset="tokens", gpt_layers=4, gpt_dim=1024, gpt_heads=16, seq_len=512,
+                           vocab_size=8192, num_samples=16384, batch_size=32, optimizer="adamw", lr=3e-4,
+                           precision="bf16", steps=10, **QUIET)
+        stage_delay_ms, microbatches = 0.0, [1, 2, 4]
+    pipeline = {"microbatches": 4}
+    return {
+        "n_processes": 2, "zero_n": [2, 4] if cpu else [2],
+        "base": base,
+        "strategies": ["ddp", "naive", "gpipe", "1f1b", "tensor", "zero1", "zero2", "zero3"],
+        "strategy_options": {"naive": {"pp": 2}, "gpipe": pipeline, "1f1b": pipeline},
+        # max |w - w_serial|: Adam divides by sqrt(v), so a float reordering in a gradient near zero can move a
+        # weight by up to ~lr per step; 0.1 lr in fp32 (a wrong batch or a missed all-reduce moves them ~lr)
+        "tolerance": 0.1 * base.lr if cpu else 2e-2,
+        "memory_tolerance": 0.10,  # ZeRO memory per rank vs the formula
+        # gpu: batch 128 for the bubble sweep, micro-batches of 32-128 sequences (2xH100 at batch 32: GPipe's
+        # bubble went 0.42 -> 0.43 from m = 2 to 4, tokens/s halved: fixed costs per micro-batch of 8 sequences;
+        # at batch 128: 0.53 / 0.43 / 0.36, 1F1B 0.37 / 0.27, within 0.17 of theory)
+        "bubble": {"stages": 2, "microbatches": microbatches, "stage_delay_ms": stage_delay_ms, "steps": 4 if cpu else 10,
+                   "batch_size": base.batch_size if cpu else 128},
+        # measured bubble may exceed (p-1)/(m+p-1) by this much (fixed costs per micro-batch); on 4xH100 GPipe
+        # exceeded theory by 0.02 / 0.05 / 0.15 at m = 1 / 2 / 4 (notebook 08, gpu profile, 2026-11-26)
+        "bubble_overhead": 0.10 if cpu else 0.20,
+        "job": job_options(profile, "00:10:00" if cpu else "00:20:00"), "timeout_s": 300 if cpu else 1200,
+    }

@@ -3,8 +3,8 @@ import shlex
 import pytest
 
 from coursekit.labs import lab07_large_batch as lb
+from coursekit.labs import lab_settings
 from coursekit.labs.kit.results import ResultsTable
-from coursekit.labs.kit.settings import lab_settings
 from coursekit.metrics import read_metrics, summary
 from coursekit.train.config import TrainConfig, parse_args
 from coursekit.train.sweep import main as sweep_main

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from coursekit.labs import lab08_model_parallel as mp
-from coursekit.labs.kit.settings import lab_settings
+from coursekit.labs import lab_settings
+from coursekit.labs.kit import recorded
 from coursekit.train.config import TrainConfig
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
@@ -77,13 +78,13 @@ def test_seven_billion_and_tensor_parallel_traffic():
 
 
 def test_recording_absent_is_said_and_present_is_a_table(tmp_path, capsys):
-    assert mp.load_recording(tmp_path / "none.json") is None
-    assert mp.NO_GPU_FIGURES in capsys.readouterr().out
+    assert recorded.load_recording("model_parallel_gpu", tmp_path / "none.json") is None
+    assert recorded.NO_GPU_FIGURES in capsys.readouterr().out
     path = tmp_path / "rec.json"
     path.write_text(json.dumps({"machine": {"gpus": 2, "device_name": "H100"}, "runs": [
         {"name": "big-ddp", "n_gpu": 2, "ok": False, "oom": True}, {"name": "big-zero3", "n_gpu": 2, "ok": True},
         {"name": "tensor", "n_gpu": 2, "ok": False, "skipped": True}]}))
-    table = mp.recorded_table(mp.load_recording(path))
+    table = mp.recorded_table(recorded.load_recording("model_parallel_gpu", path))
     assert table.column("oom") == [True, None] and "H100" in table.title
     assert "tensor" not in table.column("name")  # a run the bench had no time for is not a failure
 

@@ -5,6 +5,9 @@ chooses one: the argument, else ``$COURSEKIT_SITE``, else ``site = "..."`` in th
 ``coursekit.toml``, else ``slurm`` where ``sbatch`` is on PATH and ``local`` elsewhere. A course's
 ``coursekit.toml`` may also override a site's defaults in a ``[site_defaults]`` table (account, qos,
 partition, modules, container, ...). A path to a ``.toml`` file is accepted as a site name.
+
+``site_paths()`` gives the course's job folders under its site's ``log_folder`` (``coursekit.course.CoursePaths``);
+``python -m coursekit.sites`` prints their root, for shell scripts (the sbatch templates).
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from coursekit.course import course_config_path, jobs_dir
+from coursekit import slurm_cli
+from coursekit.course import CoursePaths, choose, course_config, course_config_path, course_paths
 
 SITE_ENV = "COURSEKIT_SITE"
 SITES_DIR = Path(__file__).resolve().parent
@@ -162,10 +166,13 @@ class Site:
                              "set gpus_per_node under [site_defaults] in coursekit.toml or choose a GPU partition")
         return NodeShape(gpus, cpus_per_gpu, max_nodes=max_nodes)
 
+    def paths(self) -> CoursePaths:
+        """The course's job folders under this site's ``log_folder``."""
+        return course_paths(self.log_folder)
+
     def jobs_root(self) -> Path:
-        """The folder holding this site's ``<name>/<job_id>/`` job folders (``coursekit.course.jobs_dir``
-        of the site's ``log_folder``)."""
-        return jobs_dir(self.log_folder)
+        """The folder holding this site's ``<name>/<job_id>/`` job folders."""
+        return self.paths().jobs_root
 
     def full_account(self, account: str | None, partition: str | None = None) -> str | None:
         """The account to send: the argument or the site's, with the partition's suffix when missing."""
@@ -197,8 +204,6 @@ def visible_gpu_count() -> int:
 def _sinfo_shape(partition: str | None) -> tuple[int, int, int | None]:
     """(GPUs per node, CPUs per node, nodes with that many GPUs or None) of a partition (default partition
     when None), from sinfo."""
-    from coursekit import slurm_cli
-
     rows = slurm_cli.sinfo_partitions()
     if partition is not None:
         names = [r["name"] for r in rows]
@@ -225,16 +230,6 @@ def site_names() -> list[str]:
 def _read_toml(path: Path) -> dict[str, Any]:
     with open(path, "rb") as handle:
         return tomllib.load(handle)
-
-
-def _course_config() -> dict[str, Any]:
-    path = course_config_path()
-    if not path.is_file():
-        return {}
-    try:
-        return _read_toml(path)
-    except tomllib.TOMLDecodeError as error:
-        raise ValueError(f"{path}: not valid TOML ({error})") from error
 
 
 def _site_from_mapping(data: dict[str, Any], origin: str) -> Site:
@@ -271,8 +266,8 @@ def _default_site_name() -> str:
 
 def load_site(name: str | None = None) -> Site:
     """The site profile to use: ``name`` > ``$COURSEKIT_SITE`` > course's ``site`` > slurm/local."""
-    config = _course_config()
-    chosen = name or os.environ.get(SITE_ENV) or config.get("site") or _default_site_name()
+    config = course_config()
+    chosen = choose(name, SITE_ENV, "site", _default_site_name).value
     if not isinstance(chosen, str) or not chosen.strip():
         raise ValueError(f"site={chosen!r}: give a site name, one of {site_names()}")
     chosen = chosen.strip()
@@ -299,4 +294,19 @@ def load_site(name: str | None = None) -> Site:
     return site
 
 
-__all__ = ["Site", "Partition", "NodeShape", "load_site", "site_names", "visible_gpu_count", "SITE_ENV"]
+def site_paths(name: str | None = None) -> CoursePaths:
+    """The course's job folders under the site's ``log_folder`` (``load_site(name)``); under the course's
+    ``jobs/`` when no site loads."""
+    try:
+        return load_site(name).paths()
+    except (ValueError, OSError):
+        return course_paths()
+
+
+def site_jobs_dir(name: str | None = None) -> Path:
+    """Where the site's job folders live (``site_paths(name).jobs_root``)."""
+    return site_paths(name).jobs_root
+
+
+__all__ = ["Site", "Partition", "NodeShape", "load_site", "site_jobs_dir", "site_names", "site_paths",
+           "visible_gpu_count", "SITE_ENV"]

@@ -169,6 +169,6 @@ def test_one_owner_of_the_jobs_folder(course: Path, monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("SCRATCH_FOR_TEST", str(course / "scratch"))
     (course / "coursekit.toml").write_text('site = "slurm"\n[site_defaults]\nlog_folder = "$SCRATCH_FOR_TEST/jobs"\n')
     assert load_site().jobs_root() == jobs_dir("$SCRATCH_FOR_TEST/jobs") == course / "scratch" / "jobs"
-    done = subprocess.run([sys.executable, "-m", "coursekit.course"], capture_output=True, text=True, check=True,
+    done = subprocess.run([sys.executable, "-m", "coursekit.sites"], capture_output=True, text=True, check=True,
                           timeout=COMMAND_TIMEOUT_S)  # what the sbatch templates ask
     assert done.stdout.strip() == str(course / "scratch" / "jobs")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from coursekit.train.config import TrainConfig, parse_args, validate
+from coursekit.train.config import TrainConfig, parse_args
 
 __all__ = ["TrainConfig", "parse_args", "train", "validate"]
 
@@ -14,4 +14,8 @@ def __getattr__(name: str) -> Any:
         from coursekit.train.engine import train
 
         return train
+    if name == "validate":  # likewise: the checks ask the parallel strategies and the models
+        from coursekit.train.checks import validate
+
+        return validate
     raise AttributeError(f"module 'coursekit.train' has no attribute {name!r}")

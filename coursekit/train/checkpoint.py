@@ -1,4 +1,5 @@
-"""Checkpoints that resume a run exactly, and the submitit job that requeues itself on a Slurm timeout.
+"""Checkpoints that resume a run exactly (the submitit job that requeues itself as a resume on a Slurm
+timeout is ``engine.TrainingJob``).
 
 A checkpoint holds the model, optimizer, scheduler and loss-scaler states, the position in the data
 (epoch, micro-batches already consumed in it, optimiser step), and two snapshots of every random
@@ -21,15 +22,9 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-try:
-    from submitit.helpers import Checkpointable, DelayedSubmission
-except ImportError:  # submitit is a coursekit dependency; without it (a bare GPU box) the engine still runs
-    Checkpointable, DelayedSubmission = object, None
-
 CHECKPOINT_FILE = "checkpoint.pt"
 SHARDED_FOLDER = "checkpoint_dcp"  # sharded model and optimizer state (torch.distributed.checkpoint)
 SHARDED_MARK = "sharded"  # checkpoint.pt's "model"/"optimizer" entry when they live in SHARDED_FOLDER
-DEFAULT_JOB_CHECKPOINT_EVERY = 100  # optimiser steps between checkpoints of a requeueable job
 
 
 def checkpoint_path(run_dir: str | os.PathLike) -> Path:
@@ -180,36 +175,3 @@ def remaining_batches(loader: Any, done: int) -> Iterator[Any]:
 def _skippable(loader: DataLoader) -> bool:
     map_style = not isinstance(loader.dataset, IterableDataset)
     return map_style and loader.batch_sampler is not None and hasattr(loader.sampler, "set_epoch")
-
-
-# ---------------------------------------------------------------- submitit requeue
-
-
-class TrainingJob(Checkpointable):
-    """A training run as a submitit callable; on a Slurm timeout/preemption it requeues as a resume.
-
-    ``executor.submit(TrainingJob(cfg))``: the job trains with periodic checkpoints in its run folder.
-    When Slurm signals the end of the time limit, submitit calls :meth:`checkpoint`, which returns the
-    same job set to ``resume`` from that folder; the requeued job continues from the last checkpoint.
-    """
-
-    def __init__(self, cfg: Any) -> None:
-        if cfg.checkpoint_every is None:
-            cfg = cfg.replace(checkpoint_every=DEFAULT_JOB_CHECKPOINT_EVERY)
-        self.cfg = cfg
-        self.run_dir: str | None = cfg.out
-
-    def __call__(self) -> dict[str, Any]:
-        from coursekit.train.engine import resolve_run_dir, train
-
-        if self.run_dir is None:
-            self.run_dir = str(resolve_run_dir(self.cfg.out))
-        return train(self.cfg.replace(out=self.run_dir))
-
-    def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
-        """The DelayedSubmission submitit requeues: this run, resuming from its folder."""
-        if DelayedSubmission is None:
-            raise RuntimeError("TrainingJob.checkpoint needs submitit (pip install submitit)")
-        resumed = TrainingJob(self.cfg.replace(out=self.run_dir, resume=True))
-        resumed.run_dir = self.run_dir
-        return DelayedSubmission(resumed)

@@ -1,7 +1,9 @@
 """The training engine's configuration: one dataclass, the same names on the command line.
 
 ``python -m coursekit.train --model resnet18 --batch-size 128 --precision bf16`` and
-``TrainConfig(model="resnet18", batch_size=128, precision="bf16")`` mean the same run.
+``TrainConfig(model="resnet18", batch_size=128, precision="bf16")`` mean the same run. This module imports
+neither torch nor the rest of the engine (the labs and the CLI build configurations on a login node); what
+makes a configuration impossible is ``coursekit.train.checks``.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ SCHEDULES = ("constant", "step", "cosine", "onecycle")
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 DEVICES = ("auto", "cpu", "cuda")
 PROGRESS_MODES = ("auto", "on", "off")
-# one module each in coursekit/train/parallel/ (zero1/zero2/zero3 in zero.py and fsdp.py, fsdp_tp in fsdp.py)
+# the names of the strategy modules of coursekit/train/parallel/ (their STRATEGIES; a test keeps them equal)
 PARALLEL_STRATEGIES = ("ddp", "naive", "pipeline", "tensor", "zero1", "zero2", "zero3", "fsdp_tp")
 PIPELINE_SCHEDULES = ("gpipe", "1f1b")
 
@@ -190,164 +192,3 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_args(argv: list[str] | None = None) -> TrainConfig:
     namespace = build_parser().parse_args(argv)
     return TrainConfig(**vars(namespace))
-
-
-# ----------------------------------------------------------------------------- validation
-
-IMAGE_MODELS = ("resnet18", "resnet34", "resnet50", "wide_resnet")
-IMAGE_DATASETS = ("synthetic", "generated", "jpeg_folder", "cifar10", "imagefolder")
-DATA_DIR_DATASETS = ("jpeg_folder", "cifar10", "imagefolder")
-JPEG_DATASETS = ("jpeg_folder", "imagefolder")
-REGRESSION_MODELS = ("linear", "mlp")
-AT_LEAST_ONE = ("batch_size", "epochs", "steps", "test_steps", "accumulation_steps", "checkpoint_every",
-                "profile_steps", "log_every", "num_samples", "base_batch", "step_every_epochs", "image_size",
-                "prefetch_factor", "ghost_batch_size", "seq_len", "vocab_size", "gpt_layers", "gpt_dim",
-                "gpt_heads", "tp", "pp", "microbatches", "val_every_epochs")
-AT_LEAST_ZERO = ("workers", "grad_noise_batches", "weight_decay", "warmup_epochs", "stage_delay_ms",
-                 "trust_ratio_every")
-
-
-def _static_problems(cfg: TrainConfig) -> list[str]:
-    problems = [f"{name}={getattr(cfg, name)!r} is not allowed; use one of {', '.join(allowed)}"
-                for name, allowed in CHOICES.items() if getattr(cfg, name) not in allowed]
-    problems += [f"{name}={getattr(cfg, name)} must be at least 1" for name in AT_LEAST_ONE
-                 if getattr(cfg, name) is not None and getattr(cfg, name) < 1]
-    problems += [f"{name}={getattr(cfg, name)} must not be negative" for name in AT_LEAST_ZERO
-                 if getattr(cfg, name) < 0]
-    if not cfg.lr > 0:
-        problems.append(f"lr={cfg.lr} must be positive")
-    if not cfg.bucket_cap_mb > 0:
-        problems.append(f"bucket_cap_mb={cfg.bucket_cap_mb} must be a positive number of MiB (DDP's default: 25)")
-    if not 0 <= cfg.momentum < 1:
-        problems.append(f"momentum={cfg.momentum} must be in [0, 1)")
-    if cfg.warmup_start_factor is not None and not 0 < cfg.warmup_start_factor <= 1:
-        problems.append(f"warmup_start_factor={cfg.warmup_start_factor} must be in (0, 1]")
-    if not cfg.trust_coefficient > 0:
-        problems.append(f"trust_coefficient={cfg.trust_coefficient} must be positive (LARS's eta, e.g. 0.001)")
-    if not 0 <= cfg.label_smoothing < 1:
-        problems.append(f"label_smoothing={cfg.label_smoothing} must be in [0, 1)")
-    if not 0 <= cfg.val_fraction < 1:
-        problems.append(f"val_fraction={cfg.val_fraction} must be in [0, 1)")
-    if not 0 < cfg.step_gamma <= 1:
-        problems.append(f"step_gamma={cfg.step_gamma} must be in (0, 1]")
-    if cfg.batch_size >= 1 and cfg.accumulation_steps >= 1 and cfg.batch_size % cfg.accumulation_steps:
-        problems.append(f"accumulation_steps={cfg.accumulation_steps} does not divide batch_size={cfg.batch_size}: "
-                        "the batch is split into that many equal micro-batches; pick a divisor")
-    micro_batch = cfg.batch_size // max(cfg.accumulation_steps, 1)
-    if cfg.ghost_batch_size and cfg.ghost_batch_size > micro_batch:
-        problems.append(f"ghost_batch_size={cfg.ghost_batch_size} is larger than the micro-batch ({micro_batch}); "
-                        "use a smaller virtual batch")
-    if cfg.ghost_batch_size and cfg.sync_batchnorm:
-        problems.append("ghost_batch_size and sync_batchnorm pull the batch-norm batch in opposite directions; "
-                        "use one of them")
-    if cfg.model == "pointnet" and cfg.dataset != "pointclouds":
-        problems.append(f"model='pointnet' needs dataset='pointclouds' (got {cfg.dataset!r})")
-    if (cfg.model == "gpt") != (cfg.dataset == "tokens"):
-        problems.append(f"model='gpt' and dataset='tokens' go together (got model={cfg.model!r}, "
-                        f"dataset={cfg.dataset!r}): use --model gpt --dataset tokens")
-    if cfg.model == "gpt" and cfg.gpt_heads >= 1 and cfg.gpt_dim % cfg.gpt_heads:
-        problems.append(f"gpt_heads={cfg.gpt_heads} does not divide gpt_dim={cfg.gpt_dim}: every head gets "
-                        "gpt_dim / gpt_heads features; pick a divisor")
-    if cfg.model in IMAGE_MODELS and cfg.dataset not in IMAGE_DATASETS:
-        problems.append(f"model={cfg.model!r} needs an image dataset ({', '.join(IMAGE_DATASETS)}), "
-                        f"not {cfg.dataset!r}")
-    if cfg.dataset == "line" and cfg.model not in REGRESSION_MODELS:
-        problems.append(f"dataset='line' is a regression: use model 'linear' or 'mlp', not {cfg.model!r}")
-    if cfg.channels_last and cfg.model not in IMAGE_MODELS:
-        problems.append(f"channels_last applies to convolutional models ({', '.join(IMAGE_MODELS)}), "
-                        f"not {cfg.model!r}")
-    if cfg.dataset in DATA_DIR_DATASETS and not cfg.data_dir:
-        problems.append(f"dataset={cfg.dataset!r} needs --data-dir (the dataset folder)")
-    elif cfg.dataset in DATA_DIR_DATASETS and not (cfg.download and cfg.dataset == "cifar10"):
-        from pathlib import Path
-
-        if not Path(cfg.data_dir).is_dir():
-            problems.append(f"data_dir={cfg.data_dir!r} does not exist"
-                            + (" (add --download on a node with internet)" if cfg.dataset == "cifar10" else ""))
-    if cfg.gpu_resident and cfg.dataset != "synthetic":
-        problems.append(f"gpu_resident applies to dataset 'synthetic' only, not {cfg.dataset!r}")
-    if cfg.gpu_decode and cfg.dataset not in JPEG_DATASETS:
-        problems.append(f"gpu_decode decodes JPEG files: use it with dataset jpeg_folder or imagefolder, "
-                        f"not {cfg.dataset!r}")
-    if cfg.workers == 0 and (cfg.prefetch_factor is not None or cfg.persistent_workers):
-        problems.append("prefetch_factor and persistent_workers need worker processes: set workers >= 1")
-    if not problems:
-        from coursekit.train.parallel.context import parallel_problems
-
-        problems += parallel_problems(cfg)
-    if cfg.target_acc is not None:
-        problems += _target_problems(cfg)
-    if cfg.resume:
-        from coursekit.metrics import default_run_dir
-
-        if cfg.out is None and default_run_dir() is None:
-            problems.append("resume needs the run folder: give --out (the folder of the run to continue)")
-    return problems
-
-
-def _target_problems(cfg: TrainConfig) -> list[str]:
-    """--target-acc needs an accuracy on a validation set."""
-    problems = []
-    if not 0 < cfg.target_acc <= 1:
-        problems.append(f"target_acc={cfg.target_acc} must be an accuracy in (0, 1], e.g. 0.9")
-    if cfg.test_steps is not None:
-        problems.append("target_acc needs validation: drop --test-steps (it skips the validation set)")
-    if cfg.dataset == "line" or cfg.model == "linear":
-        problems.append(f"target_acc needs a classification task, not model={cfg.model!r} on dataset={cfg.dataset!r}")
-    if cfg.eval_every is not None and cfg.eval_every < 1:
-        problems.append(f"eval_every={cfg.eval_every} must be at least 1 (or left out: at each epoch's end)")
-    if cfg.timing_warmup < 0:
-        problems.append(f"timing_warmup={cfg.timing_warmup} must not be negative")
-    return problems
-
-
-def _compile_problem(device_type: str) -> str | None:
-    import shutil
-
-    import torch
-
-    try:
-        import torch._dynamo
-
-        if not torch._dynamo.is_dynamo_supported():
-            return "compile: torch.compile does not support this Python/platform; drop --compile"
-    except ImportError:
-        return "compile: torch.compile is not available in this torch; drop --compile"
-    if device_type == "cuda":
-        from torch.utils._triton import has_triton
-
-        if not has_triton():
-            return "compile on a GPU needs Triton (pip install triton); drop --compile"
-    elif not any(shutil.which(name) for name in ("g++", "c++", "clang++")):
-        return "compile on a CPU needs a C++ compiler (g++ or clang++) on PATH; drop --compile"
-    return None
-
-
-def validate(cfg: TrainConfig, ctx: Any = None) -> None:
-    """Raise one ValueError listing every problem of ``cfg`` (and of ``cfg`` on ``ctx``'s device and world).
-
-    ``ctx`` is a :class:`coursekit.distributed.DistContext`; without it only device-free checks run.
-    """
-    problems = _static_problems(cfg)
-    if ctx is not None and not problems:
-        from coursekit.train.precision import precision_problem
-
-        problem = precision_problem(cfg.precision, ctx.device)
-        if problem:
-            problems.append(problem)
-        if cfg.compile and (problem := _compile_problem(ctx.device.type)):
-            problems.append(problem)
-        if cfg.sync_batchnorm and ctx.world_size > 1 and ctx.device.type != "cuda":
-            problems.append("sync_batchnorm: torch's SyncBatchNorm runs on GPUs only; on CPUs drop --sync-batchnorm")
-        if cfg.gpu_decode and ctx.device.type != "cuda":
-            problems.append("gpu_decode decodes JPEGs with nvjpeg on a GPU; this run is on the CPU: drop --gpu-decode")
-        from coursekit.train.parallel.context import parallel_problems
-
-        problems += parallel_problems(cfg, ctx.world_size, ctx.device.type)
-        if cfg.num_samples is not None:
-            train_samples = int(cfg.num_samples * (1 - cfg.val_fraction))
-            if train_samples < ctx.world_size:
-                problems.append(f"num_samples={cfg.num_samples} leaves {train_samples} training samples for "
-                                f"{ctx.world_size} processes: every process needs at least one")
-    if problems:
-        raise ValueError("invalid training configuration:\n  - " + "\n  - ".join(problems))

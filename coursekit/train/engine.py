@@ -1,4 +1,5 @@
-"""The training engine every lab calls: ``train(cfg) -> summary`` and ``python -m coursekit.train``.
+"""The training engine every lab calls: ``train(cfg) -> summary``, ``python -m coursekit.train``, and
+``TrainingJob(cfg)``, the submitit job that requeues itself as a resume on a Slurm timeout.
 
 Order of work: check the configuration (a ``ConfigError`` before anything is done), join the process
 group, choose the run folder, build data, model, precision, DDP, optimizer and schedule, resume from the
@@ -21,7 +22,17 @@ from typing import Any
 import numpy as np
 import torch
 
-from coursekit.distributed import (
+from coursekit.metrics import MetricsWriter, default_run_dir
+from coursekit.train.checkpoint import load_checkpoint
+from coursekit.train.checks import validate
+from coursekit.train.config import TrainConfig, parse_args
+from coursekit.train.data import build_data, shutdown_workers
+from coursekit.train.loop import Trainer
+from coursekit.train.memory import estimate_memory
+from coursekit.train.models import build_model
+from coursekit.train.optim import build_optimizer
+from coursekit.train.parallel import ParallelContext, build_context, mesh_sizes, strategy_module
+from coursekit.train.parallel.process_group import (
     DistContext,
     broadcast_object,
     cleanup,
@@ -29,15 +40,6 @@ from coursekit.distributed import (
     reduce_values,
     unwrap_model,
 )
-from coursekit.metrics import MetricsWriter, default_run_dir
-from coursekit.train.checkpoint import load_checkpoint
-from coursekit.train.config import TrainConfig, parse_args, validate
-from coursekit.train.data import build_data, shutdown_workers
-from coursekit.train.loop import Trainer
-from coursekit.train.memory import estimate_memory
-from coursekit.train.models import build_model
-from coursekit.train.optim import build_optimizer
-from coursekit.train.parallel import ParallelContext, build_context, mesh_sizes, strategy_module
 from coursekit.train.parallel.summary import parallel_summary
 from coursekit.train.precision import setup_precision
 from coursekit.train.probes import check_loggable
@@ -45,9 +47,15 @@ from coursekit.train.profiling import GpuMonitor
 from coursekit.train.report import Console, steady_state, system_info
 from coursekit.train.schedule import build_scheduler
 
+try:
+    from submitit.helpers import Checkpointable, DelayedSubmission
+except ImportError:  # submitit is a coursekit dependency; without it (a bare GPU box) the engine still runs
+    Checkpointable, DelayedSubmission = object, None
+
 RUNS_FOLDER = "runs"
 EXIT_CODES = {"completed": 0, "failed": 1, "config": 2, "nan": 3}
 MIB = 2**20
+DEFAULT_JOB_CHECKPOINT_EVERY = 100  # optimiser steps between checkpoints of a requeueable job (TrainingJob)
 # Settings that may change between a run and its resume (they do not change the trajectory).
 RESUME_MAY_CHANGE = ("out", "resume", "progress", "profile", "profile_steps", "log_every", "epochs", "steps",
                      "test_steps", "checkpoint_every", "workers", "pin_memory", "prefetch_factor",
@@ -169,22 +177,16 @@ def _estimate(model: torch.nn.Module, cfg: TrainConfig, micro_batch: int, input_
         return {"error": f"{type(error).__name__}: {error}"}
 
 
-def _parallelize(model: torch.nn.Module, pctx: ParallelContext, cfg: TrainConfig) -> torch.nn.Module:
-    """The ``--parallel`` strategy's ``apply`` (coursekit/train/parallel/<name>.py)."""
-    strategy = strategy_module(cfg.parallel)
-    return strategy.apply(model, pctx, cfg)
-
-
 def _build(cfg: TrainConfig, ctx: DistContext, pctx: ParallelContext) -> dict[str, Any]:
-    """Mesh, data, model, precision, parallel strategy, optimizer and schedule; bad input is a ConfigError."""
+    """Mesh, data, model, precision, parallel strategy, optimizer and schedule; bad input is a ConfigError.
+    The ``--parallel`` strategy (coursekit/train/parallel/<module>.py) spreads the model (``apply``), and may
+    build the data (``build_data``: a pipeline's) and the optimizer (``wrap_optimizer``: ZeRO-1's) its way."""
     seed_everything(cfg.seed)
+    strategy = strategy_module(cfg.parallel)
     try:
-        # a pipeline cuts every batch into equal micro-batches (no short last batch) and has no evaluation pass
-        data_cfg = cfg.replace(drop_last=True) if cfg.parallel == "pipeline" else cfg
         data_started = time.perf_counter()
-        data = build_data(data_cfg, pctx.data_shard())  # each data-parallel rank reads its own shard
-        if cfg.parallel == "pipeline":
-            data.val_loader = None
+        # each data-parallel rank reads its own shard
+        data = getattr(strategy, "build_data", build_data)(cfg, pctx.data_shard())
         data_build_s = time.perf_counter() - data_started
         model = build_model(cfg, data.num_classes, data.input_shape)
         if cfg.log_params:
@@ -203,12 +205,12 @@ def _build(cfg: TrainConfig, ctx: DistContext, pctx: ParallelContext) -> dict[st
     if cfg.channels_last:
         model = model.to(memory_format=torch.channels_last)
     try:
-        wrapped = _parallelize(model, pctx, cfg)
+        wrapped = strategy.apply(model, pctx, cfg)
     except ValueError as error:
         raise ConfigError(str(error)) from error
     global_batch = cfg.batch_size * pctx.dp_size
     optimizer = build_optimizer(unwrap_model(wrapped), cfg, global_batch)
-    wrap_optimizer = getattr(strategy_module(cfg.parallel), "wrap_optimizer", None)
+    wrap_optimizer = getattr(strategy, "wrap_optimizer", None)
     if wrap_optimizer is not None:  # ZeRO-1: the optimizer state sharded over the data-parallel ranks
         optimizer = wrap_optimizer(optimizer, pctx)
     steps_per_epoch = len(data.train_loader)
@@ -253,7 +255,8 @@ def _summary(cfg: TrainConfig, ctx: DistContext, trainer: Trainer, status: str, 
     decoder = getattr(trainer.data.train_loader, "decoder_name", None)  # --gpu-decode: which JPEG decoder ran
     if decoder:
         summary["jpeg_decoder"] = decoder
-    summary["parallel"] = parallel_summary(cfg, parts["trainer"]["pctx"], trainer, summary)  # a collective
+    summary["parallel"] = parallel_summary(cfg, parts["trainer"]["pctx"], trainer, summary,  # a collective
+                                           strategy_module(cfg.parallel))
     if trainer.nan_message:
         summary["message"] = trainer.nan_message
     if trainer.target is not None:  # --target-acc: time to target, seed, hashes, GPUs (train/target.py)
@@ -292,3 +295,34 @@ def main(argv: list[str] | None = None) -> int:
         print("coursekit.train: interrupted", file=sys.stderr)
         return EXIT_CODES["failed"]
     return EXIT_CODES.get(summary["status"], EXIT_CODES["failed"])
+
+
+# ----------------------------------------------------------------------------- submitit requeue
+
+
+class TrainingJob(Checkpointable):
+    """A training run as a submitit callable; on a Slurm timeout/preemption it requeues as a resume.
+
+    ``executor.submit(TrainingJob(cfg))``: the job trains with periodic checkpoints in its run folder.
+    When Slurm signals the end of the time limit, submitit calls :meth:`checkpoint`, which returns the
+    same job set to ``resume`` from that folder; the requeued job continues from the last checkpoint.
+    """
+
+    def __init__(self, cfg: Any) -> None:
+        if cfg.checkpoint_every is None:
+            cfg = cfg.replace(checkpoint_every=DEFAULT_JOB_CHECKPOINT_EVERY)
+        self.cfg = cfg
+        self.run_dir: str | None = cfg.out
+
+    def __call__(self) -> dict[str, Any]:
+        if self.run_dir is None:
+            self.run_dir = str(resolve_run_dir(self.cfg.out))
+        return train(self.cfg.replace(out=self.run_dir))
+
+    def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
+        """The DelayedSubmission submitit requeues: this run, resuming from its folder."""
+        if DelayedSubmission is None:
+            raise RuntimeError("TrainingJob.checkpoint needs submitit (pip install submitit)")
+        resumed = TrainingJob(self.cfg.replace(out=self.run_dir, resume=True))
+        resumed.run_dir = self.run_dir
+        return DelayedSubmission(resumed)

@@ -18,7 +18,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from coursekit.distributed import DistContext, no_sync, reduce_values, unwrap_model
 from coursekit.metrics import MetricsWriter
 from coursekit.train.checkpoint import (
     SHARDED_MARK,
@@ -31,8 +30,9 @@ from coursekit.train.checkpoint import (
     save_sharded,
     set_rng_state,
 )
-from coursekit.train.parallel.context import SHARDED_STRATEGIES
+from coursekit.train.parallel import SHARDED_STRATEGIES
 from coursekit.train.parallel.measure import gradient_bytes
+from coursekit.train.parallel.process_group import DistContext, no_sync, reduce_values, unwrap_model
 from coursekit.train.probes import layer_norms, noise_scale, parameter_values
 from coursekit.train.profiling import StepTimer, TraceRecorder
 from coursekit.train.report import Console
@@ -104,7 +104,7 @@ class Trainer:
         self.throughputs: list[dict[str, Any]] = []  # step records' throughput, for the steady state
         self.last_epoch_record: dict[str, Any] = {}
         self.nan_message: str | None = None
-        # where a loader's time goes beside the steps (summary's loader_phases; lab 05, bench/loader_overhead.py)
+        # where a loader's time goes beside the steps (summary's loader_phases; lab 05, bench/loader_overhead_gpu.py)
         self.loader_phases: dict[str, Any] = {"first_batch_s": [], "validation_s": 0.0}
         self.target = TargetRun(cfg, self.device, len(data.train_loader)) if cfg.target_acc is not None else None
         self.lr = optimizer.param_groups[0]["lr"]

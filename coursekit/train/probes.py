@@ -22,6 +22,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, Subset
 
+from coursekit.train.optim import is_no_decay
+
 LOG_PARAMS_MAX_ELEMENTS = 1000  # --log-params is for tiny models (lab 01's w and b)
 FULL_BATCH_CHUNK = 4096  # samples per forward when computing the full-batch gradient
 NOISE_SEED_OFFSET = 1_000_003  # keeps the probe's sampling apart from the run's own seed
@@ -82,8 +84,6 @@ def two_batch_noise_scale(sq_small: float, sq_big: float, b_small: float, b_big:
 def layer_norms(model: nn.Module, grad_scale: float = 1.0) -> list[dict[str, float | str]]:
     """‖w‖ and ‖g‖ (gradient divided by ``grad_scale``, fp16's loss scale) of every weight tensor that
     LARS/LAMB adapt (more than one dimension, not a normalisation layer), in model order."""
-    from coursekit.train.optim import is_no_decay
-
     rows: list[dict[str, float | str]] = []
     for module_name, module in model.named_modules():
         for name, param in module.named_parameters(recurse=False):

@@ -16,7 +16,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from coursekit.train.config import TrainConfig, parse_args, validate
+from coursekit.train.checks import validate
+from coursekit.train.config import TrainConfig, parse_args
 from coursekit.train.engine import EXIT_CODES, ConfigError, resolve_run_dir, train
 
 SEPARATOR = "--next"

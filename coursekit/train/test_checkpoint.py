@@ -15,7 +15,6 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from coursekit.metrics import of_kind, read_metrics, steps, summary
 from coursekit.train.checkpoint import (
-    TrainingJob,
     load_checkpoint,
     loader_generators,
     remaining_batches,
@@ -23,7 +22,7 @@ from coursekit.train.checkpoint import (
     set_rng_state,
 )
 from coursekit.train.config import TrainConfig
-from coursekit.train.engine import ConfigError, train
+from coursekit.train.engine import ConfigError, TrainingJob, train
 from coursekit.train.loop import Trainer
 
 # PointNet has dropout (random masks every step), so the random state must be restored too; warmup +

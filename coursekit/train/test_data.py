@@ -439,7 +439,7 @@ def test_run_stops_persistent_workers_and_records_loader_phases(jpeg_tree, tmp_p
 def test_gpu_jpeg_decoder_choice_and_fallback(monkeypatch):
     """torchvision's nvjpeg by default (measured faster beside the step), nvImageCodec (hardware JPEG engines)
     when asked for; asked for where it is absent: a clear error; as the default where it is absent: torchvision.
-    (The hardware path itself needs a GPU: bench/gpu_jpeg_decode.py.)"""
+    (The hardware path itself needs a GPU: bench/jpeg_decode_gpu.py.)"""
     import sys
 
     monkeypatch.setitem(sys.modules, "nvidia.nvimgcodec", None)  # the package absent, as on this machine

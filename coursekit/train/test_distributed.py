@@ -11,12 +11,12 @@ import torch
 import torch._dynamo  # noqa: F401 - DDP imports it; imported once here, the forked workers start at once
 import torch.multiprocessing as mp
 
-from coursekit.distributed import LOCALHOST
+from coursekit.launch import LOCALHOST
 from coursekit.metrics import epochs, of_kind, read_metrics, steps
-from coursekit.test_distributed import free_port
 from coursekit.train.checkpoint import load_checkpoint
 from coursekit.train.config import TrainConfig
 from coursekit.train.engine import train
+from coursekit.train.parallel.test_process_group import free_port
 
 WORLD = 2
 PER_RANK_BATCH = 8

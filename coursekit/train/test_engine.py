@@ -12,7 +12,8 @@ import torch
 from coursekit.metrics import epochs, of_kind, read_metrics, steps, summary
 from coursekit.train import engine
 from coursekit.train.checkpoint import load_checkpoint
-from coursekit.train.config import TrainConfig, build_parser, validate
+from coursekit.train.checks import validate
+from coursekit.train.config import TrainConfig, build_parser
 from coursekit.train.engine import ConfigError, main, train
 from coursekit.train.precision import precision_problem, setup_precision
 

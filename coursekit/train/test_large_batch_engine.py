@@ -7,7 +7,8 @@ import torch
 from torch import nn
 
 from coursekit.metrics import read_metrics, steps
-from coursekit.train.config import TrainConfig, validate
+from coursekit.train.checks import validate
+from coursekit.train.config import TrainConfig
 from coursekit.train.engine import train
 from coursekit.train.loop import classification_loss, regression_loss
 from coursekit.train.models import GhostBatchNorm1d, build_model

@@ -57,7 +57,7 @@ def test_optimizer_step_sets_the_peak_when_activations_are_small():
 
 # The calculator against the GPU (max_memory_allocated, MiB): ResNet-50 fp32, SGD + momentum, 224 px, the
 # engine's --gpu-resident pool of two batches, cudnn.benchmark on. Batch 32-256: lab 03 on an H200 (issue 12);
-# 512: bench/gpu_memory_sweep.py on an H100. bf16 + channels_last (GiB): bench/gpu_ladder.py batch sweep, H100.
+# 512: bench/memory_sweep_gpu.py on an H100. bf16 + channels_last (GiB): bench/ladder_gpu.py batch sweep, H100.
 MEASURED_FP32_MIB = {32: 7515, 64: 10441, 128: 16276, 256: 27956, 512: 51302}
 MEASURED_BF16_GIB = {64: 3.0, 256: 11.2, 1024: 43.6}
 MEASURED_NO_AUTOTUNE_GIB = 21.48  # batch 256, one input batch, algorithms already chosen (bare loop, ladder)

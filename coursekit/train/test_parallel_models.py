@@ -7,11 +7,12 @@ import pytest
 import torch
 
 from coursekit.metrics import read_metrics, steps
-from coursekit.train.config import TrainConfig, validate
+from coursekit.train.checks import validate
+from coursekit.train.config import TrainConfig
 from coursekit.train.data import make_tokens
 from coursekit.train.engine import main, train
 from coursekit.train.models import MODEL_SPECS, build_model
-from coursekit.train.parallel.context import parallel_problems
+from coursekit.train.parallel import parallel_problems
 
 TINY = {"model": "gpt", "dataset": "tokens", "gpt_layers": 2, "gpt_dim": 32, "gpt_heads": 4, "seq_len": 16,
         "vocab_size": 32, "device": "cpu", "progress": "off"}
@@ -82,7 +83,7 @@ def test_naive_split_equals_serial_and_shows_idle_stages(tmp_path) -> None:
     ({"parallel": "ddp", "microbatches": 2}, 2, "microbatches=2 applies to parallel 'pipeline'"),
     ({"parallel": "fsdp_tp", "tp": 2}, 2, "leaves dp=1"),
     ({"parallel": "pipeline", "grad_noise_batches": 2}, 2, "grad_noise_batches: a pipeline has no whole model"),
-    ({"parallel": "naive", "microbatches": 2}, 1, "micro-batches are for parallel 'pipeline'"),
+    ({"parallel": "naive", "microbatches": 2}, 1, "microbatches=2 applies to parallel 'pipeline' only"),
     ({"parallel": "pipeline", "precision": "fp16"}, 2, "without a loss scaler"),
     ({"parallel": "zero1", "checkpoint_every": 2}, 2, "no resumable checkpoint"),
     ({"model": "gpt", "dataset": "generated"}, 1, "model='gpt' and dataset='tokens' go together"),

@@ -20,7 +20,7 @@ import torch
 import torch._dynamo  # noqa: F401 - imported once here, the forked workers start at once
 import torch.multiprocessing as mp
 
-from coursekit.distributed import LOCALHOST
+from coursekit.launch import LOCALHOST
 from coursekit.metrics import read_metrics, steps
 from coursekit.train.config import TrainConfig
 from coursekit.train.engine import train
@@ -29,7 +29,8 @@ PER_RANK_BATCH = 8
 STEPS = 4
 WEIGHT_ATOL = 1e-5
 LOSS_RTOL = 1e-5
-STAGE_DELAY_MS = 10.0  # emulated stage compute: forward 10 ms, backward 20 ms per micro-batch
+STAGE_DELAY_MS = 50.0  # emulated stage compute: forward 50 ms, backward 100 ms per micro-batch; long beside a
+# rank's real work, which a busy 2-core machine delays (measured there: 10 ms gave a bubble of 0.40-0.55)
 BUBBLE_MICROBATCHES = 4
 BUBBLE_OVERHEAD = 0.15  # measured minus theory may reach this (a few ms of gloo send/recv per micro-batch)
 BASE = {"model": "gpt", "dataset": "tokens", "gpt_layers": 2, "gpt_dim": 32, "gpt_heads": 4, "seq_len": 16,

@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from coursekit.train.config import TrainConfig, validate
+from coursekit.train.checks import validate
+from coursekit.train.config import TrainConfig
 from coursekit.train.engine import train
 from coursekit.train.target import code_hash, config_hash
 

@@ -1,233 +1,217 @@
 """Notebook 00: the cluster from the notebook — submit, watch, read, cancel, sweep."""
 
-from cells import code, md
+# %% [markdown]
+# # 00 — The cluster from the notebook
+#
+# **Learning goals.** After this notebook you can
+#
+# 1. check that your environment can reach the GPUs (or, off a cluster, your own machine);
+# 2. submit a training job from a notebook, and know where its script, logs and metrics live;
+# 3. follow jobs in the queue, read their logs and their metrics, and cancel one;
+# 4. submit a small sweep of jobs in one call, then compare them on one plot.
+#
+# Every lab after this one works the same way: the notebook prepares runs of the course's training
+# engine (`python -m coursekit.train`), submits them as jobs through `coursekit`, and reads back what
+# they measured. On a cluster the jobs go to Slurm; on a laptop or a plain JupyterHub they run as local
+# processes. The notebook's code is the same in both cases.
 
-CELLS = [
-    md("""
-    # 00 — The cluster from the notebook
+# %% [markdown]
+# ## 1. Your pseudonym
+#
+# Your jobs share the queue with everybody else's. Choose a pseudonym of at most five lower-case
+# letters or digits: it starts the name of every job you submit, so you (and the instructor) can find
+# yours.
 
-    **Learning goals.** After this notebook you can
+# %%
+# %matplotlib inline
+from collections import Counter
 
-    1. check that your environment can reach the GPUs (or, off a cluster, your own machine);
-    2. submit a training job from a notebook, and know where its script, logs and metrics live;
-    3. follow jobs in the queue, read their logs and their metrics, and cancel one;
-    4. submit a small sweep of jobs in one call, then compare them on one plot.
+import coursekit
+from coursekit import labs
+from coursekit.labs.kit import failures, plots
 
-    Every lab after this one works the same way: the notebook prepares runs of the course's training
-    engine (`python -m coursekit.train`), submits them as jobs through `coursekit`, and reads back what
-    they measured. On a cluster the jobs go to Slurm; on a laptop or a plain JupyterHub they run as local
-    processes. The notebook's code is the same in both cases.
-    """),
-    md("""
-    ## 1. Your pseudonym
+pseudo = labs.choose_pseudonym("ada")  # <- put yours here
+profile = labs.choose_profile()
+print(profile)
+s = profile.settings("00")
 
-    Your jobs share the queue with everybody else's. Choose a pseudonym of at most five lower-case
-    letters or digits: it starts the name of every job you submit, so you (and the instructor) can find
-    yours.
-    """),
-    code("""
-    %matplotlib inline
-    from collections import Counter
+# %%
+try:  # what a pseudonym that does not fit looks like
+    labs.choose_pseudonym("Ada Lovelace")
+except ValueError as error:
+    print("not a pseudonym:", error)
 
-    import coursekit
-    from coursekit import labs
-    from coursekit.labs.kit import failures, plots
+# %% [markdown]
+# ## 2. The doctor
+#
+# `coursekit doctor` (here as a function) checks Python, torch, the GPUs, the course folder and the site
+# profile; on a Slurm site also Slurm's commands, the controller, accounting and your partition. Every
+# line says what to fix when something is wrong. Off a cluster a missing GPU is only a warning.
 
-    pseudo = labs.choose_pseudonym("ada")  # <- put yours here
-    profile = labs.choose_profile()
-    print(profile)
-    s = profile.settings("00")
-    """),
-    code("""
-    try:  # what a pseudonym that does not fit looks like
-        labs.choose_pseudonym("Ada Lovelace")
-    except ValueError as error:
-        print("not a pseudonym:", error)
-    """),
-    md("""
-    ## 2. The doctor
+# %% tags=["nbval-ignore-output"]
+from coursekit.doctor import doctor
 
-    `coursekit doctor` (here as a function) checks Python, torch, the GPUs, the course folder and the site
-    profile; on a Slurm site also Slurm's commands, the controller, accounting and your partition. Every
-    line says what to fix when something is wrong. Off a cluster a missing GPU is only a warning.
-    """),
-    code("""
-    # NBVAL_IGNORE_OUTPUT
-    from coursekit.doctor import doctor
+ready = doctor()
 
-    ready = doctor()
-    """),
-    code("""
-    print("ready to submit jobs:", ready)
-    """),
-    md("""
-    ## 3. A first job
+# %%
+print("ready to submit jobs:", ready)
 
-    A job runs one command. Ours is the training engine with a handful of options; `engine_command`
-    writes the command for a configuration (only the options that differ from the defaults appear).
-    `s.job` holds the submission options of this profile: the time limit and, in the cpu profile, one
-    compute thread per job (`OMP_NUM_THREADS=1`), so that jobs sharing a few cores take turns instead of
-    getting in each other's way.
-    """),
-    code("""
-    print(labs.engine_command(s.first_job))
-    """),
-    code("""
-    # NBVAL_IGNORE_OUTPUT
-    (job,) = coursekit.submit_jobs(labs.engine_command(s.first_job), n_gpu=1, name=labs.job_name(pseudo, "first"),
-                                   **s.job)
-    print(job)
-    print("its folder:", job.folder)
-    print("its sbatch script:", job.submission_script.name if job.submission_script.exists() else "none (not on Slurm)")
-    """),
-    md("""
-    `submit_jobs` returned at once with a handle on the job. Its folder (`jobs/<name>/<job id>/` in the
-    course folder) keeps the logs (`<id>_0_log.out` and `.err`) and the engine's `metrics.jsonl`; on a
-    Slurm site also the sbatch script Slurm ran (`<id>_submission.sh`). On the local site there is no
-    sbatch script: submitit keeps the command it runs in `<id>_submitted.pkl` and its result in
-    `<id>_0_result.pkl`. Nothing is ever overwritten: a new job gets a new folder.
+# %% [markdown]
+# ## 3. A first job
+#
+# A job runs one command. Ours is the training engine with a handful of options; `engine_command`
+# writes the command for a configuration (only the options that differ from the defaults appear).
+# `s.job` holds the submission options of this profile: the time limit and, in the cpu profile, one
+# compute thread per job (`OMP_NUM_THREADS=1`), so that jobs sharing a few cores take turns instead of
+# getting in each other's way.
 
-    ## 4. Watching the queue
+# %%
+print(labs.engine_command(s.first_job))
 
-    `display_slurm_queue(name)` shows your jobs with their state, the time they have run, the node, their
-    progress (read from their metrics) and the last line of their log. It returns at once and refreshes
-    itself in the background until the jobs have ended: you can keep working meanwhile.
-    """),
-    code("""
-    # NBVAL_IGNORE_OUTPUT
-    view = coursekit.display_slurm_queue(name=labs.job_name(pseudo, "first"))
-    """),
-    code("""
-    print("final state:", job.wait(timeout=s.timeout_s))
-    failed = failures.report_failures([job])  # a failed job: its state, the last lines of its stderr, what to do
-    """),
-    md("""
-    ## 5. Logs and metrics
+# %% tags=["nbval-ignore-output"]
+(job,) = coursekit.submit_jobs(labs.engine_command(s.first_job), n_gpu=1, name=labs.job_name(pseudo, "first"),
+                               **s.job)
+print(job)
+print("its folder:", job.folder)
+print("its sbatch script:", job.submission_script.name if job.submission_script.exists() else "none (not on Slurm)")
 
-    `job.tail(n)` gives the last lines of the job's standard output (`stream="err"` for its errors).
-    `search_log(name)` finds the log files of every job with that name, as idr_pytools does — with job
-    ids matched exactly.
-    """),
-    code("""
-    # NBVAL_IGNORE_OUTPUT
-    print(job.tail(4))
-    """),
-    code("""
-    # NBVAL_IGNORE_OUTPUT
-    logs = coursekit.search_log(name=labs.job_name(pseudo, "first"), with_err=True)
-    logs
-    """),
-    code("""
-    print(f"{len(logs['stdout'])} stdout and {len(logs['stderr'])} stderr file(s)")
-    """),
-    md("""
-    The metrics are JSON lines, one record per line: a `start` record, one `step` record per optimiser
-    step (loss, learning rate, images/s, time waiting for data, compute time, ...), one `epoch` record per
-    epoch (training and validation loss and accuracy) and a final `summary`.
-    """),
-    code("""
-    records = job.metrics()
-    print(Counter(record["kind"] for record in records))
-    """),
-    code("""
-    # NBVAL_IGNORE_OUTPUT
-    run = labs.summarize_run(records)
-    print(f"status {run['status']}, validation accuracy {run['val_acc']:.3f}, "
-          f"{run['images_per_s']:.0f} images/s, {run['total_time_s']:.1f} s")
-    """),
-    code("""
-    figure, ax = plots.new_figure()
-    ax.plot([r["step"] for r in run["steps"]], [r["loss"] for r in run["steps"]])
-    ax.set_xlabel("step")
-    ax.set_ylabel("training loss")
-    ax.set_title("the first job")
-    figure
-    """),
-    md("""
-    ## 6. Cancelling a job
+# %% [markdown]
+# `submit_jobs` returned at once with a handle on the job. Its folder (`jobs/<name>/<job id>/` in the
+# course folder) keeps the logs (`<id>_0_log.out` and `.err`) and the engine's `metrics.jsonl`; on a
+# Slurm site also the sbatch script Slurm ran (`<id>_submission.sh`). On the local site there is no
+# sbatch script: submitit keeps the command it runs in `<id>_submitted.pkl` and its result in
+# `<id>_0_result.pkl`. Nothing is ever overwritten: a new job gets a new folder.
+#
+# ## 4. Watching the queue
+#
+# `display_slurm_queue(name)` shows your jobs with their state, the time they have run, the node, their
+# progress (read from their metrics) and the last line of their log. It returns at once and refreshes
+# itself in the background until the jobs have ended: you can keep working meanwhile.
 
-    A job that is not needed any more should leave the queue (and free its GPUs for the others). We
-    submit a long run, wait until it has really started training, and cancel it.
-    """),
-    code("""
-    # NBVAL_IGNORE_OUTPUT
-    (long_job,) = coursekit.submit_jobs(labs.engine_command(s.long_job), name=labs.job_name(pseudo, "long"),
-                                        **s.job)
-    print("steps done before cancelling:", labs.wait_until_training(long_job, timeout_s=s.timeout_s))
-    long_job.cancel()
-    """),
-    code("""
-    print("state after cancel:", long_job.wait(timeout=s.timeout_s))
-    """),
-    md("""
-    ## 7. A sweep in one call
+# %% tags=["nbval-ignore-output"]
+view = coursekit.display_slurm_queue(name=labs.job_name(pseudo, "first"))
 
-    `gpu_jobs_submitter` takes a list of commands (and, if you like, a list of GPU counts) and submits
-    every combination, exactly like idr_pytools' function of the same name; it returns the job ids. Here:
-    the same run at three learning rates. On Slurm the three jobs go in as one job array.
-    """),
-    code("""
-    configs = [s.first_job.replace(lr=lr) for lr in s.sweep_lrs]
-    commands = [labs.engine_command(config) for config in configs]
-    job_ids = coursekit.gpu_jobs_submitter(commands, n_gpu=1, name=labs.job_name(pseudo, "lr"), **s.job)
-    print(len(job_ids), "jobs submitted")
-    """),
-    code("""
-    # NBVAL_IGNORE_OUTPUT
-    view = coursekit.display_slurm_queue(name=labs.job_name(pseudo, "lr"))
-    """),
-    md("""
-    The ids are all we need: `get_job(id)` gives the handle back (also after a kernel restart — the
-    course folder keeps a registry of your jobs). `labs.collect` waits for the jobs and turns their metrics
-    into one results table: one row per job, the options that differ between the runs first.
-    """),
-    code("""
-    # NBVAL_IGNORE_OUTPUT
-    jobs = [coursekit.get_job(job_id) for job_id in job_ids]
-    table = labs.collect(jobs, configs, timeout_s=s.timeout_s, title="learning-rate sweep")  # a bar while it waits
-    """),
-    code("""
-    print("states:", table.column("state"))
-    failed = failures.report_failures(table, "the learning-rate sweep")
-    """),
-    code("""
-    # NBVAL_IGNORE_OUTPUT
-    table.with_columns("lr", "job_id", "state", "val_acc", "val_loss", "images_per_s", "total_time_s")
-    """),
-    code("""
-    figure, (left, right) = plots.new_figure(ncols=2)
-    plots.curves(table, "steps", "step", "loss", ["lr"], ax=left, title="training loss")
-    plots.curves(table, "epochs", "epoch", "val_acc", ["lr"], ax=right, title="validation accuracy")
-    figure
-    """),
-    md("""
-    ### Exercise — read the best job's log
+# %%
+print("final state:", job.wait(timeout=s.timeout_s))
+failed = failures.report_failures([job])  # a failed job: its state, the last lines of its stderr, what to do
 
-    Find the row of `table` with the highest validation accuracy, get its job back with
-    `coursekit.get_job`, and store the last three lines of its standard output in `best_tail`.
-    """, tags=("exercise",)),
-    code("""
-    # NBVAL_IGNORE_OUTPUT
-    ### BEGIN SOLUTION
-    best = max(table, key=lambda row: row["val_acc"])
-    best_tail = coursekit.get_job(best["job_id"]).tail(3)
-    ### END SOLUTION
-    print(best_tail)
-    """, tags=("exercise",)),
-    md("""
-    ## 8. What just happened, checked
-    """),
-    code("""
-    verdicts = [
-        labs.check_claim("the first job completed and its metrics came back (start, steps, epochs, summary)",
-                         job.state == "COMPLETED" and run["status"] == "completed" and len(run["epochs"]) == s.first_job.epochs,
-                         f"{len(run['steps'])} step and {len(run['epochs'])} epoch records"),
-        labs.check_claim("the cancelled job stopped early",
-                         long_job.state == "CANCELLED" and labs.summarize_run(long_job.metrics())["status"] != "completed",
-                         f"state {long_job.state}, {len(long_job.metrics())} records"),
-        labs.check_claim("every job of the sweep completed and reported a validation accuracy",
-                         all(state == "COMPLETED" for state in table.column("state")) and None not in table.column("val_acc"),
-                         f"states {table.column('state')}"),
-    ]
-    """),
+# %% [markdown]
+# ## 5. Logs and metrics
+#
+# `job.tail(n)` gives the last lines of the job's standard output (`stream="err"` for its errors).
+# `search_log(name)` finds the log files of every job with that name, as idr_pytools does — with job
+# ids matched exactly.
+
+# %% tags=["nbval-ignore-output"]
+print(job.tail(4))
+
+# %% tags=["nbval-ignore-output"]
+logs = coursekit.search_log(name=labs.job_name(pseudo, "first"), with_err=True)
+logs
+
+# %%
+print(f"{len(logs['stdout'])} stdout and {len(logs['stderr'])} stderr file(s)")
+
+# %% [markdown]
+# The metrics are JSON lines, one record per line: a `start` record, one `step` record per optimiser
+# step (loss, learning rate, images/s, time waiting for data, compute time, ...), one `epoch` record per
+# epoch (training and validation loss and accuracy) and a final `summary`.
+
+# %%
+records = job.metrics()
+print(Counter(record["kind"] for record in records))
+
+# %% tags=["nbval-ignore-output"]
+run = labs.summarize_run(records)
+print(f"status {run['status']}, validation accuracy {run['val_acc']:.3f}, "
+      f"{run['images_per_s']:.0f} images/s, {run['total_time_s']:.1f} s")
+
+# %%
+figure, ax = plots.new_figure()
+ax.plot([r["step"] for r in run["steps"]], [r["loss"] for r in run["steps"]])
+ax.set_xlabel("step")
+ax.set_ylabel("training loss")
+ax.set_title("the first job")
+figure
+
+# %% [markdown]
+# ## 6. Cancelling a job
+#
+# A job that is not needed any more should leave the queue (and free its GPUs for the others). We
+# submit a long run, wait until it has really started training, and cancel it.
+
+# %% tags=["nbval-ignore-output"]
+(long_job,) = coursekit.submit_jobs(labs.engine_command(s.long_job), name=labs.job_name(pseudo, "long"),
+                                    **s.job)
+print("steps done before cancelling:", labs.wait_until_training(long_job, timeout_s=s.timeout_s))
+long_job.cancel()
+
+# %%
+print("state after cancel:", long_job.wait(timeout=s.timeout_s))
+
+# %% [markdown]
+# ## 7. A sweep in one call
+#
+# `gpu_jobs_submitter` takes a list of commands (and, if you like, a list of GPU counts) and submits
+# every combination, exactly like idr_pytools' function of the same name; it returns the job ids. Here:
+# the same run at three learning rates. On Slurm the three jobs go in as one job array.
+
+# %%
+configs = [s.first_job.replace(lr=lr) for lr in s.sweep_lrs]
+commands = [labs.engine_command(config) for config in configs]
+job_ids = coursekit.gpu_jobs_submitter(commands, n_gpu=1, name=labs.job_name(pseudo, "lr"), **s.job)
+print(len(job_ids), "jobs submitted")
+
+# %% tags=["nbval-ignore-output"]
+view = coursekit.display_slurm_queue(name=labs.job_name(pseudo, "lr"))
+
+# %% [markdown]
+# The ids are all we need: `get_job(id)` gives the handle back (also after a kernel restart — the
+# course folder keeps a registry of your jobs). `labs.collect` waits for the jobs and turns their metrics
+# into one results table: one row per job, the options that differ between the runs first.
+
+# %% tags=["nbval-ignore-output"]
+jobs = [coursekit.get_job(job_id) for job_id in job_ids]
+table = labs.collect(jobs, configs, timeout_s=s.timeout_s, title="learning-rate sweep")  # a bar while it waits
+
+# %%
+print("states:", table.column("state"))
+failed = failures.report_failures(table, "the learning-rate sweep")
+
+# %% tags=["nbval-ignore-output"]
+table.with_columns("lr", "job_id", "state", "val_acc", "val_loss", "images_per_s", "total_time_s")
+
+# %%
+figure, (left, right) = plots.new_figure(ncols=2)
+plots.curves(table, "steps", "step", "loss", ["lr"], ax=left, title="training loss")
+plots.curves(table, "epochs", "epoch", "val_acc", ["lr"], ax=right, title="validation accuracy")
+figure
+
+# %% [markdown] tags=["exercise"]
+# ### Exercise — read the best job's log
+#
+# Find the row of `table` with the highest validation accuracy, get its job back with
+# `coursekit.get_job`, and store the last three lines of its standard output in `best_tail`.
+
+# %% tags=["nbval-ignore-output", "exercise"]
+### BEGIN SOLUTION
+best = max(table, key=lambda row: row["val_acc"])
+best_tail = coursekit.get_job(best["job_id"]).tail(3)
+### END SOLUTION
+print(best_tail)
+
+# %% [markdown]
+# ## 8. What just happened, checked
+
+# %%
+verdicts = [
+    labs.check_claim("the first job completed and its metrics came back (start, steps, epochs, summary)",
+                     job.state == "COMPLETED" and run["status"] == "completed" and len(run["epochs"]) == s.first_job.epochs,
+                     f"{len(run['steps'])} step and {len(run['epochs'])} epoch records"),
+    labs.check_claim("the cancelled job stopped early",
+                     long_job.state == "CANCELLED" and labs.summarize_run(long_job.metrics())["status"] != "completed",
+                     f"state {long_job.state}, {len(long_job.metrics())} records"),
+    labs.check_claim("every job of the sweep completed and reported a validation accuracy",
+                     all(state == "COMPLETED" for state in table.column("state")) and None not in table.column("val_acc"),
+                     f"states {table.column('state')}"),
 ]

@@ -1,253 +1,239 @@
 """Lab 01: gradient descent vs stochastic gradient descent."""
 
-from cells import code, md
+# %% [markdown]
+# # Lab 01 — Gradient descent vs stochastic gradient descent
+#
+# **Learning goals.** After this lab you can
+#
+# 1. say what one step of gradient descent (GD) computes, and what changes when the gradient comes from
+#    a mini-batch of *B* samples instead of the whole training set;
+# 2. read a loss surface and the path an optimiser takes across it;
+# 3. explain why the path of stochastic gradient descent (SGD) is noisy, why each of its steps is
+#    nevertheless cheap, and why that trade is usually worth it;
+# 4. measure the noise of a mini-batch gradient and show that its variance falls as 1/B.
+#
+# Every training run below is a job of the course's training engine (`python -m coursekit.train`),
+# submitted from this notebook; the notebook only prepares the runs, reads their metrics back and draws
+# them (the loss surface itself is cheap enough to compute here, from the same points the jobs use).
 
-CELLS = [
-    md("""
-    # Lab 01 — Gradient descent vs stochastic gradient descent
+# %%
+# %matplotlib inline
+from coursekit import labs
+from coursekit.labs import lab01_gd_vs_sgd as gd
+from coursekit.labs.kit import failures, plots
 
-    **Learning goals.** After this lab you can
+pseudo = labs.choose_pseudonym("ada")  # your pseudonym: at most 5 lower-case letters or digits
+profile = labs.choose_profile()
+print(profile)
+s = profile.settings("01")
+print(s)
 
-    1. say what one step of gradient descent (GD) computes, and what changes when the gradient comes from
-       a mini-batch of *B* samples instead of the whole training set;
-    2. read a loss surface and the path an optimiser takes across it;
-    3. explain why the path of stochastic gradient descent (SGD) is noisy, why each of its steps is
-       nevertheless cheap, and why that trade is usually worth it;
-    4. measure the noise of a mini-batch gradient and show that its variance falls as 1/B.
+# %% [markdown]
+# ## 1. One neuron, one line
+#
+# The data are points on the line *y = 10 x + 2*, with Gaussian noise of standard deviation 1 added to
+# every *y*. The model is a single neuron without activation, *ŷ = w·x + b*: two parameters. The loss is
+# the mean squared error over the training set,
+#
+# $$L(w, b) = \frac{1}{n}\sum_{i=1}^{n} (w x_i + b - y_i)^2 .$$
+#
+# For a model this small we can afford to compute *L* on a whole grid of (*w*, *b*) values and look at
+# the surface the optimiser has to walk down. The engine generates the same points from the same seed,
+# so the picture below is exactly the surface of the jobs.
 
-    Every training run below is a job of the course's training engine (`python -m coursekit.train`),
-    submitted from this notebook; the notebook only prepares the runs, reads their metrics back and draws
-    them (the loss surface itself is cheap enough to compute here, from the same points the jobs use).
-    """),
-    code("""
-    %matplotlib inline
-    from coursekit import labs
-    from coursekit.labs import lab01_gd_vs_sgd as gd
-    from coursekit.labs.kit import failures, plots
+# %%
+x, y = gd.line_points(s.base)
+w_best, b_best = gd.best_fit(x, y)
+print(f"{len(x)} training points; the bottom of the surface is at w = {w_best:.2f}, b = {b_best:.2f}")
+gd.data_figure(x, y)
 
-    pseudo = labs.choose_pseudonym("ada")  # your pseudonym: at most 5 lower-case letters or digits
-    profile = labs.choose_profile()
-    print(profile)
-    s = profile.settings("01")
-    print(s)
-    """),
-    md("""
-    ## 1. One neuron, one line
+# %% [markdown]
+# ## 2. The runs: one job per batch size
+#
+# Every run starts from the same weights (same seed), uses the same learning rate, no momentum and no
+# weight decay, and sees the training set the same number of times (epochs). Only the batch size
+# changes:
+#
+# * **full batch** (*B = n*): gradient descent proper, one step per epoch, each step uses every point;
+# * **B = 1**: the textbook stochastic gradient descent, *n* steps per epoch;
+# * **B = 16, 32, 64** (up to 128 on a GPU cluster): mini-batch SGD, in between.
+#
+# `--log-params` makes the engine write *w* and *b* into every step record, which gives us the paths.
 
-    The data are points on the line *y = 10 x + 2*, with Gaussian noise of standard deviation 1 added to
-    every *y*. The model is a single neuron without activation, *ŷ = w·x + b*: two parameters. The loss is
-    the mean squared error over the training set,
+# %%
+configs = [s.base.replace(batch_size=b) for b in s.batch_sizes]
+for config in configs:
+    print(labs.engine_command(config))
 
-    $$L(w, b) = \\frac{1}{n}\\sum_{i=1}^{n} (w x_i + b - y_i)^2 .$$
+# %% tags=["nbval-ignore-output"]
+sweep = labs.submit_sweep(configs, name=labs.job_name(pseudo, "gd"), **s.job)
+print("submitted jobs", [job.job_id for job in sweep.jobs])
 
-    For a model this small we can afford to compute *L* on a whole grid of (*w*, *b*) values and look at
-    the surface the optimiser has to walk down. The engine generates the same points from the same seed,
-    so the picture below is exactly the surface of the jobs.
-    """),
-    code("""
-    x, y = gd.line_points(s.base)
-    w_best, b_best = gd.best_fit(x, y)
-    print(f"{len(x)} training points; the bottom of the surface is at w = {w_best:.2f}, b = {b_best:.2f}")
-    gd.data_figure(x, y)
-    """),
-    md("""
-    ## 2. The runs: one job per batch size
+# %% [markdown]
+# Section 5 needs a second, smaller experiment (one short job per batch size, explained there); we
+# submit it now so that both run together.
 
-    Every run starts from the same weights (same seed), uses the same learning rate, no momentum and no
-    weight decay, and sees the training set the same number of times (epochs). Only the batch size
-    changes:
+# %% tags=["nbval-ignore-output"]
+noise_configs = [s.noise_base.replace(batch_size=b) for b in s.noise_batch_sizes]
+noise_sweep = labs.submit_sweep(noise_configs, name=labs.job_name(pseudo, "noise"), **s.job)
+print("submitted jobs", [job.job_id for job in noise_sweep.jobs])
 
-    * **full batch** (*B = n*): gradient descent proper, one step per epoch, each step uses every point;
-    * **B = 1**: the textbook stochastic gradient descent, *n* steps per epoch;
-    * **B = 16, 32, 64** (up to 128 on a GPU cluster): mini-batch SGD, in between.
+# %% [markdown]
+# While they run, `coursekit.display_slurm_queue(name)` shows them (it returns at once and refreshes
+# itself). Then `sweep.results()` waits for the jobs and builds **one results table**, one row per
+# job, that every plot below reads.
 
-    `--log-params` makes the engine write *w* and *b* into every step record, which gives us the paths.
-    """),
-    code("""
-    configs = [s.base.replace(batch_size=b) for b in s.batch_sizes]
-    for config in configs:
-        print(labs.engine_command(config))
-    """),
-    code("""
-    # NBVAL_IGNORE_OUTPUT
-    sweep = labs.submit_sweep(configs, name=labs.job_name(pseudo, "gd"), **s.job)
-    print("submitted jobs", [job.job_id for job in sweep.jobs])
-    """),
-    md("""
-    Section 5 needs a second, smaller experiment (one short job per batch size, explained there); we
-    submit it now so that both run together.
-    """),
-    code("""
-    # NBVAL_IGNORE_OUTPUT
-    noise_configs = [s.noise_base.replace(batch_size=b) for b in s.noise_batch_sizes]
-    noise_sweep = labs.submit_sweep(noise_configs, name=labs.job_name(pseudo, "noise"), **s.job)
-    print("submitted jobs", [job.job_id for job in noise_sweep.jobs])
-    """),
-    md("""
-    While they run, `coursekit.display_slurm_queue(name)` shows them (it returns at once and refreshes
-    itself). Then `sweep.results()` waits for the jobs and builds **one results table**, one row per
-    job, that every plot below reads.
-    """),
-    code("""
-    # NBVAL_IGNORE_OUTPUT
-    import coursekit
+# %% tags=["nbval-ignore-output"]
+import coursekit
 
-    coursekit.display_slurm_queue(name=labs.job_name(pseudo, "gd"))
-    """),
-    code("""
-    # NBVAL_IGNORE_OUTPUT
-    table = gd.add_paths(sweep.results(timeout_s=s.timeout_s, title="GD vs SGD"), x, y)  # a bar while it waits
-    """),
-    code("""
-    print("states:", sorted(set(table.column("state"))))
-    failed = failures.report_failures(table, "the GD/SGD sweep")
-    """),
-    code("""
-    # NBVAL_IGNORE_OUTPUT
-    table.with_columns("batch_size", "job_id", "state", "final_loss", "step_time_s", "total_time_s")
-    """),
-    md("""
-    ## 3. Loss against epochs and against time
+coursekit.display_slurm_queue(name=labs.job_name(pseudo, "gd"))
 
-    Left: the loss on the whole training set after each step, against the number of epochs done. Right:
-    the same loss against the seconds the run had spent stepping. Per epoch, small batches make many more
-    updates, so they get down faster; per *step* they are noisy.
-    """),
-    code("""
-    figure, (left, right) = plots.new_figure(ncols=2)
-    for row in table:
-        per_epoch = len(row["path"]) / s.base.epochs
-        epochs = [(i + 1) / per_epoch for i in range(len(row["path"]))]
-        seconds, total = [], 0.0
-        for record in row["steps"]:
-            total += record["data_time_s"] + record["compute_time_s"]
-            seconds.append(total)
-        left.plot(epochs, row["path_loss"], label=f"B={row['batch_size']}")
-        right.plot(seconds, row["path_loss"], label=f"B={row['batch_size']}")
-    right.set_xscale("log")
-    for ax, xlabel in ((left, "epochs"), (right, "seconds of training steps (log scale)")):
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel("training loss (all points)")
-        ax.set_yscale("log")
-        ax.legend(fontsize="small")
-    figure
-    """),
-    md("""
-    ## 4. The paths on the loss surface
+# %% tags=["nbval-ignore-output"]
+table = gd.add_paths(sweep.results(timeout_s=s.timeout_s, title="GD vs SGD"), x, y)  # a bar while it waits
 
-    The contours are the levels of log10 *L*; the star is the least-squares solution. Gradient descent
-    follows the steepest way down: its path is a smooth curve. SGD with *B = 1* zig-zags: each step
-    follows the gradient of a single point, which points only roughly towards the star. Larger
-    mini-batches smooth the path.
-    """),
-    code("""
-    gd.surface_figure(x, y, table)
-    """),
-    md("""
-    ## 5. How noisy is a mini-batch gradient?
+# %%
+print("states:", sorted(set(table.column("state"))))
+failed = failures.report_failures(table, "the GD/SGD sweep")
 
-    Write *g* for the gradient of the full loss and *g_B* for the gradient computed on a random
-    mini-batch of *B* distinct points. On average *g_B* equals *g*; its spread is what makes SGD's path
-    wobble. If one point's gradient has covariance Σ, then
+# %% tags=["nbval-ignore-output"]
+table.with_columns("batch_size", "job_id", "state", "final_loss", "step_time_s", "total_time_s")
 
-    $$\\mathbb{E}\\,\\lVert g_B - g \\rVert^2 = \\frac{\\operatorname{tr}\\Sigma}{B}\\cdot\\frac{n-B}{n-1},$$
+# %% [markdown]
+# ## 3. Loss against epochs and against time
+#
+# Left: the loss on the whole training set after each step, against the number of epochs done. Right:
+# the same loss against the seconds the run had spent stepping. Per epoch, small batches make many more
+# updates, so they get down faster; per *step* they are noisy.
 
-    so the variance falls as **1/B** (the second factor, close to 1 while *B ≪ n*, appears because a batch
-    never holds the same point twice). On a log-log plot, variance against *B* is a line of slope −1.
-
-    The engine measures this with `--grad-noise-batches N`: after a step it draws *N* random mini-batches
-    of the run's batch size and averages ‖*g_B* − *g*‖². We run one job per batch size, each with one
-    (nearly zero) step, so that every job measures at the same point of the surface.
-    """),
-    code("""
-    print(labs.engine_command(noise_configs[0]))
-    """),
-    code("""
-    # NBVAL_IGNORE_OUTPUT
-    noise = gd.noise_rows(noise_sweep.results(timeout_s=s.timeout_s))
-    slope = labs.loglog_slope(noise.column("batch_size"), noise.column("grad_noise_var"))
-    print(f"fitted slope of log(variance) against log(B): {slope:.2f}")
-    noise
-    """),
-    code("""
-    figure = plots.scatter_line(noise, "batch_size", "grad_noise_var", logx=True, logy=True,
-                                title="variance of the mini-batch gradient", label="measured")
-    trace_sigma, batches = noise[0]["grad_noise_var"], noise.column("batch_size")  # B = 1: the variance is tr Σ
-    ax = figure.axes[0]
-    ax.plot(batches, [trace_sigma / b for b in batches], linestyle=":", color="black", label="tr Σ / B")
-    ax.plot(batches, [trace_sigma / b * gd.without_replacement_factor(b, s.points) for b in batches],
-            linestyle="--", color="gray", label="tr Σ / B · (n − B)/(n − 1)")
+# %%
+figure, (left, right) = plots.new_figure(ncols=2)
+for row in table:
+    per_epoch = len(row["path"]) / s.base.epochs
+    epochs = [(i + 1) / per_epoch for i in range(len(row["path"]))]
+    seconds, total = [], 0.0
+    for record in row["steps"]:
+        total += record["data_time_s"] + record["compute_time_s"]
+        seconds.append(total)
+    left.plot(epochs, row["path_loss"], label=f"B={row['batch_size']}")
+    right.plot(seconds, row["path_loss"], label=f"B={row['batch_size']}")
+right.set_xscale("log")
+for ax, xlabel in ((left, "epochs"), (right, "seconds of training steps (log scale)")):
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("training loss (all points)")
+    ax.set_yscale("log")
     ax.legend(fontsize="small")
-    figure
-    """),
-    md("""
-    The largest batch holds half of the *n* points, so the factor (*n − B*)/(*n − 1*) pulls its variance
-    below tr Σ / B and steepens the raw slope. Dividing it out gives the corrected slope:
-    """),
-    code("""
-    # NBVAL_IGNORE_OUTPUT
-    noise.add_column("corrected_var", lambda r: r["grad_noise_var"] / gd.without_replacement_factor(r["batch_size"], s.points))
-    corrected_slope = labs.loglog_slope(noise.column("batch_size"), noise.column("corrected_var"))
-    print(f"raw slope {slope:.2f}, corrected slope {corrected_slope:.2f}")
-    """),
-    md("""
-    ### Exercise 1 — predict, then measure
+figure
 
-    With *B = 1* the factor is 1, so the measured variance at *B = 1* is tr Σ. Use it to **predict** the
-    variance at *B = 32* (store it in `predicted_32`), then **measure** it: submit one more job of
-    `s.noise_base` with batch size 32 and read its `grad_noise_var` (store it in `measured_32`).
-    """, tags=("exercise",)),
-    code("""
-    # NBVAL_IGNORE_OUTPUT
-    ### BEGIN SOLUTION
-    trace_sigma = noise.one(batch_size=1)["grad_noise_var"]
-    predicted_32 = trace_sigma / 32 * gd.without_replacement_factor(32, s.points)
-    extra = gd.noise_rows(labs.run_sweep([s.noise_base.replace(batch_size=32)], name=labs.job_name(pseudo, "b32"),
-                                         **s.job, timeout_s=s.timeout_s))
-    measured_32 = extra[0]["grad_noise_var"]
-    ### END SOLUTION
-    print(f"B = 32: predicted {predicted_32:.3f}, measured {measured_32:.3f}")
-    """, tags=("exercise",)),
-    md("""
-    ### Exercise 2 — a step is cheap, an epoch is not
+# %% [markdown]
+# ## 4. The paths on the loss surface
+#
+# The contours are the levels of log10 *L*; the star is the least-squares solution. Gradient descent
+# follows the steepest way down: its path is a smooth curve. SGD with *B = 1* zig-zags: each step
+# follows the gradient of a single point, which points only roughly towards the star. Larger
+# mini-batches smooth the path.
 
-    From `table`, compute for the full-batch run and for *B = 1* the time of one step (`step_time_s`, the
-    median over the run) and the time of one epoch (step time × steps per epoch). Which one makes an epoch
-    cheaper, and why is that not the whole story?
-    """, tags=("exercise",)),
-    code("""
-    # NBVAL_IGNORE_OUTPUT
-    ### BEGIN SOLUTION
-    for row in (table.one(batch_size=s.points), table.one(batch_size=1)):
-        steps_per_epoch = s.points // row["batch_size"]
-        print(f"B={row['batch_size']:>4}: {1e3 * row['step_time_s']:.3f} ms per step, "
-              f"{1e3 * row['step_time_s'] * steps_per_epoch:.1f} ms per epoch")
-    ### END SOLUTION
-    """, tags=("exercise",)),
-    md("""
-    One SGD step costs far less than one full-batch step, but an epoch of *B = 1* makes *n* of them and
-    pays the fixed cost of a step (Python, the optimiser, the data loader) every time, so its epoch is the
-    slower one. What SGD buys is progress per epoch: many more, noisier updates. Mini-batches keep most of
-    that progress while sharing the fixed cost of a step, and they fill a GPU — the subject of lab 02.
-    """, tags=("solution",)),
-    md("""
-    ## 6. The claims, checked on the runs above
-    """),
-    code("""
-    gd_run, sgd_run = table.one(batch_size=s.points), table.one(batch_size=1)
-    gd_ups, sgd_ups = labs.share_of_increases(gd_run["path_loss"]), labs.share_of_increases(sgd_run["path_loss"])
-    verdicts = [labs.check_claim(
-        "the full-batch GD path is smooth (the loss never goes up), SGD's path with B = 1 is noisy",
-        gd_ups == 0 and sgd_ups > 0.2,
-        f"loss went up on {100 * gd_ups:.0f} % of GD steps and on {100 * sgd_ups:.0f} % of SGD steps"),
-    labs.check_claim(
-        "each SGD step (B = 1) is cheaper than a full-batch GD step",
-        sgd_run["step_time_s"] < gd_run["step_time_s"],
-        f"median step {1e3 * sgd_run['step_time_s']:.3f} ms (B = 1) vs {1e3 * gd_run['step_time_s']:.3f} ms (B = {s.points})"),
-    labs.check_claim(
-        "the variance of the mini-batch gradient falls as 1/B (log-log slope -1 ± 0.1, sampling without replacement "
-        "corrected)",
-        abs(corrected_slope + 1) <= 0.1,
-        f"corrected slope {corrected_slope:.2f} (raw {slope:.2f}) over B = {noise.column('batch_size')}")]
-    """),
-]
+# %%
+gd.surface_figure(x, y, table)
+
+# %% [markdown]
+# ## 5. How noisy is a mini-batch gradient?
+#
+# Write *g* for the gradient of the full loss and *g_B* for the gradient computed on a random
+# mini-batch of *B* distinct points. On average *g_B* equals *g*; its spread is what makes SGD's path
+# wobble. If one point's gradient has covariance Σ, then
+#
+# $$\mathbb{E}\,\lVert g_B - g \rVert^2 = \frac{\operatorname{tr}\Sigma}{B}\cdot\frac{n-B}{n-1},$$
+#
+# so the variance falls as **1/B** (the second factor, close to 1 while *B ≪ n*, appears because a batch
+# never holds the same point twice). On a log-log plot, variance against *B* is a line of slope −1.
+#
+# The engine measures this with `--grad-noise-batches N`: after a step it draws *N* random mini-batches
+# of the run's batch size and averages ‖*g_B* − *g*‖². We run one job per batch size, each with one
+# (nearly zero) step, so that every job measures at the same point of the surface.
+
+# %%
+print(labs.engine_command(noise_configs[0]))
+
+# %% tags=["nbval-ignore-output"]
+noise = gd.noise_rows(noise_sweep.results(timeout_s=s.timeout_s))
+slope = labs.loglog_slope(noise.column("batch_size"), noise.column("grad_noise_var"))
+print(f"fitted slope of log(variance) against log(B): {slope:.2f}")
+noise
+
+# %%
+figure = plots.scatter_line(noise, "batch_size", "grad_noise_var", logx=True, logy=True,
+                            title="variance of the mini-batch gradient", label="measured")
+trace_sigma, batches = noise[0]["grad_noise_var"], noise.column("batch_size")  # B = 1: the variance is tr Σ
+ax = figure.axes[0]
+ax.plot(batches, [trace_sigma / b for b in batches], linestyle=":", color="black", label="tr Σ / B")
+ax.plot(batches, [trace_sigma / b * gd.without_replacement_factor(b, s.points) for b in batches],
+        linestyle="--", color="gray", label="tr Σ / B · (n − B)/(n − 1)")
+ax.legend(fontsize="small")
+figure
+
+# %% [markdown]
+# The largest batch holds half of the *n* points, so the factor (*n − B*)/(*n − 1*) pulls its variance
+# below tr Σ / B and steepens the raw slope. Dividing it out gives the corrected slope:
+
+# %% tags=["nbval-ignore-output"]
+noise.add_column("corrected_var", lambda r: r["grad_noise_var"] / gd.without_replacement_factor(r["batch_size"], s.points))
+corrected_slope = labs.loglog_slope(noise.column("batch_size"), noise.column("corrected_var"))
+print(f"raw slope {slope:.2f}, corrected slope {corrected_slope:.2f}")
+
+# %% [markdown] tags=["exercise"]
+# ### Exercise 1 — predict, then measure
+#
+# With *B = 1* the factor is 1, so the measured variance at *B = 1* is tr Σ. Use it to **predict** the
+# variance at *B = 32* (store it in `predicted_32`), then **measure** it: submit one more job of
+# `s.noise_base` with batch size 32 and read its `grad_noise_var` (store it in `measured_32`).
+
+# %% tags=["nbval-ignore-output", "exercise"]
+### BEGIN SOLUTION
+trace_sigma = noise.one(batch_size=1)["grad_noise_var"]
+predicted_32 = trace_sigma / 32 * gd.without_replacement_factor(32, s.points)
+extra = gd.noise_rows(labs.run_sweep([s.noise_base.replace(batch_size=32)], name=labs.job_name(pseudo, "b32"),
+                                     **s.job, timeout_s=s.timeout_s))
+measured_32 = extra[0]["grad_noise_var"]
+### END SOLUTION
+print(f"B = 32: predicted {predicted_32:.3f}, measured {measured_32:.3f}")
+
+# %% [markdown] tags=["exercise"]
+# ### Exercise 2 — a step is cheap, an epoch is not
+#
+# From `table`, compute for the full-batch run and for *B = 1* the time of one step (`step_time_s`, the
+# median over the run) and the time of one epoch (step time × steps per epoch). Which one makes an epoch
+# cheaper, and why is that not the whole story?
+
+# %% tags=["nbval-ignore-output", "exercise"]
+### BEGIN SOLUTION
+for row in (table.one(batch_size=s.points), table.one(batch_size=1)):
+    steps_per_epoch = s.points // row["batch_size"]
+    print(f"B={row['batch_size']:>4}: {1e3 * row['step_time_s']:.3f} ms per step, "
+          f"{1e3 * row['step_time_s'] * steps_per_epoch:.1f} ms per epoch")
+### END SOLUTION
+
+# %% [markdown] tags=["solution"]
+# One SGD step costs far less than one full-batch step, but an epoch of *B = 1* makes *n* of them and
+# pays the fixed cost of a step (Python, the optimiser, the data loader) every time, so its epoch is the
+# slower one. What SGD buys is progress per epoch: many more, noisier updates. Mini-batches keep most of
+# that progress while sharing the fixed cost of a step, and they fill a GPU — the subject of lab 02.
+
+# %% [markdown]
+# ## 6. The claims, checked on the runs above
+
+# %%
+gd_run, sgd_run = table.one(batch_size=s.points), table.one(batch_size=1)
+gd_ups, sgd_ups = labs.share_of_increases(gd_run["path_loss"]), labs.share_of_increases(sgd_run["path_loss"])
+verdicts = [labs.check_claim(
+    "the full-batch GD path is smooth (the loss never goes up), SGD's path with B = 1 is noisy",
+    gd_ups == 0 and sgd_ups > 0.2,
+    f"loss went up on {100 * gd_ups:.0f} % of GD steps and on {100 * sgd_ups:.0f} % of SGD steps"),
+labs.check_claim(
+    "each SGD step (B = 1) is cheaper than a full-batch GD step",
+    sgd_run["step_time_s"] < gd_run["step_time_s"],
+    f"median step {1e3 * sgd_run['step_time_s']:.3f} ms (B = 1) vs {1e3 * gd_run['step_time_s']:.3f} ms (B = {s.points})"),
+labs.check_claim(
+    "the variance of the mini-batch gradient falls as 1/B (log-log slope -1 ± 0.1, sampling without replacement "
+    "corrected)",
+    abs(corrected_slope + 1) <= 0.1,
+    f"corrected slope {corrected_slope:.2f} (raw {slope:.2f}) over B = {noise.column('batch_size')}")]

@@ -1,173 +1,165 @@
 """Lab 02: batch size — throughput, memory up to the OOM, accuracy within an epoch budget."""
 
-from cells import code, md
+# %% [markdown]
+# # Lab 02 — Batch size
+#
+# **Learning goals.** After this lab you can
+#
+# 1. explain why images per second grow with the batch size and then stop growing (saturation);
+# 2. find the largest batch that fits in a GPU's memory by running up to the out-of-memory error, and
+#    recognise that error from a job's state and log;
+# 3. tell throughput from progress: at a fixed number of epochs a larger batch makes fewer optimiser
+#    steps, so it may finish sooner yet reach a lower accuracy — what counts is the *time to accuracy*.
+#
+# One sweep of jobs, one results table, and every plot below is drawn from that table.
 
-CELLS = [
-    md("""
-    # Lab 02 — Batch size
+# %%
+# %matplotlib inline
+from coursekit import labs
+from coursekit.labs import lab02_batch_size as bs
+from coursekit.labs.kit import failures, plots, recorded
 
-    **Learning goals.** After this lab you can
+pseudo = labs.choose_pseudonym("ada")
+profile = labs.choose_profile()
+print(profile)
+s = profile.settings("02")
+print(s)
 
-    1. explain why images per second grow with the batch size and then stop growing (saturation);
-    2. find the largest batch that fits in a GPU's memory by running up to the out-of-memory error, and
-       recognise that error from a job's state and log;
-    3. tell throughput from progress: at a fixed number of epochs a larger batch makes fewer optimiser
-       steps, so it may finish sooner yet reach a lower accuracy — what counts is the *time to accuracy*.
+# %% [markdown]
+# ## 1. The sweep
+#
+# The same model, data, learning rate and number of epochs; only the batch size changes. The runs go
+# **one at a time** in the CPU profile: jobs sharing a processor would slow each other down and the
+# throughput we measure would be that of the crowd. On a GPU cluster each job has its own GPU, so they
+# run side by side.
 
-    One sweep of jobs, one results table, and every plot below is drawn from that table.
-    """),
-    code("""
-    %matplotlib inline
-    from coursekit import labs
-    from coursekit.labs import lab02_batch_size as bs
-    from coursekit.labs.kit import failures, plots, recorded
+# %%
+configs = [s.base.replace(batch_size=b) for b in s.batch_sizes]
+for config in configs:
+    print(labs.engine_command(config))
 
-    pseudo = labs.choose_pseudonym("ada")
-    profile = labs.choose_profile()
-    print(profile)
-    s = profile.settings("02")
-    print(s)
-    """),
-    md("""
-    ## 1. The sweep
+# %% tags=["nbval-ignore-output"]
+table = labs.run_sweep(configs, name=labs.job_name(pseudo, "bs"), one_at_a_time=profile.is_cpu,
+                       **s.job, timeout_s=s.timeout_s, title="batch-size sweep")
+bs.add_time_to_accuracy(table, s.target_acc)
+table.with_columns("batch_size", "job_id", "state", "images_per_s_median", "train_time_s", "val_acc", "time_to_target_s")
 
-    The same model, data, learning rate and number of epochs; only the batch size changes. The runs go
-    **one at a time** in the CPU profile: jobs sharing a processor would slow each other down and the
-    throughput we measure would be that of the crowd. On a GPU cluster each job has its own GPU, so they
-    run side by side.
-    """),
-    code("""
-    configs = [s.base.replace(batch_size=b) for b in s.batch_sizes]
-    for config in configs:
-        print(labs.engine_command(config))
-    """),
-    code("""
-    # NBVAL_IGNORE_OUTPUT
-    table = labs.run_sweep(configs, name=labs.job_name(pseudo, "bs"), one_at_a_time=profile.is_cpu,
-                           **s.job, timeout_s=s.timeout_s, title="batch-size sweep")
-    bs.add_time_to_accuracy(table, s.target_acc)
-    table.with_columns("batch_size", "job_id", "state", "images_per_s_median", "train_time_s", "val_acc", "time_to_target_s")
-    """),
-    code("""
-    print("states:", table.column("state"))
-    failed = failures.report_failures(table, "the batch-size sweep")
-    table = failures.completed(table)
-    """),
-    md("""
-    ## 2. Throughput saturates
+# %%
+print("states:", table.column("state"))
+failed = failures.report_failures(table, "the batch-size sweep")
+table = failures.completed(table)
 
-    A step has a fixed cost (launching operations, Python, the optimiser update) and a cost per image.
-    Small batches pay the fixed cost for few images; as the batch grows the fixed part is shared by more
-    images and the processor's parallel units fill up, until it is busy all the time: from then on twice
-    the batch takes twice as long, and images/s stop growing. Each point is the median over the run's
-    steps (the first one, which pays for allocations, left out); the error bars are their standard
-    deviation.
-    """),
-    code("""
-    figure = plots.scatter_line(table.add_column("img_s_std", lambda r: r["summary"].get("images_per_s_std")),
-                                "batch_size", "images_per_s_median", logx=True, errors="img_s_std",
-                                title=f"throughput against batch size ({profile.name} profile, measured)")
-    figure
-    """),
-    md("""
-    ## 3. Memory grows with the batch — until it does not fit
+# %% [markdown]
+# ## 2. Throughput saturates
+#
+# A step has a fixed cost (launching operations, Python, the optimiser update) and a cost per image.
+# Small batches pay the fixed cost for few images; as the batch grows the fixed part is shared by more
+# images and the processor's parallel units fill up, until it is busy all the time: from then on twice
+# the batch takes twice as long, and images/s stop growing. Each point is the median over the run's
+# steps (the first one, which pays for allocations, left out); the error bars are their standard
+# deviation.
 
-    The weights, gradients and optimizer state do not depend on the batch; the activations kept for the
-    backward pass grow in proportion to it. On a GPU the sweep is continued until a job fails with
-    *CUDA out of memory*. `labs.is_oom(job)` recognises it the way DLO-JZ's notebooks do, from the job's
-    state (`OUT_OF_MEMORY` when Slurm kills it) or from the error in its `.err` log. In the cpu profile
-    the figures below were recorded on an H100 by the engine's benchmark: the same saturation of
-    images/s, at a much larger scale, and memory growing in proportion to the batch.
-    """),
-    code("""
-    # NBVAL_IGNORE_OUTPUT
-    if s.memory_base is not None:  # gpu profile: measure, up to the OOM
-        memory = bs.add_peak_memory_gb(labs.run_sweep(
-            [s.memory_base.replace(batch_size=b) for b in s.memory_batch_sizes], name=labs.job_name(pseudo, "mem"),
-            **s.job, timeout_s=s.timeout_s, title="peak memory"))
-        # running out of memory is what this sweep looks for; any other failure is reported
-        failures.report_failures(memory.where(lambda r: not r["oom"]), "the memory sweep (other than out of memory)")
-        display(memory.with_columns("batch_size", "state", "oom", "peak_mem_gb", "images_per_s"))
-        figure = bs.memory_figure(memory, "peak GPU memory against batch size (measured)")
-    else:  # cpu profile: no GPU here, show the figures recorded on one
-        recording = labs.load_gpu_ladder()
-        memory = recorded.batch_sweep_table(recording) if recording else None
-        figure = None
-        if memory is not None:
-            display(memory)
-            display(plots.scatter_line(memory, "batch_size", "img_s", errors="img_s_std", logx=True,
-                                       color=plots.RECORDED_COLOR, title="GPU throughput (recorded, ResNet-50 bf16)"))
-            figure = bs.memory_figure(memory, "peak GPU memory against batch size (recorded, ResNet-50 bf16)",
-                                      recorded=True)
-    figure
-    """),
-    md("""
-    ## 4. Accuracy within a fixed epoch budget
+# %%
+figure = plots.scatter_line(table.add_column("img_s_std", lambda r: r["summary"].get("images_per_s_std")),
+                            "batch_size", "images_per_s_median", logx=True, errors="img_s_std",
+                            title=f"throughput against batch size ({profile.name} profile, measured)")
+figure
 
-    Every run saw the training set the same number of times. The small batches made many more optimiser
-    steps in those epochs; the large ones made few, each better informed but not better by as much as the
-    number of images behind it. Left: validation accuracy after each epoch. Right: how long each run
-    trained before it first reached the target accuracy (grey: never, within the budget).
-    """),
-    code("""
-    bs.accuracy_figure(table, s.target_acc)
-    """),
-    md("""
-    ### Exercise — give the large batch the same number of steps
+# %% [markdown]
+# ## 3. Memory grows with the batch — until it does not fit
+#
+# The weights, gradients and optimizer state do not depend on the batch; the activations kept for the
+# backward pass grow in proportion to it. On a GPU the sweep is continued until a job fails with
+# *CUDA out of memory*. `labs.is_oom(job)` recognises it the way DLO-JZ's notebooks do, from the job's
+# state (`OUT_OF_MEMORY` when Slurm kills it) or from the error in its `.err` log. In the cpu profile
+# the figures below were recorded on an H100 by the engine's benchmark: the same saturation of
+# images/s, at a much larger scale, and memory growing in proportion to the batch.
 
-    The largest batch made far fewer optimiser steps than *B = 64*. Run it again with as many **steps**
-    as the *B = 64* run made (`reference["summary"]["steps"]`; give `s.base.replace(...)` the options
-    `batch_size=largest`, `steps=` and `epochs=` large enough to allow them, and submit it with
-    `labs.run_sweep` as in section 1), then compare its validation accuracy and its training time with
-    the *B = 64* run (at most `s.longer_max_steps` steps: the workshop's GPU budget). Store the new row (with its time to the target accuracy, `bs.add_time_to_accuracy`)
-    in `longer`.
-    """, tags=("exercise",)),
-    code("""
-    # NBVAL_IGNORE_OUTPUT
-    reference = table.one(batch_size=64)  # the B = 64 row of the sweep
-    largest = max(s.batch_sizes)
-    ### BEGIN SOLUTION
-    steps_done = reference["summary"]["steps"]
-    steps_done = min(steps_done, s.longer_max_steps)
-    longer_config = s.base.replace(batch_size=largest, steps=steps_done, epochs=10 * steps_done)
-    longer = bs.add_time_to_accuracy(labs.run_sweep([longer_config], name=labs.job_name(pseudo, "long"),
-                                                    **s.job, timeout_s=s.timeout_s), s.target_acc)[0]
-    ### END SOLUTION
-    print(f"B={largest} for {longer['summary']['steps']} steps: val_acc {longer['val_acc']:.3f} in {longer['train_time_s']:.2f} s; "
-          f"B=64: val_acc {reference['val_acc']:.3f} in {reference['train_time_s']:.2f} s")
-    """, tags=("exercise",)),
-    md("""
-    With as many steps the large batch catches up (or nearly), but it processes many more images to get
-    there. Larger batches pay off when the hardware turns them into more images per second *and* the
-    optimiser can use them — with a learning rate scaled to the batch, warm-up, or the layer-wise
-    optimizers of the large-batch lab.
-    """, tags=("solution",)),
-    md("""
-    ## 5. The claims, checked on this sweep
-    """),
-    code("""
-    ordered = table.sorted_by("batch_size")
-    holds, evidence = labs.saturates(ordered.column("batch_size"), ordered.column("images_per_s_median"))
-    smallest, largest = ordered[0], ordered[-1]
-    best_acc = max(ordered.column("val_acc"))
-    verdicts = [
-        labs.check_claim("throughput (images/s) grows with the batch size and saturates", holds, evidence),
-        labs.check_claim(
-            "at a fixed epoch budget the largest batch reaches a clearly lower accuracy than the best smaller one",
-            largest["val_acc"] < best_acc - 0.1,
-            f"val_acc {largest['val_acc']:.3f} at batch {largest['batch_size']} vs {best_acc:.3f} at best"),
-        labs.check_claim(
-            "the fastest run per image is not the fastest to the target accuracy",
-            largest["time_to_target_s"] is None
-            or largest["time_to_target_s"] > min(t for t in ordered.column("time_to_target_s") if t is not None),
-            f"time to {s.target_acc:.0%}: " + ", ".join(
-                f"{r['batch_size']}: {'never' if r['time_to_target_s'] is None else format(r['time_to_target_s'], '.2f') + ' s'}"
-                for r in ordered)),
-        labs.check_claim(
-            "the largest batch that fits is found by running into the out-of-memory error",
-            memory is not None and any(memory.column("oom")),
-            f"OOM at batch {[r['batch_size'] for r in memory if r['oom']] if memory is not None else '-'}",
-            applies=profile.is_gpu, why_not="no GPU in this profile (the recorded figures above show it)"),
-    ]
-    """),
+# %% tags=["nbval-ignore-output"]
+if s.memory_base is not None:  # gpu profile: measure, up to the OOM
+    memory = bs.add_peak_memory_gb(labs.run_sweep(
+        [s.memory_base.replace(batch_size=b) for b in s.memory_batch_sizes], name=labs.job_name(pseudo, "mem"),
+        **s.job, timeout_s=s.timeout_s, title="peak memory"))
+    # running out of memory is what this sweep looks for; any other failure is reported
+    failures.report_failures(memory.where(lambda r: not r["oom"]), "the memory sweep (other than out of memory)")
+    display(memory.with_columns("batch_size", "state", "oom", "peak_mem_gb", "images_per_s"))
+    figure = bs.memory_figure(memory, "peak GPU memory against batch size (measured)")
+else:  # cpu profile: no GPU here, show the figures recorded on one
+    recording = labs.load_recording("gpu_ladder")
+    memory = recorded.batch_sweep_table(recording) if recording else None
+    figure = None
+    if memory is not None:
+        display(memory)
+        display(plots.scatter_line(memory, "batch_size", "img_s", errors="img_s_std", logx=True,
+                                   color=plots.RECORDED_COLOR, title="GPU throughput (recorded, ResNet-50 bf16)"))
+        figure = bs.memory_figure(memory, "peak GPU memory against batch size (recorded, ResNet-50 bf16)",
+                                  recorded=True)
+figure
+
+# %% [markdown]
+# ## 4. Accuracy within a fixed epoch budget
+#
+# Every run saw the training set the same number of times. The small batches made many more optimiser
+# steps in those epochs; the large ones made few, each better informed but not better by as much as the
+# number of images behind it. Left: validation accuracy after each epoch. Right: how long each run
+# trained before it first reached the target accuracy (grey: never, within the budget).
+
+# %%
+bs.accuracy_figure(table, s.target_acc)
+
+# %% [markdown] tags=["exercise"]
+# ### Exercise — give the large batch the same number of steps
+#
+# The largest batch made far fewer optimiser steps than *B = 64*. Run it again with as many **steps**
+# as the *B = 64* run made (`reference["summary"]["steps"]`; give `s.base.replace(...)` the options
+# `batch_size=largest`, `steps=` and `epochs=` large enough to allow them, and submit it with
+# `labs.run_sweep` as in section 1), then compare its validation accuracy and its training time with
+# the *B = 64* run (at most `s.longer_max_steps` steps: the workshop's GPU budget). Store the new row (with its time to the target accuracy, `bs.add_time_to_accuracy`)
+# in `longer`.
+
+# %% tags=["nbval-ignore-output", "exercise"]
+reference = table.one(batch_size=64)  # the B = 64 row of the sweep
+largest = max(s.batch_sizes)
+### BEGIN SOLUTION
+steps_done = reference["summary"]["steps"]
+steps_done = min(steps_done, s.longer_max_steps)
+longer_config = s.base.replace(batch_size=largest, steps=steps_done, epochs=10 * steps_done)
+longer = bs.add_time_to_accuracy(labs.run_sweep([longer_config], name=labs.job_name(pseudo, "long"),
+                                                **s.job, timeout_s=s.timeout_s), s.target_acc)[0]
+### END SOLUTION
+print(f"B={largest} for {longer['summary']['steps']} steps: val_acc {longer['val_acc']:.3f} in {longer['train_time_s']:.2f} s; "
+      f"B=64: val_acc {reference['val_acc']:.3f} in {reference['train_time_s']:.2f} s")
+
+# %% [markdown] tags=["solution"]
+# With as many steps the large batch catches up (or nearly), but it processes many more images to get
+# there. Larger batches pay off when the hardware turns them into more images per second *and* the
+# optimiser can use them — with a learning rate scaled to the batch, warm-up, or the layer-wise
+# optimizers of the large-batch lab.
+
+# %% [markdown]
+# ## 5. The claims, checked on this sweep
+
+# %%
+ordered = table.sorted_by("batch_size")
+holds, evidence = labs.saturates(ordered.column("batch_size"), ordered.column("images_per_s_median"))
+smallest, largest = ordered[0], ordered[-1]
+best_acc = max(ordered.column("val_acc"))
+verdicts = [
+    labs.check_claim("throughput (images/s) grows with the batch size and saturates", holds, evidence),
+    labs.check_claim(
+        "at a fixed epoch budget the largest batch reaches a clearly lower accuracy than the best smaller one",
+        largest["val_acc"] < best_acc - 0.1,
+        f"val_acc {largest['val_acc']:.3f} at batch {largest['batch_size']} vs {best_acc:.3f} at best"),
+    labs.check_claim(
+        "the fastest run per image is not the fastest to the target accuracy",
+        largest["time_to_target_s"] is None
+        or largest["time_to_target_s"] > min(t for t in ordered.column("time_to_target_s") if t is not None),
+        f"time to {s.target_acc:.0%}: " + ", ".join(
+            f"{r['batch_size']}: {'never' if r['time_to_target_s'] is None else format(r['time_to_target_s'], '.2f') + ' s'}"
+            for r in ordered)),
+    labs.check_claim(
+        "the largest batch that fits is found by running into the out-of-memory error",
+        memory is not None and any(memory.column("oom")),
+        f"OOM at batch {[r['batch_size'] for r in memory if r['oom']] if memory is not None else '-'}",
+        applies=profile.is_gpu, why_not="no GPU in this profile (the recorded figures above show it)"),
 ]

@@ -1,280 +1,272 @@
 """Lab 03: the GPU and its memory footprint."""
 
-from cells import code, md
+# %% [markdown]
+# # Lab 03 — The GPU and the memory footprint of training
+#
+# **Learning goals.** After this lab you can
+#
+# 1. compare the same training step on a CPU and on a GPU, and say where the difference comes from;
+# 2. list what training keeps in memory — parameters, gradients, optimizer state, activations — and
+#    give the bytes per parameter for SGD and for Adam (and why "24 bytes" is quoted for Adam);
+# 3. predict how activations grow with the batch size and with the depth of a network;
+# 4. use `torch.no_grad` for evaluation and say what it saves;
+# 5. estimate with the engine's calculator what fills your GPU's memory, check it against the
+#    allocator's measured peak, and say what neither of them counts.
 
-CELLS = [
-    md("""
-    # Lab 03 — The GPU and the memory footprint of training
+# %%
+# %matplotlib inline
+import coursekit
+from coursekit import labs
+from coursekit.labs import lab03_gpu_memory as anatomy
+from coursekit.labs.kit import failures, hardware, plots, recorded
+from coursekit.train.config import TrainConfig
+from coursekit.train.memory import estimate_memory
+from coursekit.train.models import build_model
 
-    **Learning goals.** After this lab you can
+pseudo = labs.choose_pseudonym("ada")
+profile = labs.choose_profile()
+print(profile)
+s = profile.settings("03")
+print(s)
 
-    1. compare the same training step on a CPU and on a GPU, and say where the difference comes from;
-    2. list what training keeps in memory — parameters, gradients, optimizer state, activations — and
-       give the bytes per parameter for SGD and for Adam (and why "24 bytes" is quoted for Adam);
-    3. predict how activations grow with the batch size and with the depth of a network;
-    4. use `torch.no_grad` for evaluation and say what it saves;
-    5. estimate with the engine's calculator what fills your GPU's memory, check it against the
-       allocator's measured peak, and say what neither of them counts.
-    """),
-    code("""
-    %matplotlib inline
-    import coursekit
-    from coursekit import labs
-    from coursekit.labs import lab03_gpu_memory as anatomy
-    from coursekit.labs.kit import failures, hardware, plots, recorded
-    from coursekit.train.config import TrainConfig
-    from coursekit.train.memory import estimate_memory
-    from coursekit.train.models import build_model
+# %% [markdown]
+# ## 1. The same step on a CPU and on a GPU
+#
+# One training step of ResNet-50 on 224 × 224 images: about 4 GFLOP per image forward, twice that
+# backward. A CPU core does tens of GFLOP/s; a GPU's tensor cores do hundreds of TFLOP/s, and its
+# memory moves terabytes per second. On a GPU cluster both jobs below run (the CPU one on the GPU
+# node's own cores); in the CPU profile we run the CPU job and set it next to the GPU figure recorded
+# by the engine's benchmark on an H100 (batch 256, fp32).
 
-    pseudo = labs.choose_pseudonym("ada")
-    profile = labs.choose_profile()
-    print(profile)
-    s = profile.settings("03")
-    print(s)
-    """),
-    md("""
-    ## 1. The same step on a CPU and on a GPU
+# %%
+step_configs = [s.step.replace(device=device, test_steps=steps) for device, steps in s.device_steps.items()]
+for config in step_configs:
+    print(labs.engine_command(config))
 
-    One training step of ResNet-50 on 224 × 224 images: about 4 GFLOP per image forward, twice that
-    backward. A CPU core does tens of GFLOP/s; a GPU's tensor cores do hundreds of TFLOP/s, and its
-    memory moves terabytes per second. On a GPU cluster both jobs below run (the CPU one on the GPU
-    node's own cores); in the CPU profile we run the CPU job and set it next to the GPU figure recorded
-    by the engine's benchmark on an H100 (batch 256, fp32).
-    """),
-    code("""
-    step_configs = [s.step.replace(device=device, test_steps=steps) for device, steps in s.device_steps.items()]
-    for config in step_configs:
-        print(labs.engine_command(config))
-    """),
-    code("""
-    # NBVAL_IGNORE_OUTPUT
-    steps_table = labs.run_sweep(step_configs, name=labs.job_name(pseudo, "step"), one_at_a_time=True,
-                                 time_max=s.job["time_max"],  # no env: this job may use every core
-                                 timeout_s=s.timeout_s, title="ResNet-50, one training step")
-    failed = failures.report_failures(steps_table, "the step jobs")
-    steps_table = failures.completed(steps_table)
-    recording = labs.load_gpu_ladder()
-    if recording and profile.is_cpu:
-        fp32 = recorded.ladder_table(recording).one(rung="fp32")
-        steps_table.append({"device": f"{recording['device']} (recorded)", "images_per_s": fp32["img_s"],
-                            "state": "recorded", "batch_size": 256})
-    steps_table.with_columns("device", "state", "batch_size", "images_per_s")
-    """),
-    code("""
-    # NBVAL_IGNORE_OUTPUT
-    measured = [r for r in steps_table if r["state"] != "recorded"]
-    print(f"{len(measured)} measured run(s), {len(steps_table) - len(measured)} recorded figure(s)")
-    figure = plots.bars([r["device"] for r in steps_table], [r["images_per_s"] for r in steps_table],
-                        ylabel="images/s (log scale)", title="ResNet-50 training throughput")
-    figure.axes[0].set_yscale("log")
-    figure
-    """),
-    md("""
-    ## 2. What training keeps in memory
+# %% tags=["nbval-ignore-output"]
+steps_table = labs.run_sweep(step_configs, name=labs.job_name(pseudo, "step"), one_at_a_time=True,
+                             time_max=s.job["time_max"],  # no env: this job may use every core
+                             timeout_s=s.timeout_s, title="ResNet-50, one training step")
+failed = failures.report_failures(steps_table, "the step jobs")
+steps_table = failures.completed(steps_table)
+recording = labs.load_recording("gpu_ladder")
+if recording and profile.is_cpu:
+    fp32 = recorded.ladder_table(recording).one(rung="fp32")
+    steps_table.append({"device": f"{recording['device']} (recorded)", "images_per_s": fp32["img_s"],
+                        "state": "recorded", "batch_size": 256})
+steps_table.with_columns("device", "state", "batch_size", "images_per_s")
 
-    For every parameter, training in fp32 keeps
+# %% tags=["nbval-ignore-output"]
+measured = [r for r in steps_table if r["state"] != "recorded"]
+print(f"{len(measured)} measured run(s), {len(steps_table) - len(measured)} recorded figure(s)")
+figure = plots.bars([r["device"] for r in steps_table], [r["images_per_s"] for r in steps_table],
+                    ylabel="images/s (log scale)", title="ResNet-50 training throughput")
+figure.axes[0].set_yscale("log")
+figure
 
-    * the **parameter** itself (4 bytes),
-    * its **gradient** (4 bytes),
-    * the **optimizer state**: nothing for plain SGD, one momentum buffer for SGD with momentum (4 bytes),
-      two moments for Adam/AdamW (8 bytes).
+# %% [markdown]
+# ## 2. What training keeps in memory
+#
+# For every parameter, training in fp32 keeps
+#
+# * the **parameter** itself (4 bytes),
+# * its **gradient** (4 bytes),
+# * the **optimizer state**: nothing for plain SGD, one momentum buffer for SGD with momentum (4 bytes),
+#   two moments for Adam/AdamW (8 bytes).
+#
+# That is 12 bytes per parameter for SGD with momentum and 16 for AdamW. The "24 bytes per parameter"
+# often quoted for Adam also counts the fp32 *master copies* of weights and gradients that
+# mixed-precision training keeps: an upper bound. The engine's calculator knows both conventions
+# (`convention="pytorch"`, `"hipergator"`).
+#
+# Then there are the **activations**: the intermediate results of the forward pass that autograd
+# keeps because the backward pass needs them. They grow with the batch.
+#
+# We measure all of it in a job: `anatomy.measure_training_memory` builds the engine's model and
+# optimizer, runs one training step, and counts the bytes of every tensor, the activations included
+# (it watches what autograd saves).
 
-    That is 12 bytes per parameter for SGD with momentum and 16 for AdamW. The "24 bytes per parameter"
-    often quoted for Adam also counts the fp32 *master copies* of weights and gradients that
-    mixed-precision training keeps: an upper bound. The engine's calculator knows both conventions
-    (`convention="pytorch"`, `"hipergator"`).
+# %%
+model_name, shape = s.anatomy_model, s.anatomy_input
+small, large = s.anatomy_batches
+cases = [dict(model_name=model_name, input_shape=shape, optimizer="sgd", batch_size=small),
+         dict(model_name=model_name, input_shape=shape, optimizer="adamw", batch_size=small),
+         dict(model_name=model_name, input_shape=shape, optimizer="sgd", batch_size=large)]
+job = coursekit.submit_function(anatomy.measure_cases, cases, name=labs.job_name(pseudo, "anat"),
+                                **s.job)
+measured = anatomy.anatomy_table(failures.result_or_none(job, s.timeout_s, "anatomy") or [])
+# the GPU the jobs run on, as the job saw it (the cpu profile draws an example GPU instead)
+gpu = measured[0]["gpu"] if measured else None
+gpu_gb = hardware.memory_gb(gpu, default=s.example_gpu_memory_gb)
+gpu_label = gpu["name"] if gpu and gpu["name"] else f"example GPU ({s.example_gpu_memory_gb} GB, an H100)"
+print("jobs' GPU:", hardware.describe(gpu))
+measured.with_columns("model", "optimizer", "batch_size", "parameters_mb", "gradients_mb", "optimizer_state_mb",
+                      "activations_mb", "bytes_per_param")
 
-    Then there are the **activations**: the intermediate results of the forward pass that autograd
-    keeps because the backward pass needs them. They grow with the batch.
+# %% [markdown]
+# The same figures from the calculator (`coursekit.train.memory.estimate_memory`), in both conventions.
+# It measures the activations of a two-sample forward and scales them to the batch.
 
-    We measure all of it in a job: `anatomy.measure_training_memory` builds the engine's model and
-    optimizer, runs one training step, and counts the bytes of every tensor, the activations included
-    (it watches what autograd saves).
-    """),
-    code("""
-    model_name, shape = s.anatomy_model, s.anatomy_input
-    small, large = s.anatomy_batches
-    cases = [dict(model_name=model_name, input_shape=shape, optimizer="sgd", batch_size=small),
-             dict(model_name=model_name, input_shape=shape, optimizer="adamw", batch_size=small),
-             dict(model_name=model_name, input_shape=shape, optimizer="sgd", batch_size=large)]
-    job = coursekit.submit_function(anatomy.measure_cases, cases, name=labs.job_name(pseudo, "anat"),
-                                    **s.job)
-    measured = anatomy.anatomy_table(failures.result_or_none(job, s.timeout_s, "anatomy") or [])
-    # the GPU the jobs run on, as the job saw it (the cpu profile draws an example GPU instead)
-    gpu = measured[0]["gpu"] if measured else None
-    gpu_gb = hardware.memory_gb(gpu, default=s.example_gpu_memory_gb)
-    gpu_label = gpu["name"] if gpu and gpu["name"] else f"example GPU ({s.example_gpu_memory_gb} GB, an H100)"
-    print("jobs' GPU:", hardware.describe(gpu))
-    measured.with_columns("model", "optimizer", "batch_size", "parameters_mb", "gradients_mb", "optimizer_state_mb",
-                          "activations_mb", "bytes_per_param")
-    """),
-    md("""
-    The same figures from the calculator (`coursekit.train.memory.estimate_memory`), in both conventions.
-    It measures the activations of a two-sample forward and scales them to the batch.
-    """),
-    code("""
-    model = build_model(TrainConfig(model=model_name, image_size=shape[-1]), 10, shape)
-    estimates = [estimate_memory(model, opt, "fp32", small, shape, convention=conv)
-                 for opt in ("sgd", "adamw") for conv in ("pytorch", "hipergator")]
-    calculator = anatomy.estimate_table(estimates)
-    calculator.with_columns("optimizer", "convention", "parameters_mb", "gradients_mb", "optimizer_state_mb",
-                            "master_copy_mb", "activations_mb", "bytes_per_parameter")
-    """),
-    md("""
-    ## 3. Activations grow with the batch and with the depth
+# %%
+model = build_model(TrainConfig(model=model_name, image_size=shape[-1]), 10, shape)
+estimates = [estimate_memory(model, opt, "fp32", small, shape, convention=conv)
+             for opt in ("sgd", "adamw") for conv in ("pytorch", "hipergator")]
+calculator = anatomy.estimate_table(estimates)
+calculator.with_columns("optimizer", "convention", "parameters_mb", "gradients_mb", "optimizer_state_mb",
+                        "master_copy_mb", "activations_mb", "bytes_per_parameter")
 
-    Doubling the batch doubles what each layer saves; a deeper network has more layers that save.
-    Below, the calculator's activation memory per image for three ResNets on 224 × 224 images, and the
-    total against the batch size.
-    """),
-    code("""
-    depth_rows = []
-    for name in s.depth_models:
-        net = build_model(TrainConfig(model=name, image_size=224), 1000, (3, 224, 224))
-        estimate = estimate_memory(net, "sgd", "fp32", 1, (3, 224, 224), convention="pytorch")
-        depth_rows.append({"model": name, "parameters_m": estimate.num_parameters / 1e6,
-                           "activations_mb_per_image": estimate.activations_bytes / 1e6})
-    depth = labs.ResultsTable(depth_rows, title="activations per 224 x 224 image (calculator, fp32)")
-    depth
-    """),
-    code("""
+# %% [markdown]
+# ## 3. Activations grow with the batch and with the depth
+#
+# Doubling the batch doubles what each layer saves; a deeper network has more layers that save.
+# Below, the calculator's activation memory per image for three ResNets on 224 × 224 images, and the
+# total against the batch size.
+
+# %%
+depth_rows = []
+for name in s.depth_models:
+    net = build_model(TrainConfig(model=name, image_size=224), 1000, (3, 224, 224))
+    estimate = estimate_memory(net, "sgd", "fp32", 1, (3, 224, 224), convention="pytorch")
+    depth_rows.append({"model": name, "parameters_m": estimate.num_parameters / 1e6,
+                       "activations_mb_per_image": estimate.activations_bytes / 1e6})
+depth = labs.ResultsTable(depth_rows, title="activations per 224 x 224 image (calculator, fp32)")
+depth
+
+# %%
+figure, ax = plots.new_figure()
+batches = [16, 32, 64, 128, 256, 512]
+for row in depth:
+    ax.plot(batches, [row["activations_mb_per_image"] * b / 1e3 for b in batches], marker="o", label=row["model"])
+ax.axhline(gpu_gb, color="tab:red", linestyle="--", label=f"{gpu_label}: {gpu_gb:.0f} GB")
+ax.set_xscale("log", base=2)
+ax.set_xlabel("batch size")
+ax.set_ylabel("activations (GB)")
+ax.legend(fontsize="small")
+figure
+
+# %% [markdown]
+# ## 4. Evaluation: `torch.no_grad`
+#
+# `model.eval()` changes how some layers behave (batch norm uses its running statistics, dropout is
+# off) but autograd still records the forward pass and keeps its activations. Only
+# `with torch.no_grad():` stops that. The job above measured both, on the same batch:
+
+# %%
+if measured:
+    row = measured[0]
+    print(f"model.eval() alone:         {row['eval_saved_bytes'] / 1e6:8.2f} MB saved for a backward pass")
+    print(f"model.eval() + no_grad:     {row['no_grad_saved_bytes'] / 1e6:8.2f} MB")
+
+# %% [markdown]
+# ## 5. What fills the GPU
+#
+# The calculator, for ResNet-50 on 224 × 224 images with AdamW, against the memory of the GPU your jobs
+# run on (`gpu_gb`, read by the job above): the static part (parameters, gradients, state, about
+# 0.4 GB) is small for a 25 M-parameter network; the activations dominate and set the largest batch;
+# bf16 halves the activations. The calculator also names what a GPU's allocator holds beside them: the
+# backward's temporary gradients and, in strict fp32, the workspace cuDNN's autotuner tries algorithms
+# with during the first steps (about 4 GB here; see `coursekit/train/memory.py`).
+# For a model with billions of parameters it is the other way round: at 16 bytes per parameter,
+# 80 GB hold the training state of 5 billion parameters *before* a single activation.
+
+# %%
+resnet50 = build_model(TrainConfig(model="resnet50", image_size=224), 1000, (3, 224, 224))
+fill = [estimate_memory(resnet50, "adamw", precision, 256, (3, 224, 224), convention="pytorch",
+                        cudnn_benchmark=True) for precision in ("fp32", "bf16")]
+fill = [fill[0], fill[0].at_batch(1024), fill[1].at_batch(1024), fill[1].at_batch(2048)]
+anatomy.fill_figure(fill, [f"{e.precision}, batch {e.batch_size}" for e in fill], gpu_gb, gpu_label)
+
+# %% [markdown] tags=["exercise"]
+# ### Exercise — the largest batch that fits
+#
+# With the calculator's figures for ResNet-50, AdamW, fp32 (`fill[0]`), compute the largest batch size
+# whose estimated total stays under 90 % of your GPU's memory `gpu_gb` (keep 10 % for the CUDA context
+# and the allocator's rounding). `fill[0].fixed_bytes` is what does not grow with the batch and
+# `fill[0].per_sample_bytes` what each image adds. Store it in `largest_batch`.
+
+# %% tags=["exercise"]
+### BEGIN SOLUTION
+budget = 0.9 * gpu_gb * 1e9
+largest_batch = int((budget - fill[0].fixed_bytes) // fill[0].per_sample_bytes)
+### END SOLUTION
+print("largest batch that fits (estimate):", largest_batch)
+
+# %% [markdown]
+# ## 6. The calculator against the measured peak
+#
+# On a GPU, PyTorch's caching allocator reports the most memory it handed out to tensors at once:
+# `torch.cuda.max_memory_allocated`, which the engine writes into its summary (`peak_mem_mb`, over the
+# whole run). In the gpu profile the jobs below measure it for a few batch sizes (ResNet-50, fp32, SGD,
+# synthetic images kept on the GPU: two batches) and we compare it with the calculator computed for the
+# same run — like with like: what the calculator counts is what the allocator hands out, the first
+# steps (cuDNN's autotuning) included; `steady_mb` is the calculator's peak once cuDNN has chosen its
+# algorithms.
+#
+# Neither figure contains what `nvidia-smi` shows on top: the CUDA context and the cuDNN/cuBLAS
+# libraries (0.5–1 GB per process), and what the allocator *reserved* but does not use
+# (`mem_reserved_peak_mb` − `peak_mem_mb`: rounding to its block sizes and fragmentation). NCCL buffers
+# and other processes on the same GPU come on top as well. In the cpu profile there is no GPU allocator
+# to ask: the comparison is the one of section 2, tensor by tensor.
+
+# %% tags=["nbval-ignore-output"]
+peaks = None
+if s.peak_base is not None:
+    peaks = labs.run_sweep([s.peak_base.replace(batch_size=b) for b in s.peak_batch_sizes],
+                           name=labs.job_name(pseudo, "peak"), **s.job, timeout_s=s.timeout_s)
+    failed = failures.report_failures(peaks, "the peak-memory jobs")
+    peaks = failures.completed(peaks)
+    base = s.peak_base
+    net = build_model(base, base.num_classes, (3, base.image_size, base.image_size))
+    one = estimate_memory(net, base.optimizer, base.precision, 1, (3, base.image_size, base.image_size),
+                          convention="pytorch", momentum=base.momentum,
+                          input_batches=2 if base.gpu_resident else 1, cudnn_benchmark=True)
+    peaks.add_column("estimate_mb", lambda r: one.at_batch(r["batch_size"]).total_bytes / 2**20)
+    peaks.add_column("steady_mb", lambda r: one.at_batch(r["batch_size"]).steady_bytes / 2**20)
+    peaks.add_column("reserved_mb", lambda r: r["summary"].get("mem_reserved_peak_mb"))
+    display(peaks.with_columns("batch_size", "peak_mem_mb", "estimate_mb", "steady_mb", "reserved_mb"))
     figure, ax = plots.new_figure()
-    batches = [16, 32, 64, 128, 256, 512]
-    for row in depth:
-        ax.plot(batches, [row["activations_mb_per_image"] * b / 1e3 for b in batches], marker="o", label=row["model"])
-    ax.axhline(gpu_gb, color="tab:red", linestyle="--", label=f"{gpu_label}: {gpu_gb:.0f} GB")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("batch size")
-    ax.set_ylabel("activations (GB)")
-    ax.legend(fontsize="small")
-    figure
-    """),
-    md("""
-    ## 4. Evaluation: `torch.no_grad`
+    plots.scatter_line(peaks, "batch_size", "peak_mem_mb", ax=ax, label="measured peak", logx=True)
+    plots.scatter_line(peaks, "batch_size", "estimate_mb", ax=ax, label="calculator", logx=True)
+    display(figure)
+else:
+    print("no GPU in this profile: see section 2 for calculator vs measurement")
 
-    `model.eval()` changes how some layers behave (batch norm uses its running statistics, dropout is
-    off) but autograd still records the forward pass and keeps its activations. Only
-    `with torch.no_grad():` stops that. The job above measured both, on the same batch:
-    """),
-    code("""
-    if measured:
-        row = measured[0]
-        print(f"model.eval() alone:         {row['eval_saved_bytes'] / 1e6:8.2f} MB saved for a backward pass")
-        print(f"model.eval() + no_grad:     {row['no_grad_saved_bytes'] / 1e6:8.2f} MB")
-    """),
-    md("""
-    ## 5. What fills the GPU
+# %% [markdown]
+# ## 7. The claims, checked
 
-    The calculator, for ResNet-50 on 224 × 224 images with AdamW, against the memory of the GPU your jobs
-    run on (`gpu_gb`, read by the job above): the static part (parameters, gradients, state, about
-    0.4 GB) is small for a 25 M-parameter network; the activations dominate and set the largest batch;
-    bf16 halves the activations. The calculator also names what a GPU's allocator holds beside them: the
-    backward's temporary gradients and, in strict fp32, the workspace cuDNN's autotuner tries algorithms
-    with during the first steps (about 4 GB here; see `coursekit/train/memory.py`).
-    For a model with billions of parameters it is the other way round: at 16 bytes per parameter,
-    80 GB hold the training state of 5 billion parameters *before* a single activation.
-    """),
-    code("""
-    resnet50 = build_model(TrainConfig(model="resnet50", image_size=224), 1000, (3, 224, 224))
-    fill = [estimate_memory(resnet50, "adamw", precision, 256, (3, 224, 224), convention="pytorch",
-                            cudnn_benchmark=True) for precision in ("fp32", "bf16")]
-    fill = [fill[0], fill[0].at_batch(1024), fill[1].at_batch(1024), fill[1].at_batch(2048)]
-    anatomy.fill_figure(fill, [f"{e.precision}, batch {e.batch_size}" for e in fill], gpu_gb, gpu_label)
-    """),
-    md("""
-    ### Exercise — the largest batch that fits
-
-    With the calculator's figures for ResNet-50, AdamW, fp32 (`fill[0]`), compute the largest batch size
-    whose estimated total stays under 90 % of your GPU's memory `gpu_gb` (keep 10 % for the CUDA context
-    and the allocator's rounding). `fill[0].fixed_bytes` is what does not grow with the batch and
-    `fill[0].per_sample_bytes` what each image adds. Store it in `largest_batch`.
-    """, tags=("exercise",)),
-    code("""
-    ### BEGIN SOLUTION
-    budget = 0.9 * gpu_gb * 1e9
-    largest_batch = int((budget - fill[0].fixed_bytes) // fill[0].per_sample_bytes)
-    ### END SOLUTION
-    print("largest batch that fits (estimate):", largest_batch)
-    """, tags=("exercise",)),
-    md("""
-    ## 6. The calculator against the measured peak
-
-    On a GPU, PyTorch's caching allocator reports the most memory it handed out to tensors at once:
-    `torch.cuda.max_memory_allocated`, which the engine writes into its summary (`peak_mem_mb`, over the
-    whole run). In the gpu profile the jobs below measure it for a few batch sizes (ResNet-50, fp32, SGD,
-    synthetic images kept on the GPU: two batches) and we compare it with the calculator computed for the
-    same run — like with like: what the calculator counts is what the allocator hands out, the first
-    steps (cuDNN's autotuning) included; `steady_mb` is the calculator's peak once cuDNN has chosen its
-    algorithms.
-
-    Neither figure contains what `nvidia-smi` shows on top: the CUDA context and the cuDNN/cuBLAS
-    libraries (0.5–1 GB per process), and what the allocator *reserved* but does not use
-    (`mem_reserved_peak_mb` − `peak_mem_mb`: rounding to its block sizes and fragmentation). NCCL buffers
-    and other processes on the same GPU come on top as well. In the cpu profile there is no GPU allocator
-    to ask: the comparison is the one of section 2, tensor by tensor.
-    """),
-    code("""
-    # NBVAL_IGNORE_OUTPUT
-    peaks = None
-    if s.peak_base is not None:
-        peaks = labs.run_sweep([s.peak_base.replace(batch_size=b) for b in s.peak_batch_sizes],
-                               name=labs.job_name(pseudo, "peak"), **s.job, timeout_s=s.timeout_s)
-        failed = failures.report_failures(peaks, "the peak-memory jobs")
-        peaks = failures.completed(peaks)
-        base = s.peak_base
-        net = build_model(base, base.num_classes, (3, base.image_size, base.image_size))
-        one = estimate_memory(net, base.optimizer, base.precision, 1, (3, base.image_size, base.image_size),
-                              convention="pytorch", momentum=base.momentum,
-                              input_batches=2 if base.gpu_resident else 1, cudnn_benchmark=True)
-        peaks.add_column("estimate_mb", lambda r: one.at_batch(r["batch_size"]).total_bytes / 2**20)
-        peaks.add_column("steady_mb", lambda r: one.at_batch(r["batch_size"]).steady_bytes / 2**20)
-        peaks.add_column("reserved_mb", lambda r: r["summary"].get("mem_reserved_peak_mb"))
-        display(peaks.with_columns("batch_size", "peak_mem_mb", "estimate_mb", "steady_mb", "reserved_mb"))
-        figure, ax = plots.new_figure()
-        plots.scatter_line(peaks, "batch_size", "peak_mem_mb", ax=ax, label="measured peak", logx=True)
-        plots.scatter_line(peaks, "batch_size", "estimate_mb", ax=ax, label="calculator", logx=True)
-        display(figure)
-    else:
-        print("no GPU in this profile: see section 2 for calculator vs measurement")
-    """),
-    md("""
-    ## 7. The claims, checked
-    """),
-    code("""
-    estimate_sgd = next(e for e in estimates if e.optimizer == "sgd" and e.convention == "pytorch")
-    verdicts = [
-        labs.check_claim("deeper networks keep more activations per image",
-                         depth.column("activations_mb_per_image") == sorted(depth.column("activations_mb_per_image")),
-                         ", ".join(f"{r['model']} {r['activations_mb_per_image']:.0f} MB" for r in depth)),
-        labs.check_claim(f"the calculator's peak is within {s.peak_tolerance:.0%} of torch.cuda.max_memory_allocated",
-                         bool(peaks) and all(abs(r["estimate_mb"] / r["peak_mem_mb"] - 1) < s.peak_tolerance for r in peaks),
-                         "per batch (estimate/measured): " + ", ".join(
-                             f"{r['batch_size']}: {r['estimate_mb']:.0f}/{r['peak_mem_mb']:.0f} MB" for r in peaks or []),
-                         applies=profile.is_gpu and bool(peaks),
-                         why_not="no peak job completed (see above)" if profile.is_gpu else "no GPU allocator in this profile"),
-    ]
-    if len(measured) < 3:
-        print("the anatomy job returned nothing (see its failure above): the claims on its tensors are not checked")
-    else:
-        sgd, adam, sgd_large = measured[0], measured[1], measured[2]
-        verdicts += [
-            labs.check_claim("fp32 training keeps 12 bytes per parameter with SGD + momentum and 16 with AdamW",
-                             round(anatomy.bytes_per_parameter(sgd), 1) == 12.0 and round(anatomy.bytes_per_parameter(adam), 1) == 16.0,
-                             f"{anatomy.bytes_per_parameter(sgd):.2f} and {anatomy.bytes_per_parameter(adam):.2f} B/parameter"),
-            labs.check_claim("AdamW's state is twice that of SGD with momentum",
-                             abs(adam["optimizer_state_bytes"] / sgd["optimizer_state_bytes"] - 2) < 0.01,
-                             f"ratio {adam['optimizer_state_bytes'] / sgd['optimizer_state_bytes']:.3f}"),
-            labs.check_claim("activations grow in proportion to the batch size",
-                             abs(sgd_large["activations_bytes"] / sgd["activations_bytes"] - large / small) < 0.02 * large / small,
-                             f"batch {small} -> {large}: x{sgd_large['activations_bytes'] / sgd['activations_bytes']:.3f}"),
-            labs.check_claim("under torch.no_grad evaluation keeps no activations; eval() alone keeps them all",
-                             sgd["no_grad_saved_bytes"] == 0 and sgd["eval_saved_bytes"] > 0.9 * sgd["activations_bytes"],
-                             f"{sgd['no_grad_saved_bytes']} B vs {sgd['eval_saved_bytes'] / 1e6:.1f} MB"),
-            labs.check_claim("the calculator's pytorch convention matches the measured tensors",
-                             estimate_sgd.parameters_bytes == sgd["parameters_bytes"]
-                             and estimate_sgd.optimizer_state_bytes == sgd["optimizer_state_bytes"]
-                             and abs(estimate_sgd.activations_bytes / sgd["activations_bytes"] - 1) < 0.05,
-                             f"activations {estimate_sgd.activations_bytes / 1e6:.2f} MB estimated, {sgd['activations_bytes'] / 1e6:.2f} MB measured"),
-        ]
-    """),
+# %%
+estimate_sgd = next(e for e in estimates if e.optimizer == "sgd" and e.convention == "pytorch")
+verdicts = [
+    labs.check_claim("deeper networks keep more activations per image",
+                     depth.column("activations_mb_per_image") == sorted(depth.column("activations_mb_per_image")),
+                     ", ".join(f"{r['model']} {r['activations_mb_per_image']:.0f} MB" for r in depth)),
+    labs.check_claim(f"the calculator's peak is within {s.peak_tolerance:.0%} of torch.cuda.max_memory_allocated",
+                     bool(peaks) and all(abs(r["estimate_mb"] / r["peak_mem_mb"] - 1) < s.peak_tolerance for r in peaks),
+                     "per batch (estimate/measured): " + ", ".join(
+                         f"{r['batch_size']}: {r['estimate_mb']:.0f}/{r['peak_mem_mb']:.0f} MB" for r in peaks or []),
+                     applies=profile.is_gpu and bool(peaks),
+                     why_not="no peak job completed (see above)" if profile.is_gpu else "no GPU allocator in this profile"),
 ]
+if len(measured) < 3:
+    print("the anatomy job returned nothing (see its failure above): the claims on its tensors are not checked")
+else:
+    sgd, adam, sgd_large = measured[0], measured[1], measured[2]
+    verdicts += [
+        labs.check_claim("fp32 training keeps 12 bytes per parameter with SGD + momentum and 16 with AdamW",
+                         round(anatomy.bytes_per_parameter(sgd), 1) == 12.0 and round(anatomy.bytes_per_parameter(adam), 1) == 16.0,
+                         f"{anatomy.bytes_per_parameter(sgd):.2f} and {anatomy.bytes_per_parameter(adam):.2f} B/parameter"),
+        labs.check_claim("AdamW's state is twice that of SGD with momentum",
+                         abs(adam["optimizer_state_bytes"] / sgd["optimizer_state_bytes"] - 2) < 0.01,
+                         f"ratio {adam['optimizer_state_bytes'] / sgd['optimizer_state_bytes']:.3f}"),
+        labs.check_claim("activations grow in proportion to the batch size",
+                         abs(sgd_large["activations_bytes"] / sgd["activations_bytes"] - large / small) < 0.02 * large / small,
+                         f"batch {small} -> {large}: x{sgd_large['activations_bytes'] / sgd['activations_bytes']:.3f}"),
+        labs.check_claim("under torch.no_grad evaluation keeps no activations; eval() alone keeps them all",
+                         sgd["no_grad_saved_bytes"] == 0 and sgd["eval_saved_bytes"] > 0.9 * sgd["activations_bytes"],
+                         f"{sgd['no_grad_saved_bytes']} B vs {sgd['eval_saved_bytes'] / 1e6:.1f} MB"),
+        labs.check_claim("the calculator's pytorch convention matches the measured tensors",
+                         estimate_sgd.parameters_bytes == sgd["parameters_bytes"]
+                         and estimate_sgd.optimizer_state_bytes == sgd["optimizer_state_bytes"]
+                         and abs(estimate_sgd.activations_bytes / sgd["activations_bytes"] - 1) < 0.05,
+                         f"activations {estimate_sgd.activations_bytes / 1e6:.2f} MB estimated, {sgd['activations_bytes'] / 1e6:.2f} MB measured"),
+    ]

@@ -1,262 +1,253 @@
 """Lab 04: mixed precision, tensor cores, channels_last."""
 
-from cells import code, md
+# %% [markdown]
+# # Lab 04 — Mixed precision and tensor cores
+#
+# **Learning goals.** After this lab you can
+#
+# 1. compare fp32, tf32, bf16 and fp16: their range, their precision, and what each costs in speed
+#    and memory;
+# 2. explain why fp16 training needs loss scaling, show a gradient that underflows without it, and read
+#    a `GradScaler`'s scale and skipped steps;
+# 3. say what `channels_last` changes in memory and why convolutions on tensor cores like it;
+# 4. read the speed-up ladder fp32 → tf32 → bf16 → + channels_last → + `torch.compile` in images/s and
+#    TFLOP/s, with the memory each rung uses.
+#
+# The numbers of sections 1–3 are exact and are computed right here; the training runs are jobs of the
+# engine. The speed-up ladder needs tensor cores: on a GPU cluster the jobs measure it, in the cpu
+# profile the notebook shows the ladder recorded by the engine's benchmark on an H100.
 
-CELLS = [
-    md("""
-    # Lab 04 — Mixed precision and tensor cores
+# %%
+# %matplotlib inline
+import coursekit
+from coursekit import labs
+from coursekit.labs import lab04_mixed_precision as numerics
+from coursekit.labs.kit import failures, hardware, plots, recorded
 
-    **Learning goals.** After this lab you can
+pseudo = labs.choose_pseudonym("ada")
+profile = labs.choose_profile()
+print(profile)
+s = profile.settings("04")
+print(s)
 
-    1. compare fp32, tf32, bf16 and fp16: their range, their precision, and what each costs in speed
-       and memory;
-    2. explain why fp16 training needs loss scaling, show a gradient that underflows without it, and read
-       a `GradScaler`'s scale and skipped steps;
-    3. say what `channels_last` changes in memory and why convolutions on tensor cores like it;
-    4. read the speed-up ladder fp32 → tf32 → bf16 → + channels_last → + `torch.compile` in images/s and
-       TFLOP/s, with the memory each rung uses.
+# %% [markdown]
+# ## 1. Four formats
+#
+# A floating-point number is a sign, an exponent (the range) and a mantissa (the precision). bf16 keeps
+# fp32's 8 exponent bits and so its range, with only 7 mantissa bits; fp16 keeps 10 mantissa bits but
+# only 5 exponent bits: its largest value is 65504 and its smallest positive value 2⁻²⁴ ≈ 6·10⁻⁸.
+# tf32 is not a storage format: Ampere and later tensor cores read fp32 inputs, round them to 10
+# mantissa bits, and multiply — fp32's range with fp16's precision, enabled with
+# `torch.backends.cuda.matmul.allow_tf32` (the engine's `--precision tf32`).
 
-    The numbers of sections 1–3 are exact and are computed right here; the training runs are jobs of the
-    engine. The speed-up ladder needs tensor cores: on a GPU cluster the jobs measure it, in the cpu
-    profile the notebook shows the ladder recorded by the engine's benchmark on an H100.
-    """),
-    code("""
-    %matplotlib inline
-    import coursekit
-    from coursekit import labs
-    from coursekit.labs.kit import failures, hardware, plots, recorded
-    from coursekit.labs import lab04_mixed_precision as numerics
+# %%
+numerics.formats_table()
 
-    pseudo = labs.choose_pseudonym("ada")
-    profile = labs.choose_profile()
-    print(profile)
-    s = profile.settings("04")
-    print(s)
-    """),
-    md("""
-    ## 1. Four formats
+# %% [markdown]
+# ## 2. Underflow, and why fp16 scales the loss
+#
+# Gradients are often tiny. In fp16 anything below 2⁻²⁴ becomes 0 (a value halfway rounds to the even
+# neighbour, which is 0): that part of the gradient is lost. Loss scaling multiplies the loss — hence
+# every gradient — by a large factor *S* before the backward pass, so that small gradients land in
+# fp16's range, then divides the (fp32) weight gradients by *S* before the optimizer step.
 
-    A floating-point number is a sign, an exponent (the range) and a mantissa (the precision). bf16 keeps
-    fp32's 8 exponent bits and so its range, with only 7 mantissa bits; fp16 keeps 10 mantissa bits but
-    only 5 exponent bits: its largest value is 65504 and its smallest positive value 2⁻²⁴ ≈ 6·10⁻⁸.
-    tf32 is not a storage format: Ampere and later tensor cores read fp32 inputs, round them to 10
-    mantissa bits, and multiply — fp32's range with fp16's precision, enabled with
-    `torch.backends.cuda.matmul.allow_tf32` (the engine's `--precision tf32`).
-    """),
-    code("""
-    numerics.formats_table()
-    """),
-    md("""
-    ## 2. Underflow, and why fp16 scales the loss
+# %%
+numerics.underflow_table()
 
-    Gradients are often tiny. In fp16 anything below 2⁻²⁴ becomes 0 (a value halfway rounds to the even
-    neighbour, which is 0): that part of the gradient is lost. Loss scaling multiplies the loss — hence
-    every gradient — by a large factor *S* before the backward pass, so that small gradients land in
-    fp16's range, then divides the (fp32) weight gradients by *S* before the optimizer step.
-    """),
-    code("""
-    numerics.underflow_table()
-    """),
-    md("""
-    Scaling has the opposite risk: a large gradient times *S* overflows to infinity. `GradScaler` handles
-    both: it starts with a large scale (2¹⁶); when a step produces an inf or NaN gradient it **skips**
-    that step and halves the scale; after 2000 steps without trouble it doubles it. Here a model of one
-    weight whose gradient of 1000 flows through an fp16 operation: the first steps overflow and are
-    skipped, until the scale is small enough.
-    """),
-    code("""
-    numerics.grad_scaler_demo()
-    """),
-    md("""
-    ## 3. The same run in fp32, bf16 and fp16
+# %% [markdown]
+# Scaling has the opposite risk: a large gradient times *S* overflows to infinity. `GradScaler` handles
+# both: it starts with a large scale (2¹⁶); when a step produces an inf or NaN gradient it **skips**
+# that step and halves the scale; after 2000 steps without trouble it doubles it. Here a model of one
+# weight whose gradient of 1000 flows through an fp16 operation: the first steps overflow and are
+# skipped, until the scale is small enough.
 
-    Three jobs of the engine, identical except for `--precision`: autocast runs the matrix products in
-    the low precision and keeps the weights, the loss and the reductions in fp32; fp16 also uses a
-    `GradScaler`, whose scale the engine writes into every step record (`loss_scale`, `skipped_steps`).
-    On a GPU, a first short job asks the GPU what it is: bf16 and tf32 need compute capability 8.0 (an
-    A100 or newer); on an older GPU (a V100) the lab leaves them out and says why.
-    """),
-    code("""
-    gpu = None
-    if profile.is_gpu:
-        probe = coursekit.submit_function(hardware.gpu_info, name=labs.job_name(pseudo, "gpu"), **s.job)
-        gpu = failures.result_or_none(probe, s.timeout_s, "GPU probe")
-        print("jobs' GPU:", hardware.describe(gpu))
-    precisions, skipped = hardware.usable_precisions(gpu, s.precisions)
-    for precision, why in skipped.items():
-        print(f"left out: {precision}: {why}")
-    configs = [s.base.replace(precision=p) for p in precisions]
-    for config in configs:
-        print(labs.engine_command(config))
-    """),
-    code("""
-    # NBVAL_IGNORE_OUTPUT
-    table = labs.run_sweep(configs, name=labs.job_name(pseudo, "amp"), **s.job, timeout_s=s.timeout_s,
-                           title="precision sweep")
-    table.with_columns("precision", "job_id", "state", "train_loss", "val_acc", "images_per_s")
-    """),
-    code("""
-    print("states:", table.column("state"))
-    failed = failures.report_failures(table, "the precision sweep")
-    table = failures.completed(table)
-    fp16 = next((row for row in table if row["precision"] == "fp16"), None)
-    if fp16 is not None:
-        print("fp16 run: loss scale", fp16["summary"].get("loss_scale"), "- skipped steps",
-              fp16["summary"].get("skipped_steps"))
-    """),
-    code("""
+# %%
+numerics.grad_scaler_demo()
+
+# %% [markdown]
+# ## 3. The same run in fp32, bf16 and fp16
+#
+# Three jobs of the engine, identical except for `--precision`: autocast runs the matrix products in
+# the low precision and keeps the weights, the loss and the reductions in fp32; fp16 also uses a
+# `GradScaler`, whose scale the engine writes into every step record (`loss_scale`, `skipped_steps`).
+# On a GPU, a first short job asks the GPU what it is: bf16 and tf32 need compute capability 8.0 (an
+# A100 or newer); on an older GPU (a V100) the lab leaves them out and says why.
+
+# %%
+gpu = None
+if profile.is_gpu:
+    probe = coursekit.submit_function(hardware.gpu_info, name=labs.job_name(pseudo, "gpu"), **s.job)
+    gpu = failures.result_or_none(probe, s.timeout_s, "GPU probe")
+    print("jobs' GPU:", hardware.describe(gpu))
+precisions, skipped = hardware.usable_precisions(gpu, s.precisions)
+for precision, why in skipped.items():
+    print(f"left out: {precision}: {why}")
+configs = [s.base.replace(precision=p) for p in precisions]
+for config in configs:
+    print(labs.engine_command(config))
+
+# %% tags=["nbval-ignore-output"]
+table = labs.run_sweep(configs, name=labs.job_name(pseudo, "amp"), **s.job, timeout_s=s.timeout_s,
+                       title="precision sweep")
+table.with_columns("precision", "job_id", "state", "train_loss", "val_acc", "images_per_s")
+
+# %%
+print("states:", table.column("state"))
+failed = failures.report_failures(table, "the precision sweep")
+table = failures.completed(table)
+fp16 = next((row for row in table if row["precision"] == "fp16"), None)
+if fp16 is not None:
+    print("fp16 run: loss scale", fp16["summary"].get("loss_scale"), "- skipped steps",
+          fp16["summary"].get("skipped_steps"))
+
+# %%
+figure, (left, right) = plots.new_figure(ncols=2)
+plots.curves(table, "steps", "step", "loss", ["precision"], ax=left, title="training loss")
+plots.curves(table.where(precision="fp16"), "steps", "step", "loss_scale", ["precision"], ax=right,
+             title="fp16: GradScaler's scale")
+figure
+
+# %% [markdown]
+# On a CPU the low precisions change little in speed (there are no tensor cores; bf16 and fp16 may
+# even be slower). What matters here: the three runs learn alike.
+#
+# ## 4. channels_last
+#
+# A batch of images is a 4-d tensor (N, C, H, W). By default the width varies fastest in memory
+# (NCHW). With `channels_last` the channels do (NHWC): the shape is the same, the strides differ. Tensor-
+# core convolutions work on NHWC; given NCHW, cuDNN must transpose before and after. The engine's
+# `--channels-last` converts the model and every batch.
+
+# %%
+numerics.strides_table()
+
+# %% [markdown]
+# ## 5. Multiples of 8
+#
+# Tensor cores work on tiles: a matrix dimension that is a multiple of 8 (for fp16/bf16) fills them;
+# one that is not gets padded or falls back to slower kernels. Batch sizes, channel counts and hidden
+# sizes that are multiples of 8 (better: of 64) keep them fed. On a GPU the job below times square bf16
+# matrix products of three sizes.
+
+# %% tags=["nbval-ignore-output"]
+matmuls = None
+if s.matmul_sizes:
+    half = "bf16" if "bf16" in precisions else "fp16"
+    job = coursekit.submit_function(numerics.matmul_tflops, s.matmul_sizes, half, name=labs.job_name(pseudo, "mm"),
+                                    **s.job)
+    rows = failures.result_or_none(job, s.timeout_s, "matmul timing")
+    matmuls = labs.ResultsTable(rows, title="bf16 matmul") if rows else None
+    if matmuls is not None:
+        display(matmuls)
+else:
+    print("needs a GPU: run this notebook in the gpu profile")
+
+# %% [markdown]
+# ## 6. The speed-up ladder
+#
+# ResNet-50, 224 × 224 images, batch 256, synthetic data kept on the GPU: each rung adds one change.
+# TFLOP/s = images/s × the FLOPs of one training step per image. In the gpu profile the jobs below
+# measure it; in the cpu profile the plot shows the recording of the engine's benchmark
+# (`bench/ladder_gpu.py`), labelled with the machine it ran on.
+
+# %% tags=["nbval-ignore-output"]
+ladder, ladder_gpu = None, gpu["name"] if gpu else None
+if s.ladder:
+    from coursekit.train.config import TrainConfig
+    from coursekit.train.models import build_model
+
+    rungs = [s.ladder_base.replace(**rung) for rung in s.ladder if rung["precision"] in precisions]
+    ladder = labs.run_sweep(rungs, name=labs.job_name(pseudo, "ladder"), **s.job,
+                            timeout_s=s.timeout_s, title="GPU ladder (measured)")
+    failed = failures.report_failures(ladder, "the ladder")
+    ladder = failures.completed(ladder)
+    net = build_model(TrainConfig(model="resnet50", image_size=224), 1000, (3, 224, 224))
+    flop = numerics.training_flop_per_image(net, (3, 224, 224), 1000)
+    base = ladder[0]["images_per_s"] if ladder and ladder[0]["config"].precision == "fp32" else None
+    if not base:
+        print("no completed fp32 rung: the speed-ups below cannot be computed")
+        ladder = None
+if s.ladder and ladder is not None:
+    ladder.add_column("rung", lambda r: "+".join([r["config"].precision] + ["channels_last"] * r["config"].channels_last
+                                               + ["compile"] * r["config"].compile))
+    ladder.add_column("img_s", lambda r: r["images_per_s"])
+    ladder.add_column("speedup", lambda r: r["images_per_s"] / base)
+    ladder.add_column("tflops", lambda r: r["images_per_s"] * flop / 1e12)
+    ladder.add_column("peak_mem_gb", lambda r: (r["peak_mem_mb"] or 0) / 1024)
+    title = "ResNet-50 training ladder (measured)"
+elif not s.ladder:
+    recording = labs.load_recording("gpu_ladder")
+    if recording:
+        ladder, ladder_gpu = recorded.ladder_table(recording), recording["device"]
+        title = "ResNet-50 training ladder (recorded on " + recording["device"] + ")"
+if ladder is not None:
+    display(ladder.with_columns("rung", "img_s", "speedup", "tflops", "peak_mem_gb"))
     figure, (left, right) = plots.new_figure(ncols=2)
-    plots.curves(table, "steps", "step", "loss", ["precision"], ax=left, title="training loss")
-    plots.curves(table.where(precision="fp16"), "steps", "step", "loss_scale", ["precision"], ax=right,
-                 title="fp16: GradScaler's scale")
-    figure
-    """),
-    md("""
-    On a CPU the low precisions change little in speed (there are no tensor cores; bf16 and fp16 may
-    even be slower). What matters here: the three runs learn alike.
+    plots.bars(ladder.column("rung"), ladder.column("img_s"), ax=left, ylabel="images/s", title=title,
+               color=None if s.ladder else plots.RECORDED_COLOR)
+    plots.bars(ladder.column("rung"), ladder.column("peak_mem_gb"), ax=right, ylabel="peak memory (GB)",
+               annotate="{:.1f}", color=None if s.ladder else plots.RECORDED_COLOR)
+    display(figure)
 
-    ## 4. channels_last
+# %% [markdown] tags=["exercise"]
+# ### Exercise — what share of the peak?
+#
+# The datasheet gives each GPU's dense tensor-core peak: an H100 SXM does about 989 TFLOP/s in bf16.
+# `hardware.peak_tflops(name)` knows a few GPUs (None for the others). For each rung of `ladder` (if
+# there is one), compute the share of the peak of the GPU it ran on (`tflops / peak`); store the rung
+# names and shares in a dict `share_of_peak`. Why is a ResNet-50 far from the peak even at the best
+# rung?
 
-    A batch of images is a 4-d tensor (N, C, H, W). By default the width varies fastest in memory
-    (NCHW). With `channels_last` the channels do (NHWC): the shape is the same, the strides differ. Tensor-
-    core convolutions work on NHWC; given NCHW, cuDNN must transpose before and after. The engine's
-    `--channels-last` converts the model and every batch.
-    """),
-    code("""
-    numerics.strides_table()
-    """),
-    md("""
-    ## 5. Multiples of 8
+# %% tags=["nbval-ignore-output", "exercise"]
+peak = hardware.peak_tflops(ladder_gpu, "bf16" if "bf16" in precisions else "fp16")
+print(f"{ladder_gpu}: {peak} TFLOP/s dense" if peak else f"no datasheet peak known for {ladder_gpu!r}: no shares")
+### BEGIN SOLUTION
+share_of_peak = {row["rung"]: row["tflops"] / peak for row in ladder} if ladder is not None and peak else {}
+### END SOLUTION
+print({rung: f"{share:.1%}" for rung, share in share_of_peak.items()})
 
-    Tensor cores work on tiles: a matrix dimension that is a multiple of 8 (for fp16/bf16) fills them;
-    one that is not gets padded or falls back to slower kernels. Batch sizes, channel counts and hidden
-    sizes that are multiples of 8 (better: of 64) keep them fed. On a GPU the job below times square bf16
-    matrix products of three sizes.
-    """),
-    code("""
-    # NBVAL_IGNORE_OUTPUT
-    matmuls = None
-    if s.matmul_sizes:
-        half = "bf16" if "bf16" in precisions else "fp16"
-        job = coursekit.submit_function(numerics.matmul_tflops, s.matmul_sizes, half, name=labs.job_name(pseudo, "mm"),
-                                        **s.job)
-        rows = failures.result_or_none(job, s.timeout_s, "matmul timing")
-        matmuls = labs.ResultsTable(rows, title="bf16 matmul") if rows else None
-        if matmuls is not None:
-            display(matmuls)
-    else:
-        print("needs a GPU: run this notebook in the gpu profile")
-    """),
-    md("""
-    ## 6. The speed-up ladder
+# %% [markdown] tags=["solution"]
+# A ResNet-50 is made of many small convolutions, batch norms and element-wise operations: most of
+# them are limited by memory bandwidth, not by arithmetic, and every kernel launch costs time. Only the
+# large convolutions reach the tensor cores' rate; `torch.compile` helps by fusing the small operations.
 
-    ResNet-50, 224 × 224 images, batch 256, synthetic data kept on the GPU: each rung adds one change.
-    TFLOP/s = images/s × the FLOPs of one training step per image. In the gpu profile the jobs below
-    measure it; in the cpu profile the plot shows the recording of the engine's benchmark
-    (`bench/gpu_ladder.py`), labelled with the machine it ran on.
-    """),
-    code("""
-    # NBVAL_IGNORE_OUTPUT
-    ladder, ladder_gpu = None, gpu["name"] if gpu else None
-    if s.ladder:
-        from coursekit.train.config import TrainConfig
-        from coursekit.train.models import build_model
+# %% [markdown]
+# ## 7. The claims, checked
 
-        rungs = [s.ladder_base.replace(**rung) for rung in s.ladder if rung["precision"] in precisions]
-        ladder = labs.run_sweep(rungs, name=labs.job_name(pseudo, "ladder"), **s.job,
-                                timeout_s=s.timeout_s, title="GPU ladder (measured)")
-        failed = failures.report_failures(ladder, "the ladder")
-        ladder = failures.completed(ladder)
-        net = build_model(TrainConfig(model="resnet50", image_size=224), 1000, (3, 224, 224))
-        flop = numerics.training_flop_per_image(net, (3, 224, 224), 1000)
-        base = ladder[0]["images_per_s"] if ladder and ladder[0]["config"].precision == "fp32" else None
-        if not base:
-            print("no completed fp32 rung: the speed-ups below cannot be computed")
-            ladder = None
-    if s.ladder and ladder is not None:
-        ladder.add_column("rung", lambda r: "+".join([r["config"].precision] + ["channels_last"] * r["config"].channels_last
-                                                   + ["compile"] * r["config"].compile))
-        ladder.add_column("img_s", lambda r: r["images_per_s"])
-        ladder.add_column("speedup", lambda r: r["images_per_s"] / base)
-        ladder.add_column("tflops", lambda r: r["images_per_s"] * flop / 1e12)
-        ladder.add_column("peak_mem_gb", lambda r: (r["peak_mem_mb"] or 0) / 1024)
-        title = "ResNet-50 training ladder (measured)"
-    elif not s.ladder:
-        recording = labs.load_gpu_ladder()
-        if recording:
-            ladder, ladder_gpu = recorded.ladder_table(recording), recording["device"]
-            title = "ResNet-50 training ladder (recorded on " + recording["device"] + ")"
-    if ladder is not None:
-        display(ladder.with_columns("rung", "img_s", "speedup", "tflops", "peak_mem_gb"))
-        figure, (left, right) = plots.new_figure(ncols=2)
-        plots.bars(ladder.column("rung"), ladder.column("img_s"), ax=left, ylabel="images/s", title=title,
-                   color=None if s.ladder else plots.RECORDED_COLOR)
-        plots.bars(ladder.column("rung"), ladder.column("peak_mem_gb"), ax=right, ylabel="peak memory (GB)",
-                   annotate="{:.1f}", color=None if s.ladder else plots.RECORDED_COLOR)
-        display(figure)
-    """),
-    md("""
-    ### Exercise — what share of the peak?
-
-    The datasheet gives each GPU's dense tensor-core peak: an H100 SXM does about 989 TFLOP/s in bf16.
-    `hardware.peak_tflops(name)` knows a few GPUs (None for the others). For each rung of `ladder` (if
-    there is one), compute the share of the peak of the GPU it ran on (`tflops / peak`); store the rung
-    names and shares in a dict `share_of_peak`. Why is a ResNet-50 far from the peak even at the best
-    rung?
-    """, tags=("exercise",)),
-    code("""
-    # NBVAL_IGNORE_OUTPUT
-    peak = hardware.peak_tflops(ladder_gpu, "bf16" if "bf16" in precisions else "fp16")
-    print(f"{ladder_gpu}: {peak} TFLOP/s dense" if peak else f"no datasheet peak known for {ladder_gpu!r}: no shares")
-    ### BEGIN SOLUTION
-    share_of_peak = {row["rung"]: row["tflops"] / peak for row in ladder} if ladder is not None and peak else {}
-    ### END SOLUTION
-    print({rung: f"{share:.1%}" for rung, share in share_of_peak.items()})
-    """, tags=("exercise",)),
-    md("""
-    A ResNet-50 is made of many small convolutions, batch norms and element-wise operations: most of
-    them are limited by memory bandwidth, not by arithmetic, and every kernel launch costs time. Only the
-    large convolutions reach the tensor cores' rate; `torch.compile` helps by fusing the small operations.
-    """, tags=("solution",)),
-    md("""
-    ## 7. The claims, checked
-    """),
-    code("""
-    underflow = numerics.underflow_table()
-    smallest, halfway = underflow.one(value=numerics.FP16_SMALLEST_SUBNORMAL), underflow.one(value=2.0**-25)
-    losses = {row["precision"]: row["train_loss"] for row in table if row["train_loss"] is not None}
-    # within 5 % of fp32's loss, or 0.01 apart once training has driven the loss near zero (5 % of 0.004
-    # is noise: the generated stand-in of CIFAR-10 is learned almost perfectly in the gpu profile)
-    near = {p: abs(losses[p] - losses["fp32"]) <= max(0.05 * losses["fp32"], 0.01) for p in losses} if "fp32" in losses else {}
-    halves = sorted(set(losses) & {"bf16", "fp16"})
-    scaler = numerics.grad_scaler_demo()
-    verdicts = [
-        labs.check_claim("in fp16, 2^-24 survives and 2^-25 underflows to 0; scaled by 2^16 it survives and comes back exactly",
-                         smallest["as_fp16"] > 0 and halfway["as_fp16"] == 0 and halfway["unscaled_fp32"] == 2.0**-25,
-                         f"2^-24 -> {smallest['as_fp16']:.3g}, 2^-25 -> {halfway['as_fp16']:g}, scaled and back: {halfway['unscaled_fp32']:.3g}"),
-        labs.check_claim("GradScaler skips exactly the steps whose scaled gradient overflows fp16, halving the scale each time",
-                         all(r["skipped"] == (not r["fits_fp16"]) for r in scaler),
-                         f"{sum(scaler.column('skipped'))} skipped, final scale {scaler[-1]['scale']:g}"),
-        labs.check_claim(" and ".join(halves) + " train like fp32 (final loss within 5 %, or 0.01 near zero)"
-                         + (", fp16 with its GradScaler" if "fp16" in halves else ""),
-                         bool(near) and all(near.values())
-                         and (fp16 is None or fp16["summary"].get("loss_scale") is not None),
-                         ", ".join(f"{p}: {v:.4f}" for p, v in losses.items()),
-                         applies=bool(near) and bool(halves),
-                         why_not="the fp32 run or every low-precision run failed (see the failures above)"),
-        labs.check_claim("on tensor cores each rung of the ladder is faster than fp32",
-                         ladder is not None and all(r["speedup"] > 1 for r in ladder[1:]),
-                         "speed-ups " + (", ".join(f"{r['rung']}: x{r['speedup']:.2f}" for r in ladder) if ladder is not None else "-"),
-                         applies=profile.is_gpu and ladder is not None,
-                         why_not="the ladder's jobs did not complete (see above)" if profile.is_gpu
-                         else "no tensor cores in this profile (the recorded ladder above shows them)"),
-        labs.check_claim("matrix sizes that are multiples of 8 run faster on tensor cores",
-                         matmuls is not None and min(r["tflops"] for r in matmuls if r["multiple_of_8"])
-                         > max(r["tflops"] for r in matmuls if not r["multiple_of_8"]),
-                         ", ".join(f"{r['size']}: {r['tflops']:.0f} TFLOP/s" for r in matmuls) if matmuls is not None else "-",
-                         applies=profile.is_gpu and matmuls is not None,
-                         why_not="the matmul job did not complete (see above)" if profile.is_gpu
-                         else "no tensor cores in this profile"),
-    ]
-    """),
+# %%
+underflow = numerics.underflow_table()
+smallest, halfway = underflow.one(value=numerics.FP16_SMALLEST_SUBNORMAL), underflow.one(value=2.0**-25)
+losses = {row["precision"]: row["train_loss"] for row in table if row["train_loss"] is not None}
+# within 5 % of fp32's loss, or 0.01 apart once training has driven the loss near zero (5 % of 0.004
+# is noise: the generated stand-in of CIFAR-10 is learned almost perfectly in the gpu profile)
+near = {p: abs(losses[p] - losses["fp32"]) <= max(0.05 * losses["fp32"], 0.01) for p in losses} if "fp32" in losses else {}
+halves = sorted(set(losses) & {"bf16", "fp16"})
+scaler = numerics.grad_scaler_demo()
+verdicts = [
+    labs.check_claim("in fp16, 2^-24 survives and 2^-25 underflows to 0; scaled by 2^16 it survives and comes back exactly",
+                     smallest["as_fp16"] > 0 and halfway["as_fp16"] == 0 and halfway["unscaled_fp32"] == 2.0**-25,
+                     f"2^-24 -> {smallest['as_fp16']:.3g}, 2^-25 -> {halfway['as_fp16']:g}, scaled and back: {halfway['unscaled_fp32']:.3g}"),
+    labs.check_claim("GradScaler skips exactly the steps whose scaled gradient overflows fp16, halving the scale each time",
+                     all(r["skipped"] == (not r["fits_fp16"]) for r in scaler),
+                     f"{sum(scaler.column('skipped'))} skipped, final scale {scaler[-1]['scale']:g}"),
+    labs.check_claim(" and ".join(halves) + " train like fp32 (final loss within 5 %, or 0.01 near zero)"
+                     + (", fp16 with its GradScaler" if "fp16" in halves else ""),
+                     bool(near) and all(near.values())
+                     and (fp16 is None or fp16["summary"].get("loss_scale") is not None),
+                     ", ".join(f"{p}: {v:.4f}" for p, v in losses.items()),
+                     applies=bool(near) and bool(halves),
+                     why_not="the fp32 run or every low-precision run failed (see the failures above)"),
+    labs.check_claim("on tensor cores each rung of the ladder is faster than fp32",
+                     ladder is not None and all(r["speedup"] > 1 for r in ladder[1:]),
+                     "speed-ups " + (", ".join(f"{r['rung']}: x{r['speedup']:.2f}" for r in ladder) if ladder is not None else "-"),
+                     applies=profile.is_gpu and ladder is not None,
+                     why_not="the ladder's jobs did not complete (see above)" if profile.is_gpu
+                     else "no tensor cores in this profile (the recorded ladder above shows them)"),
+    labs.check_claim("matrix sizes that are multiples of 8 run faster on tensor cores",
+                     matmuls is not None and min(r["tflops"] for r in matmuls if r["multiple_of_8"])
+                     > max(r["tflops"] for r in matmuls if not r["multiple_of_8"]),
+                     ", ".join(f"{r['size']}: {r['tflops']:.0f} TFLOP/s" for r in matmuls) if matmuls is not None else "-",
+                     applies=profile.is_gpu and matmuls is not None,
+                     why_not="the matmul job did not complete (see above)" if profile.is_gpu
+                     else "no tensor cores in this profile"),
 ]

@@ -1,214 +1,204 @@
 """Lab 05: data loading and the profiler."""
 
-from cells import code, md
+# %% [markdown]
+# # Lab 05 — Data loading and the profiler
+#
+# **Learning goals.** After this lab you can
+#
+# 1. name the DataLoader settings that decide whether the accelerator waits for data — worker
+#    processes, `pin_memory`, `prefetch_factor`, `persistent_workers` — and the copy option
+#    `non_blocking`;
+# 2. measure, per configuration, the share of each step spent waiting for data;
+# 3. compare decoding JPEGs on CPU workers with decoding them on the GPU (nvjpeg);
+# 4. record a `torch.profiler` trace of a few steps, read its summary (top operators, time in the data
+#    loader, GPU idle time) and open it in TensorBoard.
+#
+# The engine splits the time of every step into **data time** (from the end of the previous step until
+# the batch is on the device: waiting for the loader, the copy) and **compute time** (forward, backward,
+# optimizer). Its step records carry both, `data_time_s` and `compute_time_s`.
 
-CELLS = [
-    md("""
-    # Lab 05 — Data loading and the profiler
+# %%
+# %matplotlib inline
+from pathlib import Path
 
-    **Learning goals.** After this lab you can
+from coursekit import labs
+from coursekit.labs import lab05_data_loading as loading
+from coursekit.labs.kit import failures, plots, recorded
 
-    1. name the DataLoader settings that decide whether the accelerator waits for data — worker
-       processes, `pin_memory`, `prefetch_factor`, `persistent_workers` — and the copy option
-       `non_blocking`;
-    2. measure, per configuration, the share of each step spent waiting for data;
-    3. compare decoding JPEGs on CPU workers with decoding them on the GPU (nvjpeg);
-    4. record a `torch.profiler` trace of a few steps, read its summary (top operators, time in the data
-       loader, GPU idle time) and open it in TensorBoard.
+pseudo = labs.choose_pseudonym("ada")
+profile = labs.choose_profile()
+print(profile)
+s = profile.settings("05")
+print(s)
 
-    The engine splits the time of every step into **data time** (from the end of the previous step until
-    the batch is on the device: waiting for the loader, the copy) and **compute time** (forward, backward,
-    optimizer). Its step records carry both, `data_time_s` and `compute_time_s`.
-    """),
-    code("""
-    %matplotlib inline
-    from pathlib import Path
+# %% [markdown]
+# ## 1. A folder of JPEGs
+#
+# Real datasets are files that must be read and decoded before every epoch. The engine's generator
+# writes a synthetic ImageNet-like folder (`train/` and `val/`, one sub-folder per class); the
+# loader reads it with torchvision's `ImageFolder`: open, decode (PIL), random crop, flip, convert to a
+# tensor, normalise — all on the CPU, for every image.
 
-    from coursekit import labs
-    from coursekit.labs.kit import failures, plots, recorded
-    from coursekit.labs import lab05_data_loading as loading
+# %%
+root = loading.prepare_jpeg_tree(s.jpeg_classes, s.jpeg_images_per_class, s.jpeg_size, workers=s.jpeg_workers)
+images = sorted(root.glob("train/*/*.jpg"))
+print(f"{len(images)} training JPEGs of {s.jpeg_size[0]}x{s.jpeg_size[1]} in {len(list(root.glob('train/*')))} classes")
 
-    pseudo = labs.choose_pseudonym("ada")
-    profile = labs.choose_profile()
-    print(profile)
-    s = profile.settings("05")
-    print(s)
-    """),
-    md("""
-    ## 1. A folder of JPEGs
+# %% [markdown]
+# ## 2. Loader settings, one job each
+#
+# * `workers`: processes that prepare batches in parallel with training (0: the training process does it
+#   itself, between steps);
+# * `prefetch_factor`: batches each worker prepares ahead;
+# * `persistent_workers`: keep the workers alive between epochs instead of starting them again;
+# * `pin_memory`: put batches in page-locked host memory, from which the GPU copies faster and
+#   asynchronously;
+# * `non_blocking`: let the host-to-GPU copy overlap with work already queued on the GPU.
+#
+# The last two matter only with a GPU. In the cpu profile each job computes with one thread, leaving the
+# second core to a worker — as the CPU cores of a GPU node are free while the GPU computes. The jobs run
+# one at a time, so that they do not compete for the cores.
 
-    Real datasets are files that must be read and decoded before every epoch. The engine's generator
-    writes a synthetic ImageNet-like folder (`train/` and `val/`, one sub-folder per class); the
-    loader reads it with torchvision's `ImageFolder`: open, decode (PIL), random crop, flip, convert to a
-    tensor, normalise — all on the CPU, for every image.
-    """),
-    code("""
-    root = loading.prepare_jpeg_tree(s.jpeg_classes, s.jpeg_images_per_class, s.jpeg_size, workers=s.jpeg_workers)
-    images = sorted(root.glob("train/*/*.jpg"))
-    print(f"{len(images)} training JPEGs of {s.jpeg_size[0]}x{s.jpeg_size[1]} in {len(list(root.glob('train/*')))} classes")
-    """),
-    md("""
-    ## 2. Loader settings, one job each
+# %%
+base = s.base.replace(data_dir=str(root))
+configs = [base.replace(**options) for options in s.loaders]
+labels = [loading.loader_label(options) for options in s.loaders]
+for label, config in zip(labels, configs, strict=True):
+    print(f"{label:<40} {labs.engine_command(config).replace(str(root), '<jpeg folder>')}")
 
-    * `workers`: processes that prepare batches in parallel with training (0: the training process does it
-      itself, between steps);
-    * `prefetch_factor`: batches each worker prepares ahead;
-    * `persistent_workers`: keep the workers alive between epochs instead of starting them again;
-    * `pin_memory`: put batches in page-locked host memory, from which the GPU copies faster and
-      asynchronously;
-    * `non_blocking`: let the host-to-GPU copy overlap with work already queued on the GPU.
+# %% tags=["nbval-ignore-output"]
+table = labs.run_sweep(configs, name=labs.job_name(pseudo, "load"), one_at_a_time=True,
+                       **s.job, timeout_s=s.timeout_s, title="loader settings")
+for row, label in zip(table, labels, strict=True):
+    row["loader"] = label
+failed = failures.report_failures(table, "the loader sweep")
+table = failures.completed(table)
+table.add_column("epoch_time_s", lambda row: min(e["epoch_time_s"] for e in row["epochs"]))
+table.with_columns("loader", "state", "data_fraction", "data_time_s", "compute_time_s", "epoch_time_s", "images_per_s")
 
-    The last two matter only with a GPU. In the cpu profile each job computes with one thread, leaving the
-    second core to a worker — as the CPU cores of a GPU node are free while the GPU computes. The jobs run
-    one at a time, so that they do not compete for the cores.
-    """),
-    code("""
-    base = s.base.replace(data_dir=str(root))
-    configs = [base.replace(**options) for options in s.loaders]
-    labels = [loading.loader_label(options) for options in s.loaders]
-    for label, config in zip(labels, configs, strict=True):
-        print(f"{label:<40} {labs.engine_command(config).replace(str(root), '<jpeg folder>')}")
-    """),
-    code("""
-    # NBVAL_IGNORE_OUTPUT
-    table = labs.run_sweep(configs, name=labs.job_name(pseudo, "load"), one_at_a_time=True,
-                           **s.job, timeout_s=s.timeout_s, title="loader settings")
-    for row, label in zip(table, labels, strict=True):
-        row["loader"] = label
-    failed = failures.report_failures(table, "the loader sweep")
-    table = failures.completed(table)
-    table.add_column("epoch_time_s", lambda row: min(e["epoch_time_s"] for e in row["epochs"]))
-    table.with_columns("loader", "state", "data_fraction", "data_time_s", "compute_time_s", "epoch_time_s", "images_per_s")
-    """),
-    code("""
-    print("states:", table.column("state"))
-    """),
-    code("""
-    figure, (left, right) = plots.new_figure(ncols=2)
-    positions = range(len(table))
-    data = [row["data_time_s"] * 1e3 for row in table]
-    compute = [row["compute_time_s"] * 1e3 for row in table]
-    left.bar(positions, compute, label="compute")
-    left.bar(positions, data, bottom=compute, label="waiting for data")
-    left.set_xticks(list(positions), table.column("loader"), rotation=20, ha="right", fontsize="small")
-    left.set_ylabel("ms per step (median)")
-    left.legend(fontsize="small")
-    plots.bars(table.column("loader"), [100 * f for f in table.column("data_fraction")], ax=right,
-               ylabel="% of step time waiting for data", title="share waiting for data")
-    figure
-    """),
-    md("""
-    With no worker, every step waits for its batch to be decoded. A worker decodes the next batch while
-    the current one trains: the wait shrinks to what decoding takes *beyond* the compute. Starting workers
-    costs time at each epoch, which `persistent_workers` pays only once.
+# %%
+print("states:", table.column("state"))
 
-    ## 3. Decoding on the CPU or on the GPU
+# %%
+figure, (left, right) = plots.new_figure(ncols=2)
+positions = range(len(table))
+data = [row["data_time_s"] * 1e3 for row in table]
+compute = [row["compute_time_s"] * 1e3 for row in table]
+left.bar(positions, compute, label="compute")
+left.bar(positions, data, bottom=compute, label="waiting for data")
+left.set_xticks(list(positions), table.column("loader"), rotation=20, ha="right", fontsize="small")
+left.set_ylabel("ms per step (median)")
+left.legend(fontsize="small")
+plots.bars(table.column("loader"), [100 * f for f in table.column("data_fraction")], ax=right,
+           ylabel="% of step time waiting for data", title="share waiting for data")
+figure
 
-    When the CPUs cannot keep up, the decoding itself can move to the GPU: the workers only read the files'
-    bytes and `torchvision.io.decode_jpeg(device="cuda")` (nvjpeg) decodes whole batches on the GPU (the
-    engine's `--gpu-decode`). A background thread decodes a few batches ahead, on its own CUDA stream and on
-    into the next epoch, and the workers never stop between epochs, so that the step does not wait. In the
-    gpu profile the last configuration above does that. The engine's benchmark recorded both on an H100
-    with 16 CPU workers:
-    """),
-    code("""
-    # NBVAL_IGNORE_OUTPUT
-    recording = labs.load_gpu_ladder()
-    jpeg = recorded.jpeg_table(recording) if recording else None
-    if jpeg is not None:
-        display(jpeg)
-        display(plots.bars(jpeg.column("pipeline"), jpeg.column("img_s"), errors=jpeg.column("img_s_std"),
-                           ylabel="training images/s", title="ResNet-50 bf16 (recorded)", color=plots.RECORDED_COLOR))
-    else:
-        print("no recorded JPEG figures")
-    """),
-    md("""
-    ## 4. The profiler
+# %% [markdown]
+# With no worker, every step waits for its batch to be decoded. A worker decodes the next batch while
+# the current one trains: the wait shrinks to what decoding takes *beyond* the compute. Starting workers
+# costs time at each epoch, which `persistent_workers` pays only once.
+#
+# ## 3. Decoding on the CPU or on the GPU
+#
+# When the CPUs cannot keep up, the decoding itself can move to the GPU: the workers only read the files'
+# bytes and `torchvision.io.decode_jpeg(device="cuda")` (nvjpeg) decodes whole batches on the GPU (the
+# engine's `--gpu-decode`). A background thread decodes a few batches ahead, on its own CUDA stream and on
+# into the next epoch, and the workers never stop between epochs, so that the step does not wait. In the
+# gpu profile the last configuration above does that. The engine's benchmark recorded both on an H100
+# with 16 CPU workers:
 
-    `torch.profiler` records every operator the steps run, on the CPU and (with CUDA) on the GPU. The
-    engine's `--profile` records `--profile-steps` steps after one step of wait and one of warm-up, and
-    writes a trace for TensorBoard into the run's `profile/` folder plus a text summary of the operators
-    that took the most time. We profile the run without workers, where the loader is inside the steps.
-    """),
-    code("""
-    # NBVAL_IGNORE_OUTPUT
-    profiled = base.replace(workers=0, profile=True, profile_steps=s.profile_steps, epochs=1)
-    (prof_job,) = labs.submit_sweep([profiled], name=labs.job_name(pseudo, "prof"),
-                                    **s.job).jobs
-    print(prof_job.job_id, labs.wait_all([prof_job], timeout_s=s.timeout_s))
-    failed = failures.report_failures([prof_job])
-    if not failed:
-        print(loading.top_operators_text(prof_job.run_dir))
-    """),
-    code("""
-    # NBVAL_IGNORE_OUTPUT
-    trace = None if failed else loading.summarize_trace(loading.trace_file(prof_job.run_dir))
-    if trace is None:
-        print("no trace: the profiled job failed (see above)")
-    else:
-        print(f"{trace['steps']} profiled steps, {trace['profiled_ms']:.1f} ms; "
-              f"{100 * trace['dataloader_share']:.0f} % of it inside the DataLoader")
-        if trace["gpu_idle_share"] is not None:
-            print(f"the GPU was idle {100 * trace['gpu_idle_share']:.0f} % of the profiled time")
-    trace["top_operators"] if trace else None
-    """),
-    md("""
-    To look at the trace itself: `tensorboard --logdir <run folder>/profile` (with the
-    `torch-tb-profiler` plugin), or drop the `.pt.trace.json` file on https://ui.perfetto.dev — each step,
-    each operator, and with CUDA the GPU's kernels on their own timeline, where the gaps are the idle time.
-    """),
-    code("""
-    print(len(list(Path(prof_job.run_dir, "profile").glob("*.pt.trace.json"))), "trace file in", Path(prof_job.run_dir, "profile").name)
-    """),
-    md("""
-    ### Exercise — what share of the step is the data loader?
+# %% tags=["nbval-ignore-output"]
+recording = labs.load_recording("gpu_ladder")
+jpeg = recorded.jpeg_table(recording) if recording else None
+if jpeg is not None:
+    display(jpeg)
+    display(plots.bars(jpeg.column("pipeline"), jpeg.column("img_s"), errors=jpeg.column("img_s_std"),
+                       ylabel="training images/s", title="ResNet-50 bf16 (recorded)", color=plots.RECORDED_COLOR))
+else:
+    print("no recorded JPEG figures")
 
-    From the trace summary, the DataLoader took a share of each profiled step. Compare it with the share
-    of step time waiting for data that the `workers=0` job of section 2 measured with its own clock
-    (`data_fraction`). Store both in `from_trace` and `from_metrics`. Why are they close but not equal?
-    """, tags=("exercise",)),
-    code("""
-    # NBVAL_IGNORE_OUTPUT
-    ### BEGIN SOLUTION
-    from_trace = trace["dataloader_share"] if trace else float("nan")
-    from_metrics = table[0]["data_fraction"]
-    ### END SOLUTION
-    print(f"trace: {from_trace:.2f}, metrics: {from_metrics:.2f}")
-    """, tags=("exercise",)),
-    md("""
-    They measure nearly the same thing — the time the training process spends getting the next batch —
-    over different windows: the trace covers a few steps after a warm-up, the metrics every step of the
-    run; the engine's data time also includes the copy to the device and the host work between steps, and
-    the profiler adds a little overhead of its own.
-    """, tags=("solution",)),
-    md("""
-    ## 5. The claims, checked
-    """),
-    code("""
-    import os
+# %% [markdown]
+# ## 4. The profiler
+#
+# `torch.profiler` records every operator the steps run, on the CPU and (with CUDA) on the GPU. The
+# engine's `--profile` records `--profile-steps` steps after one step of wait and one of warm-up, and
+# writes a trace for TensorBoard into the run's `profile/` folder plus a text summary of the operators
+# that took the most time. We profile the run without workers, where the loader is inside the steps.
 
-    no_workers = table[0]
-    with_workers = [row for row in table if row["config"].workers > 0]
-    best = min(with_workers, key=lambda row: row["data_fraction"])
-    verdicts = [
-        labs.check_claim("worker processes cut the share of step time spent waiting for data",
-                         best["data_fraction"] < no_workers["data_fraction"] - 0.1,
-                         f"{100 * no_workers['data_fraction']:.0f} % with workers=0, "
-                         f"{100 * best['data_fraction']:.0f} % with {best['loader']}"),
-        labs.check_claim("with workers an epoch takes less time than without",
-                         min(row["epoch_time_s"] for row in with_workers) < no_workers["epoch_time_s"],
-                         ", ".join(f"{row['loader']}: {row['epoch_time_s']:.2f} s" for row in table),
-                         applies=profile.is_gpu or (os.cpu_count() or 1) > 2,
-                         why_not="on two CPU cores shared with other work a worker process has no core of its own "
-                                 "(the epoch times are in the table above)"),
-        labs.check_claim("the profiler trace shows the steps waiting inside the DataLoader when there is no worker",
-                         trace is not None and trace["steps"] == s.profile_steps and trace["dataloader_share"] > 0.1,
-                         f"{trace['steps']} steps, {100 * trace['dataloader_share']:.0f} % in the DataLoader"
-                         if trace else "no trace: the profiled job failed"),
-        labs.check_claim("the profiler sees the GPU's idle time",
-                         trace is not None and trace["gpu_idle_share"] is not None,
-                         f"GPU idle {trace['gpu_idle_share'] if trace else 'unknown: the profiled job failed'}",
-                         applies=profile.is_gpu, why_not="no GPU in this profile"),
-    ]
-    """),
+# %% tags=["nbval-ignore-output"]
+profiled = base.replace(workers=0, profile=True, profile_steps=s.profile_steps, epochs=1)
+(prof_job,) = labs.submit_sweep([profiled], name=labs.job_name(pseudo, "prof"),
+                                **s.job).jobs
+print(prof_job.job_id, labs.wait_all([prof_job], timeout_s=s.timeout_s))
+failed = failures.report_failures([prof_job])
+if not failed:
+    print(loading.top_operators_text(prof_job.run_dir))
+
+# %% tags=["nbval-ignore-output"]
+trace = None if failed else loading.summarize_trace(loading.trace_file(prof_job.run_dir))
+if trace is None:
+    print("no trace: the profiled job failed (see above)")
+else:
+    print(f"{trace['steps']} profiled steps, {trace['profiled_ms']:.1f} ms; "
+          f"{100 * trace['dataloader_share']:.0f} % of it inside the DataLoader")
+    if trace["gpu_idle_share"] is not None:
+        print(f"the GPU was idle {100 * trace['gpu_idle_share']:.0f} % of the profiled time")
+trace["top_operators"] if trace else None
+
+# %% [markdown]
+# To look at the trace itself: `tensorboard --logdir <run folder>/profile` (with the
+# `torch-tb-profiler` plugin), or drop the `.pt.trace.json` file on https://ui.perfetto.dev — each step,
+# each operator, and with CUDA the GPU's kernels on their own timeline, where the gaps are the idle time.
+
+# %%
+print(len(list(Path(prof_job.run_dir, "profile").glob("*.pt.trace.json"))), "trace file in", Path(prof_job.run_dir, "profile").name)
+
+# %% [markdown] tags=["exercise"]
+# ### Exercise — what share of the step is the data loader?
+#
+# From the trace summary, the DataLoader took a share of each profiled step. Compare it with the share
+# of step time waiting for data that the `workers=0` job of section 2 measured with its own clock
+# (`data_fraction`). Store both in `from_trace` and `from_metrics`. Why are they close but not equal?
+
+# %% tags=["nbval-ignore-output", "exercise"]
+### BEGIN SOLUTION
+from_trace = trace["dataloader_share"] if trace else float("nan")
+from_metrics = table[0]["data_fraction"]
+### END SOLUTION
+print(f"trace: {from_trace:.2f}, metrics: {from_metrics:.2f}")
+
+# %% [markdown] tags=["solution"]
+# They measure nearly the same thing — the time the training process spends getting the next batch —
+# over different windows: the trace covers a few steps after a warm-up, the metrics every step of the
+# run; the engine's data time also includes the copy to the device and the host work between steps, and
+# the profiler adds a little overhead of its own.
+
+# %% [markdown]
+# ## 5. The claims, checked
+
+# %%
+import os
+
+no_workers = table[0]
+with_workers = [row for row in table if row["config"].workers > 0]
+best = min(with_workers, key=lambda row: row["data_fraction"])
+verdicts = [
+    labs.check_claim("worker processes cut the share of step time spent waiting for data",
+                     best["data_fraction"] < no_workers["data_fraction"] - 0.1,
+                     f"{100 * no_workers['data_fraction']:.0f} % with workers=0, "
+                     f"{100 * best['data_fraction']:.0f} % with {best['loader']}"),
+    labs.check_claim("with workers an epoch takes less time than without",
+                     min(row["epoch_time_s"] for row in with_workers) < no_workers["epoch_time_s"],
+                     ", ".join(f"{row['loader']}: {row['epoch_time_s']:.2f} s" for row in table),
+                     applies=profile.is_gpu or (os.cpu_count() or 1) > 2,
+                     why_not="on two CPU cores shared with other work a worker process has no core of its own "
+                             "(the epoch times are in the table above)"),
+    labs.check_claim("the profiler trace shows the steps waiting inside the DataLoader when there is no worker",
+                     trace is not None and trace["steps"] == s.profile_steps and trace["dataloader_share"] > 0.1,
+                     f"{trace['steps']} steps, {100 * trace['dataloader_share']:.0f} % in the DataLoader"
+                     if trace else "no trace: the profiled job failed"),
+    labs.check_claim("the profiler sees the GPU's idle time",
+                     trace is not None and trace["gpu_idle_share"] is not None,
+                     f"GPU idle {trace['gpu_idle_share'] if trace else 'unknown: the profiled job failed'}",
+                     applies=profile.is_gpu, why_not="no GPU in this profile"),
 ]

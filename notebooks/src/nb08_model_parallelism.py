@@ -1,280 +1,272 @@
 """Lab 08: model parallelism — naive split, pipelines, tensor parallel, ZeRO/FSDP2, activation checkpointing."""
 
-from cells import code, md
+# %% [markdown]
+# # Lab 08 — Model parallelism
+#
+# **Learning goals.** After this lab you can
+#
+# 1. compute, for a model you can name, the memory its training state needs per GPU under data
+#    parallelism, ZeRO-1/2/3, tensor and pipeline parallelism — and say which of them make it fit;
+# 2. explain why a model split layer by layer leaves devices idle, and how micro-batches (GPipe, 1F1B)
+#    shrink the idle share, the **bubble** (p−1)/(m+p−1);
+# 3. describe how tensor parallelism splits an MLP by columns and then by rows, and what it communicates;
+# 4. measure the memory per rank of ZeRO-1/2/3 (`ZeroRedundancyOptimizer`, FSDP2 `fully_shard`) and
+#    compare it with the formula;
+# 5. trade activation memory for recomputation time with activation checkpointing;
+# 6. show, on numbers, that every strategy trains the **same model** as one process does.
+#
+# Every run below is a job of the course's training engine (`python -m coursekit.train --parallel ...`):
+# the strategies are options of the engine, one short file each in `coursekit/train/parallel/`.
 
-IGNORE = ("nbval-ignore-output",)  # outputs that change from run to run (timings, job ids, memory)
+# %%
+# %matplotlib inline
+import coursekit
+from coursekit import labs
+from coursekit.course import course_dir
+from coursekit.labs import lab08_model_parallel as mp
+from coursekit.labs.kit import failures, plots
 
-CELLS = [
-    md("""
-    # Lab 08 — Model parallelism
+pseudo = labs.choose_pseudonym("ada")
+profile = labs.choose_profile()
+print(profile)
+s = profile.settings("08")
+s
 
-    **Learning goals.** After this lab you can
+# %% tags=["nbval-ignore-output"]
+site = coursekit.load_site()
+print(f"site {site.name!r} ({site.scheduler}): {site.description}")
 
-    1. compute, for a model you can name, the memory its training state needs per GPU under data
-       parallelism, ZeRO-1/2/3, tensor and pipeline parallelism — and say which of them make it fit;
-    2. explain why a model split layer by layer leaves devices idle, and how micro-batches (GPipe, 1F1B)
-       shrink the idle share, the **bubble** (p−1)/(m+p−1);
-    3. describe how tensor parallelism splits an MLP by columns and then by rows, and what it communicates;
-    4. measure the memory per rank of ZeRO-1/2/3 (`ZeroRedundancyOptimizer`, FSDP2 `fully_shard`) and
-       compare it with the formula;
-    5. trade activation memory for recomputation time with activation checkpointing;
-    6. show, on numbers, that every strategy trains the **same model** as one process does.
+# %% [markdown]
+# ## 1. Why: a model whose training state does not fit one GPU
+#
+# Training keeps, for every parameter, its weight, its gradient and the optimizer's state. With mixed
+# precision and Adam (the Ultra-Scale Playbook's convention): 2 bytes of bf16 weights, 2 of bf16
+# gradients and k = 12 bytes of optimizer state (an fp32 master copy of the weight, Adam's m and v) —
+# 16 bytes per parameter. A 7-billion-parameter model therefore needs 112 GB before a single
+# activation is stored: more than an 80 GB H100. Data parallelism copies all of it on every GPU; the
+# ZeRO stages shard it over the N GPUs of the data-parallel group:
+#
+# | | per GPU |
+# |---|---|
+# | DP | 2Ψ + 2Ψ + kΨ |
+# | ZeRO-1 (optimizer state sharded) | 2Ψ + 2Ψ + kΨ/N |
+# | ZeRO-2 (+ gradients) | 2Ψ + (2 + k)Ψ/N |
+# | ZeRO-3 / FSDP (+ weights) | (4 + k)Ψ/N |
+#
+# `coursekit.train.memory.sharded_memory` computes them (and the fp32 equivalents: 4 + 4 + 8 bytes for
+# Adam, k = 4 for SGD with momentum).
 
-    Every run below is a job of the course's training engine (`python -m coursekit.train --parallel ...`):
-    the strategies are options of the engine, one short file each in `coursekit/train/parallel/`.
-    """),
-    code("""
-    %matplotlib inline
-    import coursekit
-    from coursekit import labs
-    from coursekit.course import course_dir
-    from coursekit.labs import lab08_model_parallel as mp
-    from coursekit.labs.kit import failures, plots
-    from coursekit.train.memory import sharded_memory
+# %%
+seven = mp.seven_billion(7_000_000_000, n=8, optimizer="adamw", precision="bf16", gpu_gb=80)
+seven
 
-    pseudo = labs.choose_pseudonym("ada")
-    profile = labs.choose_profile()
-    print(profile)
-    s = profile.settings("08")
-    s
-    """),
-    code("""
-    site = coursekit.load_site()
-    print(f"site {site.name!r} ({site.scheduler}): {site.description}")
-    """, tags=IGNORE),
-    md("""
-    ## 1. Why: a model whose training state does not fit one GPU
+# %%
+plots.stacked_bars([f"{r['strategy']} x{r['n_gpu']}" for r in seven],
+                   {"weights": seven.column("weights_gb"), "gradients": seven.column("gradients_gb"),
+                    "optimizer state": seven.column("optimizer_gb")},
+                   ylabel="GB per GPU", limit=80, limit_label="one 80 GB GPU",
+                   title="7B parameters, AdamW, bf16: training state per GPU (formula)")
 
-    Training keeps, for every parameter, its weight, its gradient and the optimizer's state. With mixed
-    precision and Adam (the Ultra-Scale Playbook's convention): 2 bytes of bf16 weights, 2 of bf16
-    gradients and k = 12 bytes of optimizer state (an fp32 master copy of the weight, Adam's m and v) —
-    16 bytes per parameter. A 7-billion-parameter model therefore needs 112 GB before a single
-    activation is stored: more than an 80 GB H100. Data parallelism copies all of it on every GPU; the
-    ZeRO stages shard it over the N GPUs of the data-parallel group:
+# %% [markdown] tags=["exercise"]
+# **Your turn.** A 70-billion-parameter model, trained with AdamW in bf16 on 80 GB GPUs: keep a fifth of
+# each GPU for activations and the CUDA context. How many GPUs does ZeRO-3 need at least (a power of
+# two)? And plain data parallelism? Use `smallest_n_that_fits` (None: no number of GPUs is enough).
 
-    | | per GPU |
-    |---|---|
-    | DP | 2Ψ + 2Ψ + kΨ |
-    | ZeRO-1 (optimizer state sharded) | 2Ψ + 2Ψ + kΨ/N |
-    | ZeRO-2 (+ gradients) | 2Ψ + (2 + k)Ψ/N |
-    | ZeRO-3 / FSDP (+ weights) | (4 + k)Ψ/N |
+# %% tags=["exercise"]
+from coursekit.train.memory import smallest_n_that_fits
 
-    `coursekit.train.memory.sharded_memory` computes them (and the fp32 equivalents: 4 + 4 + 8 bytes for
-    Adam, k = 4 for SGD with momentum).
-    """),
-    code("""
-    seven = mp.seven_billion(7_000_000_000, n=8, optimizer="adamw", precision="bf16", gpu_gb=80)
-    seven
-    """),
-    code("""
-    plots.stacked_bars([f"{r['strategy']} x{r['n_gpu']}" for r in seven],
-                       {"weights": seven.column("weights_gb"), "gradients": seven.column("gradients_gb"),
-                        "optimizer state": seven.column("optimizer_gb")},
-                       ylabel="GB per GPU", limit=80, limit_label="one 80 GB GPU",
-                       title="7B parameters, AdamW, bf16: training state per GPU (formula)")
-    """),
-    md("""
-    **Your turn.** A 70-billion-parameter model, trained with AdamW in bf16 on 80 GB GPUs: keep a fifth of
-    each GPU for activations and the CUDA context. How many GPUs does ZeRO-3 need at least (a power of
-    two)? And plain data parallelism? Use `smallest_n_that_fits` (None: no number of GPUs is enough).
-    """, tags=("exercise",)),
-    code("""
-    from coursekit.train.memory import smallest_n_that_fits
+### BEGIN SOLUTION
+zero3_gpus = smallest_n_that_fits(70_000_000_000, "zero3", gpu_bytes=80e9, optimizer="adamw", precision="bf16",
+                                  headroom=0.2)
+ddp_gpus = smallest_n_that_fits(70_000_000_000, "ddp", gpu_bytes=80e9, optimizer="adamw", precision="bf16",
+                                headroom=0.2)
+### END SOLUTION
+print(f"ZeRO-3: {zero3_gpus} GPUs; DDP: {ddp_gpus} (a full copy of 1.1 TB never fits one GPU)")
 
-    ### BEGIN SOLUTION
-    zero3_gpus = smallest_n_that_fits(70_000_000_000, "zero3", gpu_bytes=80e9, optimizer="adamw", precision="bf16",
-                                      headroom=0.2)
-    ddp_gpus = smallest_n_that_fits(70_000_000_000, "ddp", gpu_bytes=80e9, optimizer="adamw", precision="bf16",
-                                    headroom=0.2)
-    ### END SOLUTION
-    print(f"ZeRO-3: {zero3_gpus} GPUs; DDP: {ddp_gpus} (a full copy of 1.1 TB never fits one GPU)")
-    """, tags=("exercise",)),
-    md("""
-    ## 2. Naive split, then pipelines
+# %% [markdown]
+# ## 2. Naive split, then pipelines
+#
+# The simplest way to hold a model too large for one device is to put its first layers on device 0 and
+# the rest on device 1 (`--parallel naive`): the activations travel from one to the next. It works —
+# but while device 1 computes, device 0 waits, and the other way round in the backward pass: with p
+# devices each is busy 1/p of the time.
+#
+# A **pipeline** cuts the batch into m micro-batches: while stage 1 works on micro-batch 1, stage 0
+# already works on micro-batch 2. What is left idle, the **bubble**, is the filling and draining of the
+# pipe: a fraction (p−1)/(m+p−1) of each step, for GPipe (all forwards, then all backwards) and 1F1B
+# (one forward, one backward, as soon as possible) alike. They differ in memory: GPipe keeps the
+# activations of all m micro-batches until their backward, 1F1B at most p.
+#
+# The engine measures the bubble on every stage: 1 − (time the stage computed) / (wall time of the
+# schedule). **On a CPU the stage compute is emulated**: two cores shared by two processes would
+# distort any timing, so with `--stage-delay-ms X` every stage's forward *sleeps* X ms and its backward
+# 2X ms per micro-batch (the ratio the theory assumes) — the schedule, the send/receive of activations
+# and the measurement are real. On GPUs nothing sleeps.
 
-    The simplest way to hold a model too large for one device is to put its first layers on device 0 and
-    the rest on device 1 (`--parallel naive`): the activations travel from one to the next. It works —
-    but while device 1 computes, device 0 waits, and the other way round in the backward pass: with p
-    devices each is busy 1/p of the time.
+# %% tags=["nbval-ignore-output"]
+bubble_base = s.base.replace(stage_delay_ms=s.bubble["stage_delay_ms"], steps=s.bubble["steps"],
+                             batch_size=s.bubble["batch_size"])
+bubble_configs = mp.bubble_configs(bubble_base, s.bubble["microbatches"], stages=s.bubble["stages"])
+sweep = labs.run_sweep(bubble_configs, name=labs.job_name(pseudo, "bubble"), n_gpu=s.bubble["stages"],
+                       one_at_a_time=True, **s.job, timeout_s=s.timeout_s, title="pipeline sweep")
+failures.report_failures(sweep, "the pipeline sweep")
+bubbles = mp.bubble_table(sweep, stages=s.bubble["stages"])
+bubbles
 
-    A **pipeline** cuts the batch into m micro-batches: while stage 1 works on micro-batch 1, stage 0
-    already works on micro-batch 2. What is left idle, the **bubble**, is the filling and draining of the
-    pipe: a fraction (p−1)/(m+p−1) of each step, for GPipe (all forwards, then all backwards) and 1F1B
-    (one forward, one backward, as soon as possible) alike. They differ in memory: GPipe keeps the
-    activations of all m micro-batches until their backward, 1F1B at most p.
+# %% tags=["nbval-ignore-output"]
+figure, ax = plots.new_figure()
+for schedule in mp.PIPELINES:
+    rows = bubbles.where(schedule=schedule)
+    plots.scatter_line(rows, "microbatches", "bubble_measured", ax=ax, logx=True, label=f"{schedule} measured")
+plots.scatter_line(bubbles.where(schedule="gpipe"), "microbatches", "bubble_theory", ax=ax, logx=True,
+                   label="(p-1)/(m+p-1)")
+ax.set_ylabel("bubble (idle share of a step)")
+ax.set_title(f"{s.bubble['stages']} stages ({profile.name} profile, measured)")
+figure
 
-    The engine measures the bubble on every stage: 1 − (time the stage computed) / (wall time of the
-    schedule). **On a CPU the stage compute is emulated**: two cores shared by two processes would
-    distort any timing, so with `--stage-delay-ms X` every stage's forward *sleeps* X ms and its backward
-    2X ms per micro-batch (the ratio the theory assumes) — the schedule, the send/receive of activations
-    and the measurement are real. On GPUs nothing sleeps.
-    """),
-    code("""
-    bubble_base = s.base.replace(stage_delay_ms=s.bubble["stage_delay_ms"], steps=s.bubble["steps"],
-                                 batch_size=s.bubble["batch_size"])
-    bubble_configs = mp.bubble_configs(bubble_base, s.bubble["microbatches"], stages=s.bubble["stages"])
-    sweep = labs.run_sweep(bubble_configs, name=labs.job_name(pseudo, "bubble"), n_gpu=s.bubble["stages"],
-                           one_at_a_time=True, **s.job, timeout_s=s.timeout_s, title="pipeline sweep")
-    failures.report_failures(sweep, "the pipeline sweep")
-    bubbles = mp.bubble_table(sweep, stages=s.bubble["stages"])
-    bubbles
-    """, tags=IGNORE),
-    code("""
-    figure, ax = plots.new_figure()
-    for schedule in mp.PIPELINES:
-        rows = bubbles.where(schedule=schedule)
-        plots.scatter_line(rows, "microbatches", "bubble_measured", ax=ax, logx=True, label=f"{schedule} measured")
-    plots.scatter_line(bubbles.where(schedule="gpipe"), "microbatches", "bubble_theory", ax=ax, logx=True,
-                       label="(p-1)/(m+p-1)")
-    ax.set_ylabel("bubble (idle share of a step)")
-    ax.set_title(f"{s.bubble['stages']} stages ({profile.name} profile, measured)")
-    figure
-    """, tags=IGNORE),
-    md("""
-    What 1F1B saves is memory: the activations a stage keeps waiting for their backward. Counted with
-    saved-tensor hooks (what autograd stores for backward) for one micro-batch of this model:
-    """),
-    code("""
-    labs.ResultsTable([mp.in_flight_activations(s.base, s.bubble["stages"], m) for m in s.bubble["microbatches"]],
-                      title="activations held by one stage at its peak (MB)")
-    """),
-    md("""
-    ## 3. Tensor parallelism
+# %% [markdown]
+# What 1F1B saves is memory: the activations a stage keeps waiting for their backward. Counted with
+# saved-tensor hooks (what autograd stores for backward) for one micro-batch of this model:
 
-    Tensor parallelism (Megatron-LM) splits every weight matrix instead of the list of layers. In an MLP
-    `y = fc2(gelu(fc1(x)))`, `fc1` is split by **columns** (each rank computes some of the hidden units
-    from the whole input — no communication), `fc2` by **rows** (each rank multiplies its hidden units
-    by its rows of `fc2`, giving a partial sum of the output): one **all-reduce** adds the partial sums.
-    Attention is split the same way, whole heads per rank. `--parallel tensor` applies this plan with
-    `torch.distributed.tensor.parallel.parallelize_module` (`ColwiseParallel`, `RowwiseParallel`).
-    The price: an all-reduce of the activations after each attention and each MLP, forward and
-    backward — on the critical path, which is why tensor parallelism stays inside a node:
-    """),
-    code("""
-    comm = mp.tp_allreduce_bytes(s.base)
-    print(f"{comm['allreduces_per_step']} all-reduces per step of {comm['bytes_per_allreduce'] / 2**20:.2f} MiB each: "
-          f"{comm['bytes_per_step'] / 2**20:.1f} MiB per step ({s.base.gpt_layers} blocks, batch {s.base.batch_size} "
-          f"x {s.base.seq_len} tokens x width {s.base.gpt_dim})")
-    """),
-    md("""
-    ## 4. Every strategy against serial training; ZeRO's memory per rank
+# %%
+labs.ResultsTable([mp.in_flight_activations(s.base, s.bubble["stages"], m) for m in s.bubble["microbatches"]],
+                  title="activations held by one stage at its peak (MB)")
 
-    One job per strategy, each saving its final (gathered) weights with `--save-weights`; serial training
-    on one process is the reference. The engine reports, per rank, the bytes of parameters, gradients and
-    optimizer state that rank holds (a sharded tensor counts its local shard only): what ZeRO promises.
-    """),
-    code("""
-    weights = course_dir() / "lab08-weights"
-    table = mp.run_strategies(s.base, ["serial", *s.strategies], s.n_processes, name=labs.job_name(pseudo, "mp"),
-                              weights_dir=weights, options=s.strategy_options,
-                              naive_gpus=1 if profile.is_cpu else s.n_processes, timeout_s=s.timeout_s, **s.job)
-    failures.report_failures(table, "the strategy jobs")
-    table.with_columns("strategy", "n_gpu", "state", "max_abs_dw", "train_loss", "state_mb_per_rank",
-                       "formula_mb_per_rank", "memory_vs_formula", "tokens_per_s")
-    """, tags=IGNORE),
-    md("""
-    ZeRO with more processes: the sharded parts shrink as 1/N, the replicated ones stay.
+# %% [markdown]
+# ## 3. Tensor parallelism
+#
+# Tensor parallelism (Megatron-LM) splits every weight matrix instead of the list of layers. In an MLP
+# `y = fc2(gelu(fc1(x)))`, `fc1` is split by **columns** (each rank computes some of the hidden units
+# from the whole input — no communication), `fc2` by **rows** (each rank multiplies its hidden units
+# by its rows of `fc2`, giving a partial sum of the output): one **all-reduce** adds the partial sums.
+# Attention is split the same way, whole heads per rank. `--parallel tensor` applies this plan with
+# `torch.distributed.tensor.parallel.parallelize_module` (`ColwiseParallel`, `RowwiseParallel`).
+# The price: an all-reduce of the activations after each attention and each MLP, forward and
+# backward — on the critical path, which is why tensor parallelism stays inside a node:
 
-    One subtlety: FSDP2's ZeRO-2 (`fully_shard(reshard_after_forward=False)`) is not DeepSpeed's. It keeps
-    the gathered weights from a block's forward until its backward — during that window it holds what the
-    ZeRO-2 formula says — and frees them after the backward. Between steps, where the engine measures, it
-    holds ZeRO-3's shares, so its row is compared with the ZeRO-3 formula. It saves the second all-gather
-    of the weights in the backward, not memory at rest.
-    """),
-    code("""
-    zero = [table.where(lambda r: r["strategy"].startswith("zero"))]
-    for n in [n for n in s.zero_n if n != s.n_processes]:
-        zero.append(mp.run_strategies(s.base, ["zero1", "zero2", "zero3"], n, name=labs.job_name(pseudo, f"zero{n}"),
-                                      weights_dir=weights / f"n{n}", timeout_s=s.timeout_s, **s.job))
-        failures.report_failures(zero[-1], f"ZeRO on {n} processes")
-    zero = labs.ResultsTable([r for t in zero for r in t], title="ZeRO: training state per rank, measured vs formula")
-    zero.with_columns("strategy", "n_gpu", "state_mb_per_rank", "formula_mb_per_rank", "memory_vs_formula")
-    """, tags=IGNORE),
-    code("""
-    labels = [f"{r['strategy']} N={r['n_gpu']}" for r in zero]
-    figure, axes = plots.new_figure(ncols=2)
-    plots.bars(labels, [v or 0 for v in zero.column("state_mb_per_rank")], ax=axes[0], ylabel="MB per rank", annotate="{:.2f}",
-               title="measured (largest rank)")
-    plots.bars(labels, [v or 0 for v in zero.column("formula_mb_per_rank")], ax=axes[1], ylabel="MB per rank", annotate="{:.2f}",
-               title="formula")
-    figure
-    """, tags=IGNORE),
-    md("""
-    ## 5. Activation checkpointing
+# %%
+comm = mp.tp_allreduce_bytes(s.base)
+print(f"{comm['allreduces_per_step']} all-reduces per step of {comm['bytes_per_allreduce'] / 2**20:.2f} MiB each: "
+      f"{comm['bytes_per_step'] / 2**20:.1f} MiB per step ({s.base.gpt_layers} blocks, batch {s.base.batch_size} "
+      f"x {s.base.seq_len} tokens x width {s.base.gpt_dim})")
 
-    Checkpointing a block keeps only its input for the backward pass and recomputes the rest when the
-    gradient arrives: less memory, one more forward of the block. How much less is counted with
-    saved-tensor hooks (the bytes autograd stores, a number that does not depend on the device); the
-    price in time is measured by the engine on the same model with `--activation-checkpointing` (beside the
-    serial run of section 4, without it).
-    """),
-    code("""
-    timed = labs.run_sweep([s.base.replace(activation_checkpointing=True)], name=labs.job_name(pseudo, "ckpt"),
-                           **s.job, timeout_s=s.timeout_s)
-    failures.report_failures(timed, "the checkpointing job")
-    checkpointing = mp.checkpointing_table(s.base, [table.one(strategy="serial"), *timed])
-    checkpointing
-    """, tags=IGNORE),
-    md("""
-    ## 6. The table
+# %% [markdown]
+# ## 4. Every strategy against serial training; ZeRO's memory per rank
+#
+# One job per strategy, each saving its final (gathered) weights with `--save-weights`; serial training
+# on one process is the reference. The engine reports, per rank, the bytes of parameters, gradients and
+# optimizer state that rank holds (a sharded tensor counts its local shard only): what ZeRO promises.
 
-    Strategy × memory per rank × speed × equal to serial. In the cpu profile these are gloo processes
-    sharing two cores and the tokens/s of the pipelines include the emulated stage time: read the memory
-    and the equality columns, not the speed. The gpu profile measures your cluster; below it, the table
-    the benchmark recorded on GPUs.
-    """),
-    code("""
-    summary = table.with_columns("strategy", "n_gpu", "state_mb_per_rank", "peak_mem_mb", "tokens_per_s", "max_abs_dw",
-                                 title=f"strategies ({profile.name} profile, measured here)")
-    summary
-    """, tags=IGNORE),
-    code("""
-    figure, axes = plots.new_figure(ncols=2)
-    names = table.column("strategy")
-    plots.bars(names, [v or 0 for v in table.column("state_mb_per_rank")], ax=axes[0], ylabel="training state per rank (MB)",
-               annotate="{:.2f}", title="memory per rank")
-    plots.bars(names, [v or 0 for v in table.column("tokens_per_s")], ax=axes[1], ylabel="tokens/s",
-               title="throughput")
-    figure
-    """, tags=IGNORE),
-    code("""
-    recording = mp.load_recording()
-    recorded = mp.recorded_table(recording) if recording else None
-    if recorded is not None:
-        print(recording.get("command"))
-        display(recorded)
-    """, tags=IGNORE),
-    md("""
-    ## 7. The claims, checked on what was just measured
-    """),
-    code("""
-    compared = table.where(lambda r: r["strategy"] != "serial")
-    dws = {r["strategy"]: r["max_abs_dw"] for r in compared}
-    ratios = {f"{r['strategy']} N={r['n_gpu']}": r["memory_vs_formula"] for r in zero}
-    excess = max(bubbles.column("excess"), key=lambda v: float("inf") if v is None else v)
-    no_ckpt, with_ckpt = checkpointing[0], checkpointing[1]
-    verdicts = [
-        labs.check_claim(
-            f"every strategy ends with the weights of serial training (max |dw| <= {s.tolerance:g})",
-            all(v is not None and v <= s.tolerance for v in dws.values()),
-            ", ".join(f"{k} {v:.1e}" if v is not None else f"{k} missing" for k, v in dws.items())),
-        labs.check_claim(
-            f"ZeRO's training state per rank matches the formula within {100 * s.memory_tolerance:.0f} %",
-            all(v is not None and abs(v - 1) <= s.memory_tolerance for v in ratios.values()),
-            ", ".join(f"{k} {v:.3f}" if v is not None else f"{k} missing" for k, v in ratios.items())),
-        labs.check_claim(
-            "the pipeline bubble falls as micro-batches are added (GPipe and 1F1B)",
-            all(mp.decreasing(bubbles.where(schedule=sc).column("bubble_measured")) for sc in mp.PIPELINES),
-            "; ".join(f"{sc}: " + ", ".join(f"{v:.3f}" for v in bubbles.where(schedule=sc).column("bubble_measured"))
-                      for sc in mp.PIPELINES)),
-        labs.check_claim(
-            f"the measured bubble exceeds (p-1)/(m+p-1) by at most {s.bubble_overhead:g} (fixed costs per micro-batch)",
-            excess is not None and excess <= s.bubble_overhead, f"largest excess {excess}"),
-        labs.check_claim(
-            "activation checkpointing cuts the activation memory (at least by half)",
-            with_ckpt["activations_mb"] <= 0.5 * no_ckpt["activations_mb"],
-            f"{no_ckpt['activations_mb']:.2f} MB -> {with_ckpt['activations_mb']:.2f} MB; tokens/s "
-            f"{no_ckpt['tokens_per_s']} -> {with_ckpt['tokens_per_s']}"),
-    ]
-    """),
+# %% tags=["nbval-ignore-output"]
+weights = course_dir() / "lab08-weights"
+table = mp.run_strategies(s.base, ["serial", *s.strategies], s.n_processes, name=labs.job_name(pseudo, "mp"),
+                          weights_dir=weights, options=s.strategy_options,
+                          naive_gpus=1 if profile.is_cpu else s.n_processes, timeout_s=s.timeout_s, **s.job)
+failures.report_failures(table, "the strategy jobs")
+table.with_columns("strategy", "n_gpu", "state", "max_abs_dw", "train_loss", "state_mb_per_rank",
+                   "formula_mb_per_rank", "memory_vs_formula", "tokens_per_s")
+
+# %% [markdown]
+# ZeRO with more processes: the sharded parts shrink as 1/N, the replicated ones stay.
+#
+# One subtlety: FSDP2's ZeRO-2 (`fully_shard(reshard_after_forward=False)`) is not DeepSpeed's. It keeps
+# the gathered weights from a block's forward until its backward — during that window it holds what the
+# ZeRO-2 formula says — and frees them after the backward. Between steps, where the engine measures, it
+# holds ZeRO-3's shares, so its row is compared with the ZeRO-3 formula. It saves the second all-gather
+# of the weights in the backward, not memory at rest.
+
+# %% tags=["nbval-ignore-output"]
+zero = [table.where(lambda r: r["strategy"].startswith("zero"))]
+for n in [n for n in s.zero_n if n != s.n_processes]:
+    zero.append(mp.run_strategies(s.base, ["zero1", "zero2", "zero3"], n, name=labs.job_name(pseudo, f"zero{n}"),
+                                  weights_dir=weights / f"n{n}", timeout_s=s.timeout_s, **s.job))
+    failures.report_failures(zero[-1], f"ZeRO on {n} processes")
+zero = labs.ResultsTable([r for t in zero for r in t], title="ZeRO: training state per rank, measured vs formula")
+zero.with_columns("strategy", "n_gpu", "state_mb_per_rank", "formula_mb_per_rank", "memory_vs_formula")
+
+# %% tags=["nbval-ignore-output"]
+labels = [f"{r['strategy']} N={r['n_gpu']}" for r in zero]
+figure, axes = plots.new_figure(ncols=2)
+plots.bars(labels, [v or 0 for v in zero.column("state_mb_per_rank")], ax=axes[0], ylabel="MB per rank", annotate="{:.2f}",
+           title="measured (largest rank)")
+plots.bars(labels, [v or 0 for v in zero.column("formula_mb_per_rank")], ax=axes[1], ylabel="MB per rank", annotate="{:.2f}",
+           title="formula")
+figure
+
+# %% [markdown]
+# ## 5. Activation checkpointing
+#
+# Checkpointing a block keeps only its input for the backward pass and recomputes the rest when the
+# gradient arrives: less memory, one more forward of the block. How much less is counted with
+# saved-tensor hooks (the bytes autograd stores, a number that does not depend on the device); the
+# price in time is measured by the engine on the same model with `--activation-checkpointing` (beside the
+# serial run of section 4, without it).
+
+# %% tags=["nbval-ignore-output"]
+timed = labs.run_sweep([s.base.replace(activation_checkpointing=True)], name=labs.job_name(pseudo, "ckpt"),
+                       **s.job, timeout_s=s.timeout_s)
+failures.report_failures(timed, "the checkpointing job")
+checkpointing = mp.checkpointing_table(s.base, [table.one(strategy="serial"), *timed])
+checkpointing
+
+# %% [markdown]
+# ## 6. The table
+#
+# Strategy × memory per rank × speed × equal to serial. In the cpu profile these are gloo processes
+# sharing two cores and the tokens/s of the pipelines include the emulated stage time: read the memory
+# and the equality columns, not the speed. The gpu profile measures your cluster; below it, the table
+# the benchmark recorded on GPUs.
+
+# %% tags=["nbval-ignore-output"]
+summary = table.with_columns("strategy", "n_gpu", "state_mb_per_rank", "peak_mem_mb", "tokens_per_s", "max_abs_dw",
+                             title=f"strategies ({profile.name} profile, measured here)")
+summary
+
+# %% tags=["nbval-ignore-output"]
+figure, axes = plots.new_figure(ncols=2)
+names = table.column("strategy")
+plots.bars(names, [v or 0 for v in table.column("state_mb_per_rank")], ax=axes[0], ylabel="training state per rank (MB)",
+           annotate="{:.2f}", title="memory per rank")
+plots.bars(names, [v or 0 for v in table.column("tokens_per_s")], ax=axes[1], ylabel="tokens/s",
+           title="throughput")
+figure
+
+# %% tags=["nbval-ignore-output"]
+recording = labs.load_recording("model_parallel_gpu")
+recorded = mp.recorded_table(recording) if recording else None
+if recorded is not None:
+    print(recording.get("command"))
+    display(recorded)
+
+# %% [markdown]
+# ## 7. The claims, checked on what was just measured
+
+# %%
+compared = table.where(lambda r: r["strategy"] != "serial")
+dws = {r["strategy"]: r["max_abs_dw"] for r in compared}
+ratios = {f"{r['strategy']} N={r['n_gpu']}": r["memory_vs_formula"] for r in zero}
+excess = max(bubbles.column("excess"), key=lambda v: float("inf") if v is None else v)
+no_ckpt, with_ckpt = checkpointing[0], checkpointing[1]
+verdicts = [
+    labs.check_claim(
+        f"every strategy ends with the weights of serial training (max |dw| <= {s.tolerance:g})",
+        all(v is not None and v <= s.tolerance for v in dws.values()),
+        ", ".join(f"{k} {v:.1e}" if v is not None else f"{k} missing" for k, v in dws.items())),
+    labs.check_claim(
+        f"ZeRO's training state per rank matches the formula within {100 * s.memory_tolerance:.0f} %",
+        all(v is not None and abs(v - 1) <= s.memory_tolerance for v in ratios.values()),
+        ", ".join(f"{k} {v:.3f}" if v is not None else f"{k} missing" for k, v in ratios.items())),
+    labs.check_claim(
+        "the pipeline bubble falls as micro-batches are added (GPipe and 1F1B)",
+        all(mp.decreasing(bubbles.where(schedule=sc).column("bubble_measured")) for sc in mp.PIPELINES),
+        "; ".join(f"{sc}: " + ", ".join(f"{v:.3f}" for v in bubbles.where(schedule=sc).column("bubble_measured"))
+                  for sc in mp.PIPELINES)),
+    labs.check_claim(
+        f"the measured bubble exceeds (p-1)/(m+p-1) by at most {s.bubble_overhead:g} (fixed costs per micro-batch)",
+        excess is not None and excess <= s.bubble_overhead, f"largest excess {excess}"),
+    labs.check_claim(
+        "activation checkpointing cuts the activation memory (at least by half)",
+        with_ckpt["activations_mb"] <= 0.5 * no_ckpt["activations_mb"],
+        f"{no_ckpt['activations_mb']:.2f} MB -> {with_ckpt['activations_mb']:.2f} MB; tokens/s "
+        f"{no_ckpt['tokens_per_s']} -> {with_ckpt['tokens_per_s']}"),
 ]

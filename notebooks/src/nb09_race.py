@@ -1,212 +1,201 @@
 """Lab 09: the race — a fair, timed, verifiable leaderboard with no keys."""
 
-from cells import code, md
+# %% [markdown]
+# # Lab 09 — The race
+#
+# **Learning goals.** After this lab you can
+#
+# 1. say what makes a speed race fair: a fixed task and validation set, a timer started after an
+#    untimed warm-up, evaluations outside the timer, several seeds, the code and the hardware recorded
+#    with the result, the baseline re-run on the same hardware;
+# 2. read what the engine records for a `--target-acc` run: time-to-target, steps, seed, the hashes of
+#    the configuration, of the code and of the validation set, the versions and the GPUs;
+# 3. submit an entry of `k` seeds built from what labs 02–06 taught, and read its mean ± std;
+# 4. explain why an entry is marked: a broken rule, another validation set, changed code, a seed that
+#    missed the target.
+#
+# Courses often end with a race. Some time it by hand, extrapolate epochs from a one-GPU test, or post
+# results with an API key written into the notebook. The open speed records (airbench for CIFAR-10,
+# the modded-nanogpt speedrun) do better, and this lab copies their rules. The engine does the timing
+# and the checks, not you. The leaderboard is a file in a folder the instructor shares: no service and
+# no keys.
 
-CELLS = [
-    md("""
-    # Lab 09 — The race
+# %%
+# %matplotlib inline
+from coursekit import labs
+from coursekit.labs import lab09_race as race
 
-    **Learning goals.** After this lab you can
+pseudo = labs.choose_pseudonym("ada")
+profile = labs.choose_profile()
+print(profile)
+s = profile.settings("09")
+print(s)
 
-    1. say what makes a speed race fair: a fixed task and validation set, a timer started after an
-       untimed warm-up, evaluations outside the timer, several seeds, the code and the hardware recorded
-       with the result, the baseline re-run on the same hardware;
-    2. read what the engine records for a `--target-acc` run: time-to-target, steps, seed, the hashes of
-       the configuration, of the code and of the validation set, the versions and the GPUs;
-    3. submit an entry of `k` seeds built from what labs 02–06 taught, and read its mean ± std;
-    4. explain why an entry is marked: a broken rule, another validation set, changed code, a seed that
-       missed the target.
+# %% [markdown]
+# ## 1. The rules
+#
+# The baseline configuration fixes the task: the data (and `--data-seed`, so that every seed trains
+# on the same images), the validation set, the target accuracy and how often the full validation set is
+# evaluated. Everything the labs taught is free: batch size, precision, `channels_last`, `compile`,
+# loader settings, optimizer and LR schedule, the epoch budget. The model must be one of the allowed
+# family, within the parameter budget.
 
-    Courses often end with a race. Some time it by hand, extrapolate epochs from a one-GPU test, or post
-    results with an API key written into the notebook. The open speed records (airbench for CIFAR-10,
-    the modded-nanogpt speedrun) do better, and this lab copies their rules. The engine does the timing
-    and the checks, not you. The leaderboard is a file in a folder the instructor shares: no service and
-    no keys.
-    """),
-    code("""
-    %matplotlib inline
-    from coursekit import labs
-    from coursekit.labs import lab09_race as race
+# %%
+rules = race.Rules("lab 09", s.baseline, models=s.models, max_parameters=s.max_parameters,
+                   max_gpus=s.max_gpus, seeds=s.seeds)
+print(rules)
+kit = race.code_hash()  # the coursekit source this kernel runs: every entry's runs must show the same hash
+print("leaderboard:", race.leaderboard_path())
 
-    pseudo = labs.choose_pseudonym("ada")
-    profile = labs.choose_profile()
-    print(profile)
-    s = profile.settings("09")
-    print(s)
-    """),
-    md("""
-    ## 1. The rules
+# %% [markdown]
+# ## 2. How the engine times a run
+#
+# `python -m coursekit.train ... --target-acc 0.6 --eval-every 5` works in this order:
+#
+# 1. it builds the data and the model; this is not timed;
+# 2. it runs `--timing-warmup` steps on random data. These steps compile the model and let cuDNN pick
+#    its kernels. Then it puts back the weights, the optimizer, the schedule, the loss scaler and the
+#    random state, so the run is the same as one without the warm-up;
+# 3. the clock starts. It stops for each evaluation on the **full** validation set, every
+#    `--eval-every` steps. The run ends at the first evaluation that reaches the target;
+# 4. the summary records `time_to_target_s`, the steps, the seed, and `config_hash` (the options that
+#    shape the run, without the seed). It also records `code_hash` (the coursekit source that ran),
+#    `val_hash` (the validation samples), the torch and CUDA versions, and the GPU model and count.
+#
+# A submission is `k` runs that differ only in the seed. The entry is the mean ± std of their
+# time-to-target. It counts only if **every** seed reaches the target.
+#
+# ## 3. The baseline
+#
+# The instructor runs the baseline at the start of each round, on the room's hardware: your time is
+# compared with a baseline run on the same GPUs. If the leaderboard has no baseline for this round yet
+# (as here, in a fresh course folder), the cell below runs one.
 
-    The baseline configuration fixes the task: the data (and `--data-seed`, so that every seed trains
-    on the same images), the validation set, the target accuracy and how often the full validation set is
-    evaluated. Everything the labs taught is free: batch size, precision, `channels_last`, `compile`,
-    loader settings, optimizer and LR schedule, the epoch budget. The model must be one of the allowed
-    family, within the parameter budget.
-    """),
-    code("""
-    rules = race.Rules("lab 09", s.baseline, models=s.models, max_parameters=s.max_parameters,
-                       max_gpus=s.max_gpus, seeds=s.seeds)
-    print(rules)
-    kit = race.code_hash()  # the coursekit source this kernel runs: every entry's runs must show the same hash
-    print("leaderboard:", race.leaderboard_path())
-    """),
-    md("""
-    ## 2. How the engine times a run
+# %% tags=["nbval-ignore-output"]
+if not race.has_baseline():
+    baseline = labs.run_sweep(rules.submission(s.baseline), name=labs.job_name(pseudo, "base"), one_at_a_time=True,
+                              **s.job, timeout_s=s.timeout_s, title="baseline (3 seeds)")
+    print("posted", race.post_runs(race.BASELINE, "baseline", baseline), "baseline runs")
+    display(baseline.with_columns("seed", "job_id", "state", "val_acc", "total_time_s"))
 
-    `python -m coursekit.train ... --target-acc 0.6 --eval-every 5` works in this order:
+# %% [markdown] tags=["exercise"]
+# ### Exercise — your entry
+#
+# Build `mine`, a configuration that reaches the target faster than the baseline. Start from
+# `s.baseline.replace(...)` and use what the labs taught: a larger batch with a scaled learning rate
+# (labs 02 and 07), `precision="bf16"` and `channels_last=True` (lab 04), loader workers,
+# `pin_memory` and `non_blocking` (lab 05). Before anything runs, `rules.problems(mine)` lists the
+# rules it breaks. Keep that list empty.
 
-    1. it builds the data and the model; this is not timed;
-    2. it runs `--timing-warmup` steps on random data. These steps compile the model and let cuDNN pick
-       its kernels. Then it puts back the weights, the optimizer, the schedule, the loss scaler and the
-       random state, so the run is the same as one without the warm-up;
-    3. the clock starts. It stops for each evaluation on the **full** validation set, every
-       `--eval-every` steps. The run ends at the first evaluation that reaches the target;
-    4. the summary records `time_to_target_s`, the steps, the seed, and `config_hash` (the options that
-       shape the run, without the seed). It also records `code_hash` (the coursekit source that ran),
-       `val_hash` (the validation samples), the torch and CUDA versions, and the GPU model and count.
+# %% tags=["exercise"]
+### BEGIN SOLUTION
+mine = s.baseline.replace(**s.tuned)
+### END SOLUTION
+print(labs.engine_command(mine))
+print(rules.problems(mine) or "keeps every rule")
 
-    A submission is `k` runs that differ only in the seed. The entry is the mean ± std of their
-    time-to-target. It counts only if **every** seed reaches the target.
+# %% tags=["nbval-ignore-output"]
+entry = labs.run_sweep(rules.submission(mine), name=labs.job_name(pseudo, "race"), one_at_a_time=True,
+                       **s.job, timeout_s=s.timeout_s, title=f"{pseudo}'s entry ({rules.seeds} seeds)")
+print("posted", race.post_runs(pseudo, "tuned", entry), "runs")
+entry.with_columns("seed", "job_id", "state", "val_acc", "total_time_s")
 
-    ## 3. The baseline
+# %% [markdown]
+# **More GPUs?** The rules leave the GPU count free, and on a cluster a second GPU is one option away. It
+# is not a free win. Recorded on H100s with the stand-in data (`bench/REPORT-race.md`): the tuned entry
+# took 3.18 ± 0.70 s to the target on one GPU, and 7.22 ± 0.76 s on two under DDP with the same batch per
+# GPU (twice the global batch, the learning rate scaled linearly). Each step processed twice the images
+# in no more time (24 against 32 ms a step), but the run needed 296 steps instead of 98: the large-batch
+# effect of lab 07. Splitting the same batch over two GPUs kept the 98 steps but took 4.40 ± 0.49 s: half a
+# batch of small images leaves each GPU too little work to hide the gradient all-reduce (lab 06).
 
-    The instructor runs the baseline at the start of each round, on the room's hardware: your time is
-    compared with a baseline run on the same GPUs. If the leaderboard has no baseline for this round yet
-    (as here, in a fresh course folder), the cell below runs one.
-    """),
-    code("""
-    # NBVAL_IGNORE_OUTPUT
-    if not race.has_baseline():
-        baseline = labs.run_sweep(rules.submission(s.baseline), name=labs.job_name(pseudo, "base"), one_at_a_time=True,
-                                  **s.job, timeout_s=s.timeout_s, title="baseline (3 seeds)")
-        print("posted", race.post_runs(race.BASELINE, "baseline", baseline), "baseline runs")
-        display(baseline.with_columns("seed", "job_id", "state", "val_acc", "total_time_s"))
-    """),
-    md("""
-    ### Exercise — your entry
+# %% [markdown]
+# ## 4. A rival who bends the rules
+#
+# In the cpu profile, a pretend participant, `bob`, posts an entry too. His validation set is smaller
+# (`val_fraction=0.1`): a smaller set is easier to pass by luck. The leaderboard does not drop his
+# entry. It marks it and says why.
 
-    Build `mine`, a configuration that reaches the target faster than the baseline. Start from
-    `s.baseline.replace(...)` and use what the labs taught: a larger batch with a scaled learning rate
-    (labs 02 and 07), `precision="bf16"` and `channels_last=True` (lab 04), loader workers,
-    `pin_memory` and `non_blocking` (lab 05). Before anything runs, `rules.problems(mine)` lists the
-    rules it breaks. Keep that list empty.
-    """, tags=("exercise",)),
-    code("""
-    ### BEGIN SOLUTION
-    mine = s.baseline.replace(**s.tuned)
-    ### END SOLUTION
-    print(labs.engine_command(mine))
-    print(rules.problems(mine) or "keeps every rule")
-    """, tags=("exercise",)),
-    code("""
-    # NBVAL_IGNORE_OUTPUT
-    entry = labs.run_sweep(rules.submission(mine), name=labs.job_name(pseudo, "race"), one_at_a_time=True,
-                           **s.job, timeout_s=s.timeout_s, title=f"{pseudo}'s entry ({rules.seeds} seeds)")
-    print("posted", race.post_runs(pseudo, "tuned", entry), "runs")
-    entry.with_columns("seed", "job_id", "state", "val_acc", "total_time_s")
-    """),
-    md("""
-    **More GPUs?** The rules leave the GPU count free, and on a cluster a second GPU is one option away. It
-    is not a free win. Recorded on H100s with the stand-in data (`bench/REPORT-race.md`): the tuned entry
-    took 3.18 ± 0.70 s to the target on one GPU, and 7.22 ± 0.76 s on two under DDP with the same batch per
-    GPU (twice the global batch, the learning rate scaled linearly). Each step processed twice the images
-    in no more time (24 against 32 ms a step), but the run needed 296 steps instead of 98: the large-batch
-    effect of lab 07. Splitting the same batch over two GPUs kept the 98 steps but took 4.40 ± 0.49 s: half a
-    batch of small images leaves each GPU too little work to hide the gradient all-reduce (lab 06).
-    """),
-    md("""
-    ## 4. A rival who bends the rules
+# %% tags=["nbval-ignore-output"]
+if profile.is_cpu:
+    bent = s.baseline.replace(**s.rule_breaker)
+    print("bob's rule problems:", rules.problems(bent))
+    rival = labs.run_sweep(rules.submission(bent), name=labs.job_name("bob", "race"), one_at_a_time=True,
+                           **s.job, timeout_s=s.timeout_s, title="bob's entry")
+    print("posted", race.post_runs("bob", "small-val", rival), "runs")
 
-    In the cpu profile, a pretend participant, `bob`, posts an entry too. His validation set is smaller
-    (`val_fraction=0.1`): a smaller set is easier to pass by luck. The leaderboard does not drop his
-    entry. It marks it and says why.
-    """),
-    code("""
-    # NBVAL_IGNORE_OUTPUT
-    if profile.is_cpu:
-        bent = s.baseline.replace(**s.rule_breaker)
-        print("bob's rule problems:", rules.problems(bent))
-        rival = labs.run_sweep(rules.submission(bent), name=labs.job_name("bob", "race"), one_at_a_time=True,
-                               **s.job, timeout_s=s.timeout_s, title="bob's entry")
-        print("posted", race.post_runs("bob", "small-val", rival), "runs")
-    """),
-    md("""
-    ## 5. The leaderboard
+# %% [markdown]
+# ## 5. The leaderboard
+#
+# The live view re-reads the file every few seconds in a background thread, so the kernel stays free:
+# other participants' entries appear while you work. The table below is the same leaderboard at one
+# moment. A rank is given only to entries without marks.
 
-    The live view re-reads the file every few seconds in a background thread, so the kernel stays free:
-    other participants' entries appear while you work. The table below is the same leaderboard at one
-    moment. A rank is given only to entries without marks.
-    """),
-    code("""
-    # NBVAL_IGNORE_OUTPUT
-    view = race.live_leaderboard(rules, kit, refresh_s=5)
-    view
-    """),
-    code("""
-    # NBVAL_IGNORE_OUTPUT
-    board = race.standings(rules, kit)
-    display(board)
-    race.plot_leaderboard(board)
-    """),
-    code("""
-    for row in sorted(board, key=lambda row: (row["participant"], row["submission"])):
-        print(f"{row['participant']}/{row['submission']}: {row['seeds']} seeds, {row['reached']} reached the target, "
-              + ("counts" if row["counts"] else "MARKED: " + row["marks"]))
-    """),
-    md("""
-    ### Exercise — read a run's record
+# %% tags=["nbval-ignore-output"]
+view = race.live_leaderboard(rules, kit, refresh_s=5)
+view
 
-    Take the first run of your entry (`[r for r in board if r["participant"] == pseudo][0]["runs"][0]`).
-    How much of the run's wall time (`total_time_s`) did the clock count (`train_time_s`)? Where did the
-    rest go? Store the share in `timed_share`.
-    """, tags=("exercise",)),
-    code("""
-    # NBVAL_IGNORE_OUTPUT
-    my_run = [r for r in board if r["participant"] == pseudo][0]["runs"][0]
-    ### BEGIN SOLUTION
-    timed_share = my_run["train_time_s"] / my_run["total_time_s"]
-    ### END SOLUTION
-    print(f"timed: {timed_share:.0%} of the run's wall time; {my_run['evaluations']} evaluations, "
-          f"code {my_run['code_hash']}, validation set {my_run['val_hash']}")
-    """, tags=("exercise",)),
-    md("""
-    The rest of the wall time went to building the data and the model, the untimed warm-up and the
-    evaluations. On a GPU, the warm-up is where `torch.compile` and cuDNN's autotuning happen, which can
-    take tens of seconds. A timer that counted them would reward whoever skipped `compile`, not whoever
-    trained fastest.
-    """, tags=("solution",)),
-    md("""
-    ## 6. The claims, checked
-    """),
-    code("""
-    rows = {(r["participant"], r["submission"]): r for r in board}
-    base, ours = rows.get((race.BASELINE, "baseline")), rows.get((pseudo, "tuned"))
-    bob = rows.get(("bob", "small-val"))
-    runs = [run for r in board for run in r["runs"]]
-    verdicts = [
-        labs.check_claim("every seed of the baseline reached the target and the baseline counts",
-                         base is not None and base["counts"] and base["reached"] == rules.seeds,
-                         f"baseline: {base['reached'] if base else 0} of {rules.seeds} seeds, marks: "
-                         f"{base['marks'] if base else '-'}"),
-        labs.check_claim("the engine's clock counts training only: every run's timed part is shorter than its wall time",
-                         bool(runs) and all(r["train_time_s"] < r["total_time_s"] for r in runs),
-                         f"timed / wall: {min(r['train_time_s'] / r['total_time_s'] for r in runs):.0%} to "
-                         f"{max(r['train_time_s'] / r['total_time_s'] for r in runs):.0%}" if runs else "no runs"),
-        labs.check_claim("an entry that changes the validation set is marked with the broken rule, not ranked",
-                         bob is not None and not bob["counts"] and bob["rank"] is None
-                         and "val_fraction" in bob["marks"] and "validation set differs" in bob["marks"],
-                         bob["marks"] if bob else "-", applies=profile.is_cpu,
-                         why_not="the pretend rival runs in the cpu profile only"),
-        labs.check_claim("your entry keeps the rules and counts (same code, same validation set, every seed reached)",
-                         ours is not None and ours["counts"], ours["marks"] if ours else "no entry posted"),
-        labs.check_claim("on a GPU, the tuned entry beats the baseline by more than both standard deviations",
-                         ours is not None and base is not None and ours["counts"] and ours["time_to_target_s"]
-                         + ours["std_s"] < base["time_to_target_s"] - base["std_s"],
-                         f"{ours['time_to_target_s']:.2f} ± {ours['std_s']:.2f} s vs baseline "
-                         f"{base['time_to_target_s']:.2f} ± {base['std_s']:.2f} s"
-                         if ours and base and ours["time_to_target_s"] and base["time_to_target_s"] else "-",
-                         applies=profile.is_gpu,
-                         why_not="tiny CPU runs of a few hundred milliseconds: their times are noise"),
-    ]
-    """),
+# %% tags=["nbval-ignore-output"]
+board = race.standings(rules, kit)
+display(board)
+race.plot_leaderboard(board)
+
+# %%
+for row in sorted(board, key=lambda row: (row["participant"], row["submission"])):
+    print(f"{row['participant']}/{row['submission']}: {row['seeds']} seeds, {row['reached']} reached the target, "
+          + ("counts" if row["counts"] else "MARKED: " + row["marks"]))
+
+# %% [markdown] tags=["exercise"]
+# ### Exercise — read a run's record
+#
+# Take the first run of your entry (`[r for r in board if r["participant"] == pseudo][0]["runs"][0]`).
+# How much of the run's wall time (`total_time_s`) did the clock count (`train_time_s`)? Where did the
+# rest go? Store the share in `timed_share`.
+
+# %% tags=["nbval-ignore-output", "exercise"]
+my_run = [r for r in board if r["participant"] == pseudo][0]["runs"][0]
+### BEGIN SOLUTION
+timed_share = my_run["train_time_s"] / my_run["total_time_s"]
+### END SOLUTION
+print(f"timed: {timed_share:.0%} of the run's wall time; {my_run['evaluations']} evaluations, "
+      f"code {my_run['code_hash']}, validation set {my_run['val_hash']}")
+
+# %% [markdown] tags=["solution"]
+# The rest of the wall time went to building the data and the model, the untimed warm-up and the
+# evaluations. On a GPU, the warm-up is where `torch.compile` and cuDNN's autotuning happen, which can
+# take tens of seconds. A timer that counted them would reward whoever skipped `compile`, not whoever
+# trained fastest.
+
+# %% [markdown]
+# ## 6. The claims, checked
+
+# %%
+rows = {(r["participant"], r["submission"]): r for r in board}
+base, ours = rows.get((race.BASELINE, "baseline")), rows.get((pseudo, "tuned"))
+bob = rows.get(("bob", "small-val"))
+runs = [run for r in board for run in r["runs"]]
+verdicts = [
+    labs.check_claim("every seed of the baseline reached the target and the baseline counts",
+                     base is not None and base["counts"] and base["reached"] == rules.seeds,
+                     f"baseline: {base['reached'] if base else 0} of {rules.seeds} seeds, marks: "
+                     f"{base['marks'] if base else '-'}"),
+    labs.check_claim("the engine's clock counts training only: every run's timed part is shorter than its wall time",
+                     bool(runs) and all(r["train_time_s"] < r["total_time_s"] for r in runs),
+                     f"timed / wall: {min(r['train_time_s'] / r['total_time_s'] for r in runs):.0%} to "
+                     f"{max(r['train_time_s'] / r['total_time_s'] for r in runs):.0%}" if runs else "no runs"),
+    labs.check_claim("an entry that changes the validation set is marked with the broken rule, not ranked",
+                     bob is not None and not bob["counts"] and bob["rank"] is None
+                     and "val_fraction" in bob["marks"] and "validation set differs" in bob["marks"],
+                     bob["marks"] if bob else "-", applies=profile.is_cpu,
+                     why_not="the pretend rival runs in the cpu profile only"),
+    labs.check_claim("your entry keeps the rules and counts (same code, same validation set, every seed reached)",
+                     ours is not None and ours["counts"], ours["marks"] if ours else "no entry posted"),
+    labs.check_claim("on a GPU, the tuned entry beats the baseline by more than both standard deviations",
+                     ours is not None and base is not None and ours["counts"] and ours["time_to_target_s"]
+                     + ours["std_s"] < base["time_to_target_s"] - base["std_s"],
+                     f"{ours['time_to_target_s']:.2f} ± {ours['std_s']:.2f} s vs baseline "
+                     f"{base['time_to_target_s']:.2f} ± {base['std_s']:.2f} s"
+                     if ours and base and ours["time_to_target_s"] and base["time_to_target_s"] else "-",
+                     applies=profile.is_gpu,
+                     why_not="tiny CPU runs of a few hundred milliseconds: their times are noise"),
 ]

@@ -18,7 +18,7 @@ from submitit.core.utils import JobPaths
 
 import coursekit
 from coursekit import slurm_cli
-from coursekit.jobs import handle, registry
+from coursekit.jobs import handle
 from coursekit.jobs.handle import JobFailedError
 from coursekit.jobs.watcher import watcher
 from coursekit.slurm_cli import SlurmError
@@ -204,7 +204,7 @@ def test_accounting_keeps_final_states_after_the_queue_forgets(course: Path, mon
         time.sleep(0.5)
     assert rows == {ok.job_id: "COMPLETED", bad.job_id: "FAILED", stopped.job_id: "CANCELLED"}
     monkeypatch.setattr(slurm_cli, "squeue", lambda *a, **k: [])  # as once MinJobAge has passed
-    fresh = [registry.get_job(j.job_id) for j in (ok, bad, stopped)]
+    fresh = [handle.get_job(j.job_id) for j in (ok, bad, stopped)]
     for job in fresh:
         job._final = None  # forget the registry's record: ask sacct
     assert [j.state for j in fresh] == ["COMPLETED", "FAILED", "CANCELLED"]
@@ -222,7 +222,7 @@ def _submit_from_inside(course_dir: str) -> str:
 def test_submitting_from_inside_a_slurm_job(course: Path) -> None:
     parent = coursekit.submit_function(_submit_from_inside, str(course), name="parent")
     child_id = parent.result(timeout=END_S)
-    child = registry.get_job(child_id)
+    child = handle.get_job(child_id)
     assert child.wait(END_S) == "COMPLETED", child.tail(10, "err")
     assert "child job" in child.stdout.read_text()
 
@@ -243,7 +243,7 @@ def test_controller_down_gives_slurms_message_then_works_again(course: Path, mon
         assert caught.value.command[:1] == ["sbatch"]
         assert not list((course / "jobs" / "refused").iterdir())  # nothing left of a job never sent
         with monkeypatch.context() as patch:  # as where slurmdbd is down too: nothing but the controller knows
-            patch.setattr(handle.slurm_cli, "accounting_enabled", lambda: False)
+            patch.setattr(slurm_cli, "accounting_enabled", lambda: False)
             assert running.state == "UNKNOWN" and running.last_error is not None
     finally:
         cluster("start-controller")

@@ -5,7 +5,6 @@ import ast
 import builtins
 import importlib.util
 import re
-import sys
 from pathlib import Path
 
 import nbformat
@@ -31,18 +30,12 @@ def test_there_are_notebooks_to_check():
 
 
 def test_markers_become_tags():
-    sys.path.insert(0, str(NOTEBOOKS / "src"))
-    try:
-        spec = importlib.util.spec_from_file_location("cells", NOTEBOOKS / "src" / "cells.py")
-        cells = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(cells)
-    finally:
-        sys.path.remove(str(NOTEBOOKS / "src"))
-    cell = cells.code("""
-        # NBVAL_IGNORE_OUTPUT
-        #NBVAL_RAISES_EXCEPTION
-        x = 1  # NBVAL_SKIP stays: only leading markers are moved
-    """, tags=("exercise",))
+    cell, = _builder().read_source("""
+# %% tags=["exercise"]
+# NBVAL_IGNORE_OUTPUT
+#NBVAL_RAISES_EXCEPTION
+x = 1  # NBVAL_SKIP stays: only leading markers are moved
+""")
     assert cell["source"] == "x = 1  # NBVAL_SKIP stays: only leading markers are moved"
     assert cell["tags"] == ("nbval-ignore-output", "raises-exception", "exercise")
 

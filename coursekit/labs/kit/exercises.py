@@ -7,8 +7,9 @@ answer; ``strip`` replaces them with a placeholder at the same indentation::
     raise NotImplementedError("Exercise: fill in this cell")
 
 A markdown cell tagged ``solution`` (an answer in words) becomes "*Your answer here.*". The outputs of
-a stripped cell are cleared. The Python scripts in the notebook folder's sub-folders (``ddp/train_ddp.py``:
-participants complete a script, not a cell) are copied too, their solution blocks replaced by::
+a stripped cell are cleared. The Python scripts in the notebook folder's sub-folders
+(``lab06_ddp/train_ddp.py``: participants complete a script, not a cell) are copied too, their solution
+blocks replaced by::
 
     # YOUR CODE HERE
     raise NotImplementedError("Exercise: write this part (see the TODO above)")

@@ -5,21 +5,21 @@ the course folder's ``coursekit.toml``, and otherwise ``gpu`` when this kernel s
 when it does not. On a cluster whose JupyterHub kernels run without a GPU (the jobs get them), the
 instructor sets ``COURSEKIT_PROFILE=gpu`` or writes ``profile = "gpu"`` into coursekit.toml.
 
-Each lab's numbers live in :mod:`coursekit.labs.kit.settings`; ``profile.settings("02")`` returns them.
+Each lab's numbers live in its module (``settings(profile)`` of ``coursekit.labs.lab02_batch_size``);
+``profile.settings("02")`` returns them.
 """
 
 from __future__ import annotations
 
 import os
-import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from coursekit.course import course_config_path
+from coursekit.course import DATA_DIR_ENV, course_config_path, course_setting, data_dir  # noqa: F401 - re-exported
 
 PROFILE_ENV = "COURSEKIT_PROFILE"
 PROFILE_NAMES = ("cpu", "gpu")
-DATA_DIR_ENV = "COURSEKIT_DATA_DIR"
 
 DESCRIPTIONS = {
     "cpu": "cpu profile: tiny experiments (generated data, small models, a few steps) that finish in seconds "
@@ -29,16 +29,7 @@ DESCRIPTIONS = {
 
 
 def _toml_profile() -> str | None:
-    path = course_config_path()
-    if not path.is_file():
-        return None
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover - Python 3.10
-        import tomli as tomllib
-    with open(path, "rb") as handle:
-        value = tomllib.load(handle).get("profile")
-    return str(value) if value is not None else None
+    return course_setting("profile")
 
 
 def _check_name(name: str, source: str) -> str:
@@ -66,13 +57,24 @@ class Profile:
         return DESCRIPTIONS[self.name]
 
     def settings(self, lab: str) -> Any:
-        """The named numbers of one lab (``"00"`` ... ``"05"``) in this profile."""
-        from coursekit.labs.kit.settings import lab_settings
-
-        return lab_settings(lab, self.name)
+        """The named numbers of one lab (``"00"`` ... ``"09"``) in this profile (``coursekit.labs.lab_settings``)."""
+        if _lab_settings is None:  # pragma: no cover - importing this module imports coursekit.labs first
+            raise RuntimeError("no lab settings are known: import coursekit.labs")
+        return _lab_settings(lab, self.name)
 
     def __str__(self) -> str:
         return self.describe()
+
+
+# The lab modules sit above labs.kit (they use it), so kit cannot import them: coursekit.labs, which Python
+# imports before any of its submodules, hands its ``lab_settings`` over here.
+_lab_settings: Callable[[str, str], Any] | None = None
+
+
+def register_lab_settings(lab_settings: Callable[[str, str], Any]) -> None:
+    """Called once by ``coursekit.labs``: what ``Profile.settings`` answers with."""
+    global _lab_settings
+    _lab_settings = lab_settings
 
 
 def gpu_visible() -> bool:
@@ -96,13 +98,3 @@ def choose_profile(name: str | None = None) -> Profile:
     if gpu_visible():
         return Profile("gpu", "a CUDA GPU is visible in this kernel")
     return Profile("cpu", f"no GPU is visible in this kernel (set {PROFILE_ENV}=gpu where the jobs get GPUs)")
-
-
-def data_dir(default: str = "data") -> str:
-    """Where course datasets live (CIFAR-10 for the gpu profile): ``$COURSEKIT_DATA_DIR`` or ``<course>/data``."""
-    explicit = os.environ.get(DATA_DIR_ENV)
-    if explicit:
-        return explicit
-    from coursekit.course import course_path  # the shared folder `coursekit instructor setup` writes
-
-    return str(course_path("data_dir", default))

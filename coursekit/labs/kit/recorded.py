@@ -1,90 +1,149 @@
-"""GPU figures recorded by the engine's benchmark (bench/gpu_ladder.py), shown by the labs on a CPU.
+"""GPU figures recorded by the benchmarks in ``bench/``, shown by the labs where this kernel has no GPU.
 
-The recording is ``bench/results/gpu_ladder.json`` (``$COURSEKIT_GPU_LADDER`` overrides the path). The
-batch sweep and the JPEG figures may sit in it or in other recordings beside it (``bench/gpu_ladder.py
---only sweep jpeg`` writes them separately): the newest recording that has them is used, and every
-table names the machine, date and command of the run its numbers come from — they were measured on a
-GPU, not in this kernel. When no recording exists the loader says so and returns None; the labs then
-skip the recorded plots.
+``load_recording(name)`` reads one recording, shipped with coursekit as package data in
+``coursekit/labs/recordings/<name>.json``; ``$COURSEKIT_…`` (see ``RECORDINGS``) points it at another file,
+for instance one just written by the benchmark on the course's own GPUs. Every table built from a
+recording names the machine, date and command of the run behind its numbers — they were measured on a
+GPU, not in this kernel. When the file is missing the loader says so once and returns None; the labs
+then skip the recorded plots.
+
+=====================  ==========================  ================================  ======================
+name                   labs                        written by                        override
+=====================  ==========================  ================================  ======================
+``gpu_ladder``         02 (sweep), 03, 04, 05      ``bench/ladder_gpu.py``           ``$COURSEKIT_GPU_LADDER``
+``ddp_gpu``            06                          ``bench/ddp_gpu.py``              ``$COURSEKIT_DDP_GPU``
+``model_parallel_gpu`` 08                          ``bench/model_parallel_gpu.py``   ``$COURSEKIT_MODEL_PARALLEL_GPU``
+``large_batch_gpu``    07                          ``bench/large_batch_gpu.py``      ``$COURSEKIT_LARGE_BATCH_GPU``
+=====================  ==========================  ================================  ======================
+
+A packaged recording is made from the benchmark's results by ``publish`` — one explicit command per
+recording, naming every file that goes into it (nothing is picked up from the folder)::
+
+    python -m coursekit.labs.kit.recorded gpu_ladder bench/results/gpu_ladder.json \
+        --part batch_sweep=bench/results/gpu_batch_sweep.json --part jpeg=bench/results/gpu_jpeg.json
+    python -m coursekit.labs.kit.recorded ddp_gpu bench/results/ddp_gpu.json \
+        --log node=bench/results/ddp_gpu_logs/busbw_node_2.log --log task=bench/results/ddp_gpu_logs/busbw_task_2.log
+    python -m coursekit.labs.kit.recorded model_parallel_gpu bench/results/model_parallel_gpu.json
+    python -m coursekit.labs.kit.recorded large_batch_gpu bench/results/large_batch_gpu.json
+
+``--part KEY=FILE`` takes ``KEY`` from another run (``bench/ladder_gpu.py --only sweep`` and ``--only jpeg``
+write the batch sweep and the JPEG figures separately) and records that run's device, date and command in
+``sources[KEY]``; ``--log NAME=FILE`` stores a text log under ``logs[NAME]`` (lab 06 shows NCCL's log of the
+binding comparison). The packaged ``gpu_ladder.json`` is the ladder of 2026-11-26 01:12 UTC with the batch
+sweep of 02:15 and the JPEG figures of 01:43 (one H100 each); ``ddp_gpu.json`` carries its two NCCL logs.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import sys
+from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from coursekit.labs.kit.results import ResultsTable
 
-LADDER_ENV = "COURSEKIT_GPU_LADDER"
-LADDER_FILE = "gpu_ladder.json"
-PARTS = ("ladder", "batch_sweep", "jpeg")
+PACKAGE_FOLDER = "recordings"  # inside coursekit.labs
 META_KEYS = ("device", "torch", "cuda", "date", "command")
-RESULTS_SUBDIR = Path("bench") / "results"
-REQUIRED_KEYS = ("device", "ladder")
+LADDER_PARTS = ("ladder", "batch_sweep", "jpeg")
 BASELINE_RUNG = "fp32"
+NO_GPU_FIGURES = "no GPU figures recorded yet"
 
 
-def default_ladder_path() -> Path:
-    """``$COURSEKIT_GPU_LADDER``, else bench/results/gpu_ladder.json of the source tree holding coursekit."""
-    explicit = os.environ.get(LADDER_ENV)
-    if explicit:
-        return Path(explicit).expanduser()
-    return Path(__file__).resolve().parents[3] / RESULTS_SUBDIR / LADDER_FILE
+@dataclass(frozen=True)
+class Recording:
+    """What the labs know about one recording: the variable that overrides its file, who writes it, and the
+    keys it must have."""
+
+    env: str
+    bench: str
+    required: tuple[str, ...] = ()
 
 
-def _check_shape(data: dict[str, Any], path: Path) -> None:
-    for key in REQUIRED_KEYS:
+RECORDINGS = {
+    "gpu_ladder": Recording("COURSEKIT_GPU_LADDER", "bench/ladder_gpu.py", ("device", "ladder")),
+    "ddp_gpu": Recording("COURSEKIT_DDP_GPU", "bench/ddp_gpu.py"),
+    "model_parallel_gpu": Recording("COURSEKIT_MODEL_PARALLEL_GPU", "bench/model_parallel_gpu.py"),
+    "large_batch_gpu": Recording("COURSEKIT_LARGE_BATCH_GPU", "bench/large_batch_gpu.py", ("cells",)),
+}
+
+
+def _spec(name: str) -> Recording:
+    if name not in RECORDINGS:
+        raise ValueError(f"name={name!r} is not a recording: use one of {', '.join(RECORDINGS)}")
+    return RECORDINGS[name]
+
+
+def packaged_path(name: str) -> Path:
+    """The recording shipped with coursekit (``coursekit/labs/recordings/<name>.json``)."""
+    _spec(name)
+    return Path(str(resources.files("coursekit.labs") / PACKAGE_FOLDER / f"{name}.json"))
+
+
+def recording_path(name: str) -> Path:
+    """``$COURSEKIT_…`` of this recording when set, else the packaged file."""
+    explicit = os.environ.get(_spec(name).env)
+    return Path(explicit).expanduser() if explicit else packaged_path(name)
+
+
+def _check_shape(name: str, data: Any, path: Path) -> None:
+    spec = _spec(name)
+    if not isinstance(data, dict):
+        raise ValueError(f"recording {path} is not a JSON object: re-run {spec.bench} to rewrite it")
+    for key in spec.required:
         if key not in data:
-            raise ValueError(f"recording {path} has no {key!r}: re-run bench/gpu_ladder.py to rewrite it")
-    for row in data["ladder"]:
+            raise ValueError(f"recording {path} has no {key!r}: re-run {spec.bench} to rewrite it")
+    for row in data.get("ladder") or []:
         if "rung" not in row or "engine_img_s" not in row:
             raise ValueError(f"recording {path}: every ladder row needs 'rung' and 'engine_img_s', got {sorted(row)}")
+
+
+def load_recording(name: str, path: str | os.PathLike | None = None, verbose: bool = True) -> dict[str, Any] | None:
+    """Recording ``name`` (see ``RECORDINGS``) from ``path``, ``$COURSEKIT_…`` or the package; None, said once,
+    when the file is missing. ``data["_path"]`` is the file it came from."""
+    spec = _spec(name)
+    source = Path(path) if path is not None else recording_path(name)
+    if not source.is_file():
+        if verbose:
+            why = (f"${spec.env} points there" if path is None and os.environ.get(spec.env)
+                   else "not in this installation of coursekit" if path is None else "no such file")
+            print(f"{NO_GPU_FIGURES} ({name}): {source} does not exist ({why}). It is written on a GPU machine by "
+                  f"`python {spec.bench}` and packaged with `python -m coursekit.labs.kit.recorded {name} FILE`; "
+                  "the recorded figures are skipped.")
+        return None
+    data = json.loads(source.read_text(encoding="utf-8"))
+    _check_shape(name, data, source)
+    data["_path"] = str(source)
+    return data
 
 
 def _meta(data: dict[str, Any]) -> dict[str, Any]:
     return {key: data.get(key) for key in META_KEYS}
 
 
-def _siblings(path: Path) -> list[dict[str, Any]]:
-    """Other recordings in the same folder, newest first."""
-    found = []
-    for other in path.parent.glob("*.json"):
-        if other.resolve() == path.resolve():
-            continue
-        try:
-            data = json.loads(other.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
-            continue
-        if isinstance(data, dict) and "device" in data:
-            found.append(data)
-    return sorted(found, key=lambda d: str(d.get("date", "")), reverse=True)
-
-
-def load_gpu_ladder(path: str | os.PathLike | None = None, verbose: bool = True) -> dict[str, Any] | None:
-    """The recorded GPU figures, or None (with a message saying why) when there are none.
-
-    ``data["sources"][part]`` holds device, date and command of the run behind each part
-    (``ladder``, ``batch_sweep``, ``jpeg``)."""
-    path = Path(path) if path is not None else default_ladder_path()
-    if not path.is_file():
-        if verbose:
-            print(f"No recorded GPU figures at {path}. They are written on a GPU machine by "
-                  f"`python bench/gpu_ladder.py --out {RESULTS_SUBDIR / LADDER_FILE}`; "
-                  "the recorded plots are skipped.")
-        return None
-    data = json.loads(path.read_text(encoding="utf-8"))
-    _check_shape(data, path)
-    data["sources"] = {part: _meta(data) for part in PARTS if data.get(part)}
-    for part in PARTS[1:]:
-        if not data.get(part):
-            other = next((d for d in _siblings(path) if d.get(part)), None)
-            if other is not None:
-                data[part] = other[part]
-                data["sources"][part] = _meta(other)
-    data["_path"] = str(path)
-    return data
+def publish(name: str, source: str | os.PathLike, parts: dict[str, str | os.PathLike] | None = None,
+            logs: dict[str, str | os.PathLike] | None = None, out: str | os.PathLike | None = None) -> Path:
+    """Write recording ``name`` (default: into the package) from the benchmark's result ``source``, with
+    ``parts`` (key -> the result file that holds it) and text ``logs`` (name -> file) merged in; its path."""
+    data = json.loads(Path(source).read_text(encoding="utf-8"))
+    data.pop("_path", None)
+    if parts:
+        sources = {key: _meta(data) for key in LADDER_PARTS if data.get(key)} if name == "gpu_ladder" else {}
+        for key, part_file in parts.items():
+            other = json.loads(Path(part_file).read_text(encoding="utf-8"))
+            if not other.get(key):
+                raise ValueError(f"{part_file} has no {key!r} to merge into {name}")
+            data[key], sources[key] = other[key], _meta(other)
+        data["sources"] = sources
+    if logs:
+        data["logs"] = {log: Path(file).read_text(encoding="utf-8", errors="replace") for log, file in logs.items()}
+    target = Path(out) if out is not None else packaged_path(name)
+    _check_shape(name, data, target)
+    target.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    return target
 
 
 def describe(recording: dict[str, Any]) -> str:
@@ -164,3 +223,32 @@ def jpeg_table(recording: dict[str, Any]) -> ResultsTable | None:
         if key in jpeg:
             table.append({"pipeline": label, "img_s": _mean(jpeg[key]), "img_s_std": _std(jpeg[key])})
     return table
+
+
+def _pairs(values: list[str], option: str) -> dict[str, str]:
+    pairs = {}
+    for value in values:
+        key, sep, file = value.partition("=")
+        if not sep or not key or not file:
+            raise SystemExit(f"{option} {value!r}: write {option} KEY=FILE")
+        pairs[key] = file
+    return pairs
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m coursekit.labs.kit.recorded",
+                                     description="package a benchmark's result as a lab recording")
+    parser.add_argument("name", choices=sorted(RECORDINGS))
+    parser.add_argument("source", type=Path, help="the benchmark's JSON result")
+    parser.add_argument("--part", action="append", default=[], metavar="KEY=FILE",
+                        help="take KEY from another result file (its device, date and command go into sources)")
+    parser.add_argument("--log", action="append", default=[], metavar="NAME=FILE", help="store a text log")
+    parser.add_argument("--out", type=Path, default=None, help="default: coursekit/labs/recordings/NAME.json")
+    args = parser.parse_args(argv)
+    path = publish(args.name, args.source, _pairs(args.part, "--part"), _pairs(args.log, "--log"), args.out)
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,6 +1,6 @@
 """Check a participant's DDP script against the serial script it came from, and say in plain words what is wrong.
 
-``check_ddp_script("ddp/train_ddp.py")`` runs the script on 2 CPU processes (gloo, one local process per
+``check_ddp_script("lab06_ddp/train_ddp.py")`` runs the script on 2 CPU processes (gloo, one local process per
 rank with torchrun's variables) and ``train_serial.py`` (found next to it) on one process with the global
 batch, then judges:
 
@@ -37,10 +37,10 @@ from typing import Any
 
 import torch
 
-from coursekit.labs.lab06_data_parallel import ddp_runner
+from coursekit.labs.lab06_data_parallel import SCRIPTS, ddp_runner
 
 SERIAL_NAME = "train_serial.py"
-SOLUTION = Path(__file__).resolve().parents[3] / "notebooks" / "ddp" / "train_ddp.py"  # in a source checkout
+SOLUTION = SCRIPTS / "train_ddp.py"  # the packaged copy of notebooks/lab06_ddp/train_ddp.py
 RUNNER = Path(ddp_runner.__file__)
 WEIGHT_TOLERANCE = 1e-5
 ACCURACY_TOLERANCE = 1e-3  # accuracies print with 4 decimals; one image of 256 weighs 0.0039
@@ -165,7 +165,7 @@ class RankRun:
 
 _SERIAL_CACHE: dict[tuple, SerialReference] = {}
 
-# Mistakes planted in the solution (notebooks/ddp/train_ddp.py) for the tests and the notebook's demos:
+# Mistakes planted in the solution (scripts/train_ddp.py) for the tests and the notebook's demos:
 # name -> (what it does, the (old, new) replacements that make it)
 PLANTED_MISTAKES: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
     "lr_times_world_size": ("the learning rate multiplied by the world size (Horovod's habit)", (
@@ -500,7 +500,7 @@ def check_ddp_script(path: str | os.PathLike, serial: str | os.PathLike | None =
     script = Path(path).expanduser().resolve()
     if not script.is_file():
         raise FileNotFoundError(f"path={str(path)!r}: no such script ({script}); give the path of your DDP "
-                                "script, relative to the notebook's folder, e.g. 'ddp/train_ddp.py'")
+                                "script, relative to the notebook's folder, e.g. 'lab06_ddp/train_ddp.py'")
     serial_path = Path(serial).expanduser().resolve() if serial is not None else script.with_name(SERIAL_NAME)
     if not serial_path.is_file():
         given = f"serial={str(serial)!r}" if serial is not None else f"no {SERIAL_NAME} next to {script.name}"

@@ -1,8 +1,8 @@
 """Horovod -> DDP: each step of a Horovod script (NVIDIA DLI's older labs) and the DDP line that does it.
 
-``horovod_table()`` finds each DDP line in ``notebooks/ddp/train_ddp.py`` and gives its line number, so
-the table shown in lab 06 points at the participant's own script and cannot drift from it (a test checks
-every anchor is found).
+``horovod_table(script)`` finds each DDP line in ``script`` and gives its line number, so the table shown
+in lab 06 points at the participant's own script (``lab06_ddp/train_ddp.py``) and cannot drift from it (a
+test checks every anchor is found in the lab's ``train_ddp.py``, the default, shipped in ``scripts/``).
 """
 
 from __future__ import annotations
@@ -12,7 +12,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-DDP_SCRIPT = Path(__file__).resolve().parents[3] / "notebooks" / "ddp" / "train_ddp.py"  # in a source checkout
+from coursekit.labs.lab06_data_parallel import SCRIPTS
+
+DDP_SCRIPT = SCRIPTS / "train_ddp.py"  # the packaged copy of notebooks/lab06_ddp/train_ddp.py
 
 
 @dataclass(frozen=True)

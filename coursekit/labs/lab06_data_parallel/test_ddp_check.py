@@ -84,6 +84,10 @@ def test_a_crashing_rank_shows_its_error(tmp_path, monkeypatch):
 def test_a_hanging_script_is_stopped_at_the_timeout(tmp_path):
     script = tmp_path / "hang.py"
     script.write_text("import time\nprint('waiting for the others', flush=True)\ntime.sleep(600)\n")
+    # the serial reference first, with the default time (then cached): the 4 s below bound the ranks, not it
+    options = ddp_check.CheckOptions()
+    ddp_check.serial_reference(SERIAL, options, ddp_check.DEFAULT_NPROC * options.batch_size,
+                               ddp_check.DEFAULT_TIMEOUT_S)
     report = ddp_check.check_ddp_script(script, serial=SERIAL, timeout_s=4)
     assert report.failed == ["run"]
     assert "did not finish within 4 s" in report["run"].detail

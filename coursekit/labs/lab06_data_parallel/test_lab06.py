@@ -6,7 +6,7 @@ import json
 import pytest
 
 from coursekit.labs import lab06_data_parallel as dp
-from coursekit.labs.kit import experiments
+from coursekit.labs.kit import experiments, recorded
 from coursekit.labs.kit.results import ResultsTable
 from coursekit.labs.kit.test_experiments import StandInJob
 from coursekit.train.config import TrainConfig
@@ -103,8 +103,8 @@ def test_strong_and_weak_scaling_come_from_one_sweep():
 
 
 def test_missing_gpu_recording_is_said_plainly(tmp_path, capsys):
-    assert dp.load_ddp_recording(tmp_path / "none.json") is None
-    assert dp.NO_GPU_FIGURES in capsys.readouterr().out
+    assert recorded.load_recording("ddp_gpu", tmp_path / "none.json") is None
+    assert recorded.NO_GPU_FIGURES in capsys.readouterr().out
     path = tmp_path / "ddp_gpu.json"
     recording = {"machine": {"gpus": 2, "device_name": "NVIDIA H200", "nccl": "2.21.5"}, "date": "2026-11-26T06:00",
                  "scaling": [{"mode": "weak", "world_size": 2, "img_s": 8769.0, "ok": True},
@@ -114,12 +114,14 @@ def test_missing_gpu_recording_is_said_plainly(tmp_path, capsys):
     path.write_text(json.dumps(recording))
     (tmp_path / "ddp_gpu_logs").mkdir()
     (tmp_path / "ddp_gpu_logs" / "busbw_node_2.log").write_text(dp.EXAMPLE_NCCL_LOG)
-    loaded = dp.load_ddp_recording(path)
+    loaded = recorded.load_recording("ddp_gpu", path)
     table = dp.recorded_scaling_table(loaded)
     assert table.column("img_s") == [8769.0] and table.column("n_gpu") == [2]
     assert "2 x NVIDIA H200" in table.title and "NCCL 2.21.5" in table.title
     assert dp.recorded_busbw_table(loaded).column("1 MiB") == [14.0]
-    assert list(dp.recorded_nccl_logs(loaded)) == ["node"]
+    assert list(dp.recorded_nccl_logs(loaded)) == ["node"]  # beside a result of bench/ddp_gpu.py
+    packaged = {**loaded, "logs": {"task": "NCCL INFO from the package"}}
+    assert dp.recorded_nccl_logs(packaged) == {"node": dp.EXAMPLE_NCCL_LOG, "task": "NCCL INFO from the package"}
 
 
 def test_a_sweep_over_gpu_counts_runs_every_config_on_every_count(monkeypatch):

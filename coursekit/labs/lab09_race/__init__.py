@@ -6,8 +6,16 @@
 - ``verify.py``: entries = mean ± std of time-to-target over the seeds, marked when they break a rule,
   use another validation set or code, miss the target with a seed, or ran on other hardware;
 - ``view.py``: the live leaderboard widget and its plot.
+
+``settings(profile)`` holds the lab's numbers (``profile.settings("09")``), ``GPUS`` the GPUs its notebook needs.
 """
 
+from __future__ import annotations
+
+from typing import Any
+
+from coursekit.labs.kit.profiles import data_dir
+from coursekit.labs.kit.settings import QUIET, job_options, on_cifar10, workshop_budget
 from coursekit.labs.lab09_race.leaderboard import (
     BASELINE,
     append_run,
@@ -20,8 +28,46 @@ from coursekit.labs.lab09_race.leaderboard import (
 from coursekit.labs.lab09_race.rules import DEFAULT_SEEDS, Rules
 from coursekit.labs.lab09_race.verify import entries, marks_of
 from coursekit.labs.lab09_race.view import LeaderboardView, live_leaderboard, plot_leaderboard, standings
+from coursekit.train.config import TrainConfig
 from coursekit.train.target import code_hash, config_hash
 
 __all__ = ["BASELINE", "DEFAULT_SEEDS", "LeaderboardView", "Rules", "append_run", "code_hash", "config_hash",
            "entries", "has_baseline", "leaderboard_path", "live_leaderboard", "marks_of", "plot_leaderboard",
-           "post_runs", "read_runs", "run_record", "standings"]
+           "post_runs", "read_runs", "run_record", "settings", "standings"]
+
+
+GPUS = 1  # GPUs the notebook needs at once in the gpu profile: the race is run on one GPU
+
+
+# Lab 09: the race. The baseline fixes the task (data, validation set, target, evaluation cadence); the
+# tuned entry is what the labs taught. gpu: a ResNet-18 on CIFAR-10 (or its stand-in) to 85 % on one GPU.
+LAB09_TARGET = {"cpu": 0.6, "gpu": 0.85}
+LAB09_MAX_PARAMETERS = {"cpu": 300_000, "gpu": 25_000_000}
+
+
+def settings(profile: str) -> dict[str, Any]:
+    """Lab 09's numbers in ``profile`` ("cpu" or "gpu"); ``profile.settings("09")`` shows them."""
+    cpu = profile == "cpu"
+    if cpu:
+        baseline = TrainConfig(model="mlp", dataset="generated", num_samples=2000, num_classes=4, image_size=16,
+                               batch_size=50, epochs=10, lr=0.05, target_acc=LAB09_TARGET["cpu"], eval_every=5,
+                               data_seed=0, timing_warmup=3, device="cpu", **QUIET)
+        tuned = {"batch_size": 100, "lr": 0.1}
+        models = ("mlp",)
+    else:
+        # fp32, one loader process, no compile: every lesson of labs 02-05 is left for the participants
+        baseline = TrainConfig(model="resnet18", dataset="cifar10", data_dir=data_dir(), batch_size=256, epochs=15,
+                               lr=0.1, schedule="cosine", target_acc=LAB09_TARGET["gpu"], eval_every=50,
+                               data_seed=0, timing_warmup=5, workers=2, **QUIET)
+        tuned = {"batch_size": 512, "lr": 0.2, "warmup_epochs": 1.0, "precision": "bf16", "channels_last": True,
+                 "workers": 8, "pin_memory": True, "non_blocking": True, "persistent_workers": True}
+        models = ("resnet18", "resnet34", "wide_resnet")
+    values = {"baseline": baseline, "tuned": tuned, "models": models, "max_parameters": LAB09_MAX_PARAMETERS[profile],
+              "max_gpus": 1, "seeds": 3,
+              # a pretend rival whose entry breaks a rule: a smaller (easier to pass) validation set
+              "rule_breaker": {"val_fraction": 0.1},
+              "job": job_options(profile, "00:10:00" if cpu else "00:30:00"), "timeout_s": 300 if cpu else 3600}
+    if not cpu:
+        values["budget"] = workshop_budget({"tuned submission (3 seeds)": (3, 3.0), "second try (3 seeds)": (3, 3.0)})
+        values = on_cifar10(values, "baseline")
+    return values

@@ -61,7 +61,7 @@ PREFETCH_BATCHES = 4  # GPU decoding: batches decoded ahead by the background th
 QUEUE_POLL_S = 0.05
 DECODER_ENV = "COURSEKIT_JPEG_DECODER"
 DECODERS = ("nvimgcodec", "torchvision")
-# the faster of the two beside a ResNet-50 step on an H100 in each of four records of bench/gpu_jpeg_decode.py
+# the faster of the two beside a ResNet-50 step on an H100 in each of four records of bench/jpeg_decode_gpu.py
 # (2026-11-26): torchvision 0.89 / 0.82 / 0.91 / 0.92x synthetic, nvImageCodec's hardware engines 0.87 / 0.77 /
 # 0.87 / 0.89x (the last: 3 runs each; bench/REPORT-gpu.md)
 DEFAULT_DECODER = "torchvision"
@@ -237,7 +237,7 @@ def nvimgcodec_decoder(device: torch.device, backends: tuple[str, ...] = ("hardw
     """nvImageCodec on the GPU's hardware JPEG engines (its CUDA decoder where an image needs it); None where
     the package or a GPU decoder is absent. Decodes on the current CUDA stream. ``backends`` (names of
     ``NVIMGCODEC_BACKENDS``, in order of preference) and ``cpu_threads`` (its helper threads; None: its
-    default, one per core) are there for bench/gpu_jpeg_decode.py to tell the backends apart."""
+    default, one per core) are there for bench/jpeg_decode_gpu.py to tell the backends apart."""
     unknown = [b for b in backends if b not in NVIMGCODEC_BACKENDS]
     if unknown or not backends:
         raise ValueError(f"backends={backends!r}: use some of {', '.join(NVIMGCODEC_BACKENDS)}")

@@ -1,11 +1,33 @@
-"""How the model is spread over the processes of a run: one file per strategy, each ``apply(model, ctx, cfg)``.
+"""How the model is spread over the processes of a run: one file per strategy, each owning its rules.
 
-``context.py`` holds the :class:`ParallelContext` (a ``DeviceMesh`` with named dimensions dp, pp, tp) and
-the validation of ``--parallel/--tp/--pp``; ``ddp.py`` is data parallelism with
-``DistributedDataParallel``; ``overlap.py`` measures how much of the gradient all-reduce gradient buckets
-hide behind the backward pass. ``coursekit.distributed`` keeps what the launcher says (ranks, device,
-process group); this package builds on it. With one process every strategy degenerates to plain
-training (pipeline/tensor/FSDP on a mesh of one).
+``process_group.py`` joins the run's processes (ranks from ``coursekit.launch``, device, NCCL/gloo, the
+collectives); ``context.py`` holds the :class:`ParallelContext` (a ``DeviceMesh`` with named dimensions
+dp, pp, tp); ``ddp.py`` is data parallelism with ``DistributedDataParallel``; ``overlap.py`` measures how
+much of the gradient all-reduce gradient buckets hide behind the backward pass. With one process every
+strategy degenerates to plain training (pipeline/tensor/FSDP on a mesh of one).
+
+A strategy module
+-----------------
+Every module of this package that defines ``STRATEGIES`` is a strategy module; this file finds them and
+builds the registry (:data:`STRATEGY_MODULES`, ``--parallel`` name -> module). Adding a strategy is one
+file here plus its name in ``coursekit.train.config.PARALLEL_STRATEGIES`` (a test keeps the two equal).
+A strategy module defines:
+
+- ``STRATEGIES``: the ``--parallel`` names it implements;
+- ``apply(model, ctx, cfg)``: the model spread over the mesh of ``ctx`` (a :class:`ParallelContext`);
+
+and, where it differs from plain data parallelism:
+
+- ``OPTIONS``: ``{name: options}``, the layout options of ``LAYOUT_OPTIONS`` the strategy takes (any other
+  one set on the command line is refused, naming the strategies that take it);
+- ``SHARDED``: the names whose parameters are sharded over processes (checkpoints through
+  ``torch.distributed.checkpoint``: ``checkpoint.save_sharded``);
+- ``sizes(cfg, world_size)``: the mesh (default ``{"dp": world_size}``);
+- ``problems(cfg, world_size=None, device_type=None)``: what makes the layout impossible, before any work
+  (without ``world_size``: the checks that need no world size; with it: only those that do);
+- ``build_data(cfg, shard)``, ``wrap_optimizer(optimizer, ctx)``: the engine's data and optimizer;
+- ``summary_extras(cfg, pctx, ranks)``, ``before_summary(model)``, ``full_state(model, pctx)``: the
+  summary's ``parallel`` block and ``--save-weights`` (``summary.py``).
 
 The command-line contract (lab 08 consumes it; ``python -m coursekit.train --help``)
 -------------------------------------------------------------------------------------
@@ -38,7 +60,7 @@ backward 2X ms per micro-batch, so that 2 cores do not distort the bubble), ``--
 and ``--accumulation-steps`` work with every strategy, ``--save-weights PATH`` writes the full (gathered,
 unsharded) model state dict (``torch.save``, keys as in the serial model) from the rank that holds it.
 Impossible layouts are a ``ConfigError`` (exit code 2) naming the option, before any work
-(``context.parallel_problems``).
+(:func:`parallel_problems`).
 
 The summary record gains a ``parallel`` block (``summary.parallel_summary``)::
 
@@ -64,20 +86,91 @@ step records hold every step's loss. A pipeline has no validation pass (``val_lo
 
 from __future__ import annotations
 
+import functools
 import importlib
+import pkgutil
+from collections.abc import Callable
 from types import ModuleType
+from typing import Any
 
-from coursekit.train.parallel.context import DIMENSIONS, ParallelContext, build_context, mesh_sizes
+from coursekit.train.config import PARALLEL_STRATEGIES
+from coursekit.train.parallel.context import DIMENSIONS, ParallelContext, build_context
 
-STRATEGY_MODULES = {"ddp": "ddp", "naive": "naive", "pipeline": "pipeline", "tensor": "tensor", "zero1": "zero",
-                    "zero2": "fsdp", "zero3": "fsdp", "fsdp_tp": "fsdp"}
+# options that only some strategies take: option -> (is it set?, what to say where it is not taken)
+LAYOUT_OPTIONS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "tp": (lambda cfg: cfg.tp not in (None, 1), "tp={value} applies to parallel {takers}, not {strategy!r}"),
+    "pp": (lambda cfg: cfg.pp not in (None, 1), "pp={value} applies to parallel {takers}, not {strategy!r}"),
+    "microbatches": (lambda cfg: cfg.microbatches != 1, "microbatches={value} applies to parallel {takers} "
+                     "(for other strategies use --accumulation-steps)"),
+    "stage_delay_ms": (lambda cfg: bool(cfg.stage_delay_ms),
+                       "stage_delay_ms emulates pipeline stages: use it with {takers}, not {strategy!r}"),
+    "sync_batchnorm": (lambda cfg: bool(cfg.sync_batchnorm),
+                       "sync_batchnorm applies to parallel {takers}, not {strategy!r}"),
+}
+
+
+@functools.cache
+def _registry() -> dict[str, ModuleType]:
+    """``--parallel`` name -> strategy module, in the order of ``config.PARALLEL_STRATEGIES``; built on first
+    use (the strategy modules import the models, torchvision among them: ``process_group`` alone need not)."""
+    found: dict[str, ModuleType] = {}
+    for info in pkgutil.iter_modules(__path__):
+        if info.name.startswith(("test_", "_")):
+            continue
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        for name in getattr(module, "STRATEGIES", ()):
+            if name in found:
+                raise ValueError(f"parallel={name!r} is claimed by {found[name].__name__} and {module.__name__}")
+            found[name] = module
+    order = {name: index for index, name in enumerate(PARALLEL_STRATEGIES)}
+    return dict(sorted(found.items(), key=lambda item: order.get(item[0], len(order))))
+
+
+def __getattr__(name: str) -> Any:
+    if name == "STRATEGY_MODULES":
+        return dict(_registry())
+    if name == "SHARDED_STRATEGIES":  # parameters sharded over processes: checkpoints through DCP
+        return tuple(n for n, module in _registry().items() if n in getattr(module, "SHARDED", ()))
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def strategy_module(name: str) -> ModuleType:
     """The module that implements ``--parallel name``."""
-    if name not in STRATEGY_MODULES:
-        raise ValueError(f"parallel={name!r} is unknown; use one of {', '.join(STRATEGY_MODULES)}")
-    return importlib.import_module(f"coursekit.train.parallel.{STRATEGY_MODULES[name]}")
+    registry = _registry()
+    if name not in registry:
+        raise ValueError(f"parallel={name!r} is unknown; use one of {', '.join(registry)}")
+    return registry[name]
 
 
-__all__ = ["DIMENSIONS", "STRATEGY_MODULES", "ParallelContext", "build_context", "mesh_sizes", "strategy_module"]
+def takes(strategy: str, option: str) -> bool:
+    """Whether ``--parallel strategy`` takes the layout option ``option`` (see ``LAYOUT_OPTIONS``)."""
+    return option in getattr(strategy_module(strategy), "OPTIONS", {}).get(strategy, ())
+
+
+def mesh_sizes(cfg: Any, world_size: int) -> dict[str, int]:
+    """The mesh of ``cfg.parallel`` on ``world_size`` processes (check ``parallel_problems`` first)."""
+    sizes = getattr(strategy_module(cfg.parallel), "sizes", None)
+    return sizes(cfg, world_size) if sizes is not None else {"dp": world_size}
+
+
+def _option_problems(cfg: Any) -> list[str]:
+    problems = []
+    for option, (is_set, message) in LAYOUT_OPTIONS.items():
+        if is_set(cfg) and not takes(cfg.parallel, option):
+            takers = [name for name in _registry() if takes(name, option)]
+            named = " or ".join(repr(name) for name in takers) + (" only" if len(takers) == 1 else "")
+            problems.append(message.format(value=getattr(cfg, option), takers=named, strategy=cfg.parallel))
+    return problems
+
+
+def parallel_problems(cfg: Any, world_size: int | None = None, device_type: str | None = None) -> list[str]:
+    """What makes ``cfg``'s parallel layout impossible; with ``world_size``: what is impossible on that many
+    processes (the checks that need no world size are not repeated)."""
+    problems = getattr(strategy_module(cfg.parallel), "problems", None)
+    if world_size is not None:
+        return problems(cfg, world_size, device_type) if problems is not None else []
+    return _option_problems(cfg) + (problems(cfg) if problems is not None else [])
+
+
+__all__ = ["DIMENSIONS", "LAYOUT_OPTIONS", "SHARDED_STRATEGIES", "STRATEGY_MODULES", "ParallelContext",
+           "build_context", "mesh_sizes", "parallel_problems", "strategy_module", "takes"]

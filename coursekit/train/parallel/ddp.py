@@ -21,8 +21,10 @@ from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
-from coursekit.distributed import DistContext
+from coursekit.train.parallel.process_group import DistContext
 
+STRATEGIES = ("ddp",)
+OPTIONS = {"ddp": ("sync_batchnorm",)}  # (every strategy takes --bucket-cap-mb: zero1 runs DDP too)
 DEFAULT_BUCKET_CAP_MB = 25.0  # DDP's own default
 SYNC_BATCHNORM_ON_CPU = ("sync_batchnorm: torch's SyncBatchNorm runs on GPUs only (NCCL); this run is on the "
                          "CPU (gloo): drop sync_batchnorm / --sync-batchnorm")

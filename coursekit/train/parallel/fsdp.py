@@ -30,6 +30,40 @@ except ImportError:  # torch < 2.6
 from coursekit.train.models import ActivationCheckpoint, _is_checkpoint_unit, model_spec
 from coursekit.train.parallel import tensor
 
+STRATEGIES = ("zero2", "zero3", "fsdp_tp")
+OPTIONS = {"fsdp_tp": ("tp",)}
+SHARDED = STRATEGIES
+FSDP_TP_DEFAULT_TP = 2  # fsdp_tp without --tp: 2 tensor-parallel ranks (a pair of GPUs), FSDP over the rest
+
+
+def sizes(cfg: Any, world_size: int) -> dict[str, int]:
+    if cfg.parallel != "fsdp_tp":
+        return {"dp": world_size}
+    tp = cfg.tp or min(FSDP_TP_DEFAULT_TP, world_size)
+    return {"dp": world_size // tp, "tp": tp}
+
+
+def problems(cfg: Any, world_size: int | None = None, device_type: str | None = None) -> list[str]:
+    if world_size is None:
+        return tensor.plan_problems(cfg) if cfg.parallel == "fsdp_tp" else []
+    problems = []
+    if cfg.parallel == "fsdp_tp":
+        tp = sizes(cfg, world_size)["tp"]
+        problems += tensor.world_problems(cfg, tp, world_size)
+        if world_size > 1 and world_size // max(tp, 1) < 2:
+            problems.append(f"parallel='fsdp_tp' is a 2-D mesh (dp x tp) but tp={tp} leaves dp=1 on "
+                            f"{world_size} processes: use 'tensor', or a smaller --tp")
+    if device_type == "cpu" and cfg.precision in ("fp16",):
+        problems.append(f"parallel={cfg.parallel!r} with fp16 on a CPU: use fp32 or bf16")
+    return problems
+
+
+def before_summary(model: nn.Module) -> None:
+    """Shard the parameters again: zero2 keeps them gathered after a forward without backward (evaluation)."""
+    for module in model.modules():
+        if callable(getattr(module, "reshard", None)):
+            module.reshard()
+
 
 def shard_units(model: nn.Module, cfg: Any) -> list[nn.Module]:
     """The modules that become FSDP units before the root: the spec's blocks, else the checkpoint units."""

@@ -8,6 +8,7 @@ rank (``all_gather_object``), so that the rank that writes the summary holds the
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -131,6 +132,20 @@ class StageClock:
         if self.wall <= 0:
             return None
         return [1 - b / self.wall for b in self.busy]
+
+
+NO_BUBBLE = {"bubble_fraction": None, "bubble_fraction_theory": None, "stage_busy_s": None, "schedule_wall_s": None}
+
+
+def bubble(stages: int | None, microbatches: int, busy: Any, wall: float | None,
+           bubbles: list[float] | None) -> dict[str, Any]:
+    """The summary's bubble fields: measured (mean over stages of 1 - busy / wall) and the theory
+    (p-1)/(m+p-1); all None without stages."""
+    if not stages:
+        return dict(NO_BUBBLE)
+    return {"bubble_fraction": statistics.fmean(bubbles) if bubbles else None,
+            "bubble_fraction_theory": (stages - 1) / (microbatches + stages - 1),
+            "stage_busy_s": busy, "schedule_wall_s": wall}
 
 
 def sleep_ms(ms: float) -> None:

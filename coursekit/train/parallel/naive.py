@@ -21,8 +21,29 @@ import torch
 from torch import nn
 
 from coursekit.train.models import model_spec
-from coursekit.train.parallel.context import naive_stages
-from coursekit.train.parallel.measure import DelayedStage, StageClock
+from coursekit.train.parallel.measure import DelayedStage, StageClock, bubble, full_state_dict
+from coursekit.train.parallel.pipeline import stage_problems
+
+STRATEGIES = ("naive",)
+OPTIONS = {"naive": ("pp", "stage_delay_ms")}
+CPU_STAGES = 2  # naive split on a CPU: two "cpu" stages in one process
+
+
+def stages(cfg: Any) -> int:
+    """Stages of the naive split: ``--pp``, else one per visible GPU (at least 2), else 2 CPU stages."""
+    if cfg.pp:
+        return cfg.pp
+    gpus = torch.cuda.device_count() if cfg.device != "cpu" and torch.cuda.is_available() else 0
+    return max(gpus, CPU_STAGES)
+
+
+def problems(cfg: Any, world_size: int | None = None, device_type: str | None = None) -> list[str]:
+    if world_size is None:
+        return stage_problems(cfg, stages(cfg))
+    if world_size > 1:
+        return [f"parallel='naive' splits the layers inside one process; this run has {world_size} "
+                "processes: launch one process (or use 'pipeline')"]
+    return []
 
 
 class _BackwardStart(torch.autograd.Function):
@@ -105,5 +126,22 @@ def apply(model: nn.Module, ctx: Any, cfg: Any) -> nn.Module:
     spec = model_spec(cfg.model)
     if spec.split is None:
         raise ValueError(f"parallel='naive': model={cfg.model!r} declares no pipeline split points")
-    stages = naive_stages(cfg)
-    return NaiveSplit(model, spec.split(model, stages), stage_devices(stages, ctx.device), cfg.stage_delay_ms)
+    count = stages(cfg)
+    return NaiveSplit(model, spec.split(model, count), stage_devices(count, ctx.device), cfg.stage_delay_ms)
+
+
+# ----------------------------------------------------------------------------- summary and --save-weights
+
+
+def summary_extras(cfg: Any, pctx: Any, ranks: list[dict[str, Any]]) -> dict[str, Any]:
+    """The stages and their measured idle time (one process: ``ranks[0]``), no schedule."""
+    times = ranks[0].get("stage") or {}
+    count = len(times.get("busy_s", []))
+    return {"pp": count or pctx.size("pp"), "microbatches": cfg.microbatches, "pipeline_schedule": None,
+            **bubble(count, 1, times.get("busy_s"), times.get("wall_s"), times.get("bubbles"))}
+
+
+def full_state(model: nn.Module, pctx: Any) -> dict[str, torch.Tensor] | None:
+    """The whole model's state dict (``NaiveSplit.model``: the serial model's keys)."""
+    state = full_state_dict(getattr(model, "model", model))
+    return state if pctx.holds_value else None

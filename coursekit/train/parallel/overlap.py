@@ -22,7 +22,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from coursekit.distributed import DistContext, barrier, process_group, reduce_values
+from coursekit.train.parallel.process_group import DistContext, barrier, process_group, reduce_values
 
 MIB = 2**20
 FLOAT_BYTES = 4

@@ -27,10 +27,87 @@ import torch
 from torch import nn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
-from coursekit.train.models import model_spec
-from coursekit.train.parallel.measure import DelayedStage, StageClock, all_reduce_gradients
+from coursekit.train import data as train_data
+from coursekit.train.models import MODEL_SPECS, model_spec
+from coursekit.train.parallel.measure import (
+    DelayedStage,
+    StageClock,
+    all_reduce_gradients,
+    bubble,
+    gather_ranks,
+)
 
+STRATEGIES = ("pipeline",)
+OPTIONS = {"pipeline": ("pp", "microbatches", "stage_delay_ms")}
+SHARDED = STRATEGIES
 SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
+NEEDS_WHOLE_MODEL = ("grad_noise_batches", "log_params", "target_acc", "trust_ratio_every")  # options
+
+
+def sizes(cfg: Any, world_size: int) -> dict[str, int]:
+    """``--pp`` stages (default: every process), dp = world size / pp."""
+    pp = cfg.pp or world_size
+    return {"dp": world_size // pp, "pp": pp}
+
+
+def stage_problems(cfg: Any, stages: int | None) -> list[str]:
+    """A model cut into ``stages`` runs of blocks, batches into micro-batches (also the naive split's)."""
+    problems = []
+    spec = MODEL_SPECS.get(cfg.model)
+    if spec is not None and spec.split is None:
+        with_split = ", ".join(n for n, s in MODEL_SPECS.items() if s.split is not None)
+        problems.append(f"parallel={cfg.parallel!r}: model={cfg.model!r} declares no pipeline split points; "
+                        f"use a model that does ({with_split})")
+    if cfg.batch_size % cfg.microbatches:
+        problems.append(f"microbatches={cfg.microbatches} does not divide batch_size={cfg.batch_size}: "
+                        "the batch is cut into equal micro-batches; pick a divisor")
+    if cfg.batch_size % cfg.accumulation_steps == 0 and (cfg.batch_size // cfg.accumulation_steps) % cfg.microbatches:
+        problems.append(f"microbatches={cfg.microbatches} does not divide the micro-batch of the accumulation "
+                        f"(batch_size / accumulation_steps = {cfg.batch_size // cfg.accumulation_steps})")
+    if stages and cfg.model == "gpt" and cfg.gpt_layers % stages:
+        problems.append(f"gpt_layers={cfg.gpt_layers} is not divisible by the {stages} pipeline stages "
+                        "(pp): every stage gets the same number of blocks; change --gpt-layers or --pp")
+    return problems
+
+
+def problems(cfg: Any, world_size: int | None = None, device_type: str | None = None) -> list[str]:
+    if world_size is not None:
+        return _world_problems(cfg, world_size)
+    stages = cfg.pp
+    problems = stage_problems(cfg, stages)
+    if stages and cfg.pipeline_schedule == "1f1b" and cfg.microbatches < stages:
+        problems.append(f"pipeline_schedule='1f1b' needs at least as many micro-batches as stages: "
+                        f"microbatches={cfg.microbatches} < pp={stages}; raise --microbatches or use gpipe")
+    if cfg.precision == "fp16":
+        problems.append("parallel='pipeline' runs without a loss scaler: use --precision bf16 or fp32, not fp16")
+    needs_forward = [name for name in NEEDS_WHOLE_MODEL if getattr(cfg, name, None)]
+    if needs_forward:
+        problems.append(f"{', '.join(needs_forward)}: a pipeline has no whole model on one rank to evaluate or "
+                        "probe; use another --parallel strategy for these measurements")
+    return problems
+
+
+def _world_problems(cfg: Any, world_size: int) -> list[str]:
+    problems = []
+    pp = cfg.pp or world_size
+    if world_size % pp:
+        problems.append(f"pp={pp} does not divide the {world_size} processes: tp x pp x dp must equal the "
+                        "world size; pick pp dividing it")
+    if cfg.pp is None and cfg.model == "gpt" and cfg.gpt_layers % pp:  # (an explicit --pp: checked already)
+        problems.append(f"gpt_layers={cfg.gpt_layers} is not divisible by the {pp} pipeline stages (pp = "
+                        "the world size); change --gpt-layers or --pp")
+    if cfg.pp is None and cfg.pipeline_schedule == "1f1b" and cfg.microbatches < pp:
+        problems.append(f"pipeline_schedule='1f1b' needs microbatches >= stages: microbatches="
+                        f"{cfg.microbatches} < pp={pp}; raise --microbatches or use gpipe")
+    return problems
+
+
+def build_data(cfg: Any, shard: Any) -> Any:
+    """Every micro-batch must have the same shape (no short last batch), and a pipeline has no evaluation
+    pass (no whole model on one rank): no validation loader."""
+    data = train_data.build_data(cfg.replace(drop_last=True), shard)
+    data.val_loader = None
+    return data
 
 
 class PipelineRunner(nn.Module):
@@ -103,3 +180,25 @@ def apply(model: nn.Module, ctx: Any, cfg: Any) -> nn.Module:
 def theory_bubble(stages: int, microbatches: int) -> float:
     """(p - 1) / (m + p - 1): the idle share of a GPipe or 1F1B step (backward = 2 x forward)."""
     return (stages - 1) / (microbatches + stages - 1)
+
+
+# ----------------------------------------------------------------------------- summary and --save-weights
+
+
+def summary_extras(cfg: Any, pctx: Any, ranks: list[dict[str, Any]]) -> dict[str, Any]:
+    """Stages, micro-batches, schedule, and the measured bubble: mean over the stages of the first replica of
+    1 - busy / wall, the wall being the slowest stage's (the last stage returns before the drain)."""
+    first_replica = sorted((r["stage"] for r in ranks if r.get("stage") and r["coords"].get("dp", 0) == 0),
+                           key=lambda s: s["stage"])
+    busy = [s["busy_s"] for s in first_replica]
+    wall = max((s["wall_s"] for s in first_replica), default=0.0)
+    bubbles = [1 - b / wall for b in busy] if wall > 0 else None
+    return {"pp": pctx.size("pp"), "microbatches": cfg.microbatches, "pipeline_schedule": cfg.pipeline_schedule,
+            **bubble(pctx.size("pp"), cfg.microbatches, busy, wall, bubbles)}
+
+
+def full_state(model: nn.Module, pctx: Any) -> dict[str, torch.Tensor] | None:
+    """Every stage's part gathered, under the whole model's keys, on the rank that holds the value."""
+    part = {k: v.detach().cpu() for k, v in model.part.state_dict().items()}
+    parts = gather_ranks(part, pctx.world_size)
+    return {k: v for p in parts for k, v in p.items()} if pctx.holds_value else None

@@ -18,8 +18,50 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor.parallel import parallelize_module
 
-from coursekit.train.models import model_spec
+from coursekit.train.models import MODEL_SPECS, model_spec
 from coursekit.train.parallel.measure import all_reduce_gradients
+
+STRATEGIES = ("tensor",)
+OPTIONS = {"tensor": ("tp",)}
+SHARDED = STRATEGIES
+
+
+def sizes(cfg: Any, world_size: int) -> dict[str, int]:
+    """``--tp`` ranks split each block (default: every process), dp = world size / tp."""
+    tp = cfg.tp or world_size
+    return {"dp": world_size // tp, "tp": tp}
+
+
+def plan_problems(cfg: Any) -> list[str]:
+    """Tensor parallelism needs the model's plan and whole attention heads per rank (also ``fsdp_tp``'s)."""
+    problems = []
+    spec = MODEL_SPECS.get(cfg.model)
+    if spec is not None and spec.tp_plan is None:
+        with_plan = ", ".join(n for n, s in MODEL_SPECS.items() if s.tp_plan is not None)
+        problems.append(f"parallel={cfg.parallel!r}: model={cfg.model!r} declares no tensor-parallel plan; "
+                        f"use a model that does ({with_plan})")
+    if cfg.tp and cfg.model == "gpt" and cfg.gpt_heads % cfg.tp:
+        problems.append(f"gpt_heads={cfg.gpt_heads} is not divisible by tp={cfg.tp}: every tensor-parallel rank "
+                        "computes whole heads; pick tp dividing the heads")
+    return problems
+
+
+def world_problems(cfg: Any, tp: int, world_size: int) -> list[str]:
+    """``tp`` ranks per block on ``world_size`` processes (also ``fsdp_tp``'s)."""
+    problems = []
+    if world_size % tp:
+        problems.append(f"tp={tp} does not divide the {world_size} processes: tp x pp x dp must equal the "
+                        "world size; pick tp dividing it")
+    if cfg.model == "gpt" and cfg.gpt_heads % tp:
+        problems.append(f"gpt_heads={cfg.gpt_heads} is not divisible by tp={tp}: every tensor-parallel rank "
+                        "computes whole heads")
+    return problems
+
+
+def problems(cfg: Any, world_size: int | None = None, device_type: str | None = None) -> list[str]:
+    if world_size is None:
+        return plan_problems(cfg)
+    return world_problems(cfg, sizes(cfg, world_size)["tp"], world_size)
 
 
 def apply_plan(model: nn.Module, tp_mesh: DeviceMesh, cfg: Any) -> nn.Module:

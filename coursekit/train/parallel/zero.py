@@ -17,10 +17,21 @@ from torch.distributed.optim import ZeroRedundancyOptimizer
 
 from coursekit.train.parallel import ddp
 
+STRATEGIES = ("zero1",)
+
 
 def apply(model: nn.Module, ctx: Any, cfg: Any) -> nn.Module:
     """DDP over the data-parallel group (the engine then calls :func:`wrap_optimizer`)."""
     return ddp.apply(model, ctx, cfg)
+
+
+def problems(cfg: Any, world_size: int | None = None, device_type: str | None = None) -> list[str]:
+    if world_size is not None:
+        return []
+    if cfg.checkpoint_every or cfg.resume:
+        return ["checkpoint_every/resume: parallel='zero1' writes no resumable checkpoint (its optimizer "
+                "state would first be consolidated on one rank); use zero2/zero3 or ddp"]
+    return []
 
 
 def wrap_optimizer(optimizer: torch.optim.Optimizer, ctx: Any) -> torch.optim.Optimizer:

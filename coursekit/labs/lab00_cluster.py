@@ -1,0 +1,34 @@
+"""Lab 00 (the cluster from the notebook): submit a job, watch it, read its logs, cancel one, run a sweep.
+
+The notebook calls the jobs API (``coursekit.submit_jobs``, ``Job``) and the shared helpers of ``labs.kit``;
+this module holds only the lab's numbers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from coursekit.labs.kit.profiles import data_dir
+from coursekit.labs.kit.settings import QUIET, job_options, on_cifar10, workshop_budget
+from coursekit.train.config import TrainConfig
+
+# ----------------------------------------------------------------- the lab's numbers, per profile
+
+GPUS = 1  # GPUs the notebook needs at once in the gpu profile
+
+
+def settings(profile: str) -> dict[str, Any]:
+    """Lab 00's numbers in ``profile`` ("cpu" or "gpu"); ``profile.settings("00")`` shows them."""
+    if profile == "cpu":
+        first = TrainConfig(model="mlp", dataset="generated", num_samples=2000, num_classes=4, image_size=16,
+                            batch_size=50, epochs=4, lr=0.05, **QUIET)
+        return {"first_job": first, "long_job": first.replace(epochs=1000),
+                "sweep_lrs": [0.01, 0.05, 0.2], "job": job_options(profile, "00:10:00"), "timeout_s": 300}
+    first = TrainConfig(model="resnet18", dataset="cifar10", data_dir=data_dir(), batch_size=256, epochs=2,
+                        lr=0.1, workers=8, pin_memory=True, persistent_workers=True, non_blocking=True,
+                        precision="bf16", channels_last=True, **QUIET)
+    values = {"first_job": first, "long_job": first.replace(epochs=200),
+              "sweep_lrs": [0.02, 0.1, 0.5], "job": job_options(profile, "00:30:00"), "timeout_s": 1800,
+              "budget": workshop_budget({"first job": (1, 1.0), "cancelled job": (1, 0.5), "lr sweep": (3, 1.0)})}
+    values = on_cifar10(values, "first_job", "long_job")
+    return values

@@ -1,0 +1,67 @@
+"""bench/ddp_gpu.py on CPU processes (gloo) and its report: the GPU command must work the first time it runs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench"))
+
+import ddp_gpu  # noqa: E402
+import report_ddp  # noqa: E402
+
+SMOKE_RESULT = Path(__file__).parent / "data" / "ddp_gpu_cpu_smoke.json"  # a full --cpu-smoke run, kept as input
+SMOKE_TIMEOUT_S = 600
+NCCL_LOG = """\
+gpu1:811:811 [0] NCCL INFO NCCL version 2.27.5+cuda12.9
+gpu1:811:830 [0] NCCL INFO Channel 00/04 :    0   1
+gpu1:811:830 [0] NCCL INFO Trees [0] 1/-1/-1->0->-1 [1] 1/-1/-1->0->-1
+gpu1:811:830 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read
+gpu1:812:831 [1] NCCL INFO Channel 00/0 : 1[1] -> 0[0] via P2P/CUMEM/read
+gpu1:812:831 [1] NCCL INFO Channel 01/0 : 1[1] -> 0[0] via SHM/direct/direct
+"""
+
+
+def test_nccl_debug_log_is_read(tmp_path: Path) -> None:
+    log = tmp_path / "nccl.log"
+    log.write_text(NCCL_LOG)
+    seen = ddp_gpu.transports(log)
+    assert seen["nccl_version"] == "2.27.5+cuda12.9" and seen["connections"] == 3
+    assert seen["via"] == {"P2P": 2, "SHM": 1}
+    assert seen["ring_lines"] == ["Channel 00/04 :    0   1"] and seen["tree_lines"][0].startswith("Trees [0]")
+    assert ddp_gpu.transports(tmp_path / "missing.log")["connections"] == 0
+
+
+def test_report_of_a_full_cpu_smoke_run() -> None:
+    result = json.loads(SMOKE_RESULT.read_text())
+    text = report_ddp.render(result)
+    for heading in ("(a) Scaling", "(b) NCCL all-reduce", "(c) GPU binding", "(d) Gradient buckets"):
+        assert heading in text
+    assert "CPU smoke run" in text and result["command"] in text
+    weak_2 = next(r for r in result["scaling"] if r["mode"] == "weak" and r["world_size"] == 2)
+    assert weak_2["efficiency"] == weak_2["img_s"] / result["scaling"][0]["img_s"] / 2
+    assert f"| weak | 2 | {weak_2['batch_per_gpu']} |" in text and "≥ 0.93" in text
+
+
+def test_cpu_smoke_runs_both_launchers(tmp_path: Path) -> None:
+    """torchrun (bus bandwidth) and one process per device with node and task binding (engine + NCCL log)."""
+    out, report = tmp_path / "ddp.json", tmp_path / "REPORT.md"
+    run = subprocess.run([sys.executable, str(ROOT / "bench" / "ddp_gpu.py"), "--cpu-smoke", "--parts", "busbw,binding",
+                          "--out", str(out), "--report", str(report)], capture_output=True, text=True,
+                         timeout=SMOKE_TIMEOUT_S, cwd=ROOT)
+    assert run.returncode == 0, run.stdout + run.stderr
+    result = json.loads(out.read_text())
+    assert set(result) >= {"machine", "command", "busbw", "binding"} and "scaling" not in result
+    sizes = [row["bytes"] for row in result["busbw"][0]["rows"]]
+    assert sizes == list(ddp_gpu.CPU_SMOKE.busbw_sizes)
+    for row in result["busbw"][0]["rows"]:
+        assert row["busbw_gbs"] == row["algbw_gbs"] * 2 * (2 - 1) / 2 > 0
+    for binding in ("node", "task"):
+        part = result["binding"][binding]
+        assert part["engine"]["ok"] and part["engine"]["img_s"] > 0 and part["engine"]["world_size"] == 2
+        assert part["busbw"]["backend"] == "gloo" and "nccl_debug" in part["busbw"]
+    assert (tmp_path / "ddp_logs" / "engine_task_2.log").read_text().count("CUDA_VISIBLE_DEVICES=") == 2
+    assert "(c) GPU binding" in report.read_text() and "(a) Scaling" not in report.read_text()
