@@ -27,7 +27,7 @@ FROM_THE_WHEEL = textwrap.dedent("""
     assert installed in Path(coursekit.__file__).resolve().parents, coursekit.__file__
 
     names = [m.name for m in pkgutil.walk_packages(coursekit.__path__, "coursekit.")
-             if not m.name.rsplit(".", 1)[-1].startswith(("test_", "conftest"))]
+             if not m.name.rsplit(".", 1)[-1].startswith(("test_", "conftest", "__main__"))]
     for name in names:
         importlib.import_module(name)
 
