@@ -8,6 +8,24 @@
 # ({left_s} and {left_min} in ARGS become the seconds / minutes the step has, less one for writing results).
 set -u
 : "${R:?set R to the results folder}"
+# lanes run at the same time, so a GPU belongs to one lane only: two notebooks on one GPU measure each other
+declare -A gpu_lane=()
+lane_no=0
+for lane in "$@"; do
+    lane_no=$((lane_no + 1))
+    IFS=';' read -ra steps <<< "$lane"
+    for s in "${steps[@]}"; do
+        read -ra words <<< "$s"
+        IFS=',' read -ra ids <<< "${words[1]:-}"
+        for id in "${ids[@]}"; do
+            if [[ -n "${gpu_lane[$id]:-}" && "${gpu_lane[$id]}" != "$lane_no" ]]; then
+                echo "lanes.sh: GPU $id is in lane ${gpu_lane[$id]} and lane $lane_no; give each lane GPUs of its own" >&2
+                exit 2
+            fi
+            gpu_lane[$id]=$lane_no
+        done
+    done
+done
 mkdir -p "$R"
 source bench/setup_gpu.sh > "$R/setup.txt" 2>&1
 { nvidia-smi -L; df -h /dev/shm; nproc; } >> "$R/setup.txt" 2>&1
