@@ -12,6 +12,8 @@ profile). ``LABS`` maps "00" ... "09" to those modules, imported when first used
 from __future__ import annotations
 
 import importlib
+import pkgutil
+import re
 from collections.abc import Iterator, Mapping
 from types import ModuleType
 
@@ -39,9 +41,9 @@ __all__ = ["LABS", "Profile", "ResultsTable", "Sweep", "check_claim", "check_ddp
            "lab_settings", "load_recording", "loglog_slope", "run_sweep", "saturates", "share_of_increases",
            "submit_sweep", "summarize_run", "time_to_target", "wait_all", "wait_until_training"]
 
-LAB_MODULES = {"00": "lab00_cluster", "01": "lab01_gd_vs_sgd", "02": "lab02_batch_size", "03": "lab03_gpu_memory",
-               "04": "lab04_mixed_precision", "05": "lab05_data_loading", "06": "lab06_data_parallel",
-               "07": "lab07_large_batch", "08": "lab08_model_parallel", "09": "lab09_race"}
+LAB_MODULE = re.compile(r"lab(\d\d)_\w+")  # a lab is a numbered module or folder: lab02_batch_size
+LAB_MODULES = {m[1]: m[0] for m in map(LAB_MODULE.fullmatch, sorted(i.name for i in pkgutil.iter_modules(__path__)))
+               if m is not None}  # {"00": "lab00_cluster", ...}
 
 
 class _Labs(Mapping[str, ModuleType]):

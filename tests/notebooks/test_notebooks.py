@@ -6,12 +6,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from coursekit.labs import LAB_MODULES
 from coursekit.labs.kit import exercises
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
-NAMES = ["00_cluster_from_the_notebook", "01_gd_vs_sgd", "02_batch_size", "03_gpu_memory",
-         "04_mixed_precision", "05_data_loading_profiler", "06_data_parallelism",
-         "07_large_batch", "08_model_parallelism", "09_race"]
+NAMES = sorted(p.stem.removeprefix("nb") for p in (NOTEBOOKS / "src").glob("nb[0-9][0-9]_*.py"))
 TRAINING_LOOP_SIGNS = (".backward(", "optimizer.step(", "opt.step(", "zero_grad(")
 
 
@@ -25,6 +24,12 @@ def test_every_notebook_is_built_from_its_source():
     spec.loader.exec_module(builder)
     assert builder.main(["--check"]) == 0
     assert sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb")) == NAMES
+
+
+def test_a_lab_is_its_notebook_source_and_its_numbered_module():
+    """Adding a lab = notebooks/src/nbNN_*.py + coursekit/labs/labNN_*: each source has its module, and back."""
+    assert len(NAMES) >= 10
+    assert sorted(name[:2] for name in NAMES) == sorted(LAB_MODULES)
 
 
 @pytest.mark.parametrize("name", NAMES)
