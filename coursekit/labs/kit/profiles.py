@@ -11,12 +11,19 @@ Each lab's numbers live in its module (``settings(profile)`` of ``coursekit.labs
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from coursekit.course import DATA_DIR_ENV, course_config_path, course_setting, data_dir  # noqa: F401 - re-exported
+from coursekit.course import (  # noqa: F401 - DATA_DIR_ENV and data_dir re-exported
+    ARGUMENT,
+    COURSE_FILE,
+    DATA_DIR_ENV,
+    ENVIRONMENT,
+    choose,
+    course_config_path,
+    data_dir,
+)
 
 PROFILE_ENV = "COURSEKIT_PROFILE"
 PROFILE_NAMES = ("cpu", "gpu")
@@ -26,10 +33,6 @@ DESCRIPTIONS = {
            "on a CPU; GPU figures, where a lab needs them, are the recorded ones",
     "gpu": "gpu profile: course-size experiments (CIFAR-10, ResNets, full sweeps) submitted as GPU jobs",
 }
-
-
-def _toml_profile() -> str | None:
-    return course_setting("profile")
 
 
 def _check_name(name: str, source: str) -> str:
@@ -87,14 +90,12 @@ def gpu_visible() -> bool:
 
 def choose_profile(name: str | None = None) -> Profile:
     """The profile for this notebook (see the module docstring for the order of the choices)."""
-    if name is not None:
-        return Profile(_check_name(name, "name"), "chosen by the argument")
-    from_env = os.environ.get(PROFILE_ENV)
-    if from_env:
-        return Profile(_check_name(from_env, PROFILE_ENV), f"chosen by ${PROFILE_ENV}")
-    from_toml = _toml_profile()
-    if from_toml:
-        return Profile(_check_name(from_toml, "profile in coursekit.toml"), f"chosen in {course_config_path()}")
+    chosen = choose(name, PROFILE_ENV, "profile")
+    if chosen.value is not None:
+        where = {ARGUMENT: ("name", "chosen by the argument"),
+                 ENVIRONMENT: (PROFILE_ENV, f"chosen by ${PROFILE_ENV}"),
+                 COURSE_FILE: ("profile in coursekit.toml", f"chosen in {course_config_path()}")}[chosen.source]
+        return Profile(_check_name(str(chosen.value), where[0]), where[1])
     if gpu_visible():
         return Profile("gpu", "a CUDA GPU is visible in this kernel")
     return Profile("cpu", f"no GPU is visible in this kernel (set {PROFILE_ENV}=gpu where the jobs get GPUs)")
