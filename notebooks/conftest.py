@@ -3,6 +3,10 @@
 The integration test that runs notebooks against the CI's Slurm sets ``COURSEKIT_SITE=slurm`` (and, if
 it likes, ``COURSEKIT_COURSE_DIR``) before pytest starts; both are kept. The kernel nbval starts
 inherits this process's environment, so setting it here is enough.
+
+Notebooks 00 and 06 run under nbval against the real Slurm (tests/integration/test_notebooks_on_slurm.py,
+which CI always runs: it fails when Slurm is not up); a run of the whole folder on the local site leaves them
+to that test rather than execute them twice (CI's budget). Named on the command line, they run here too.
 """
 
 from __future__ import annotations
@@ -10,10 +14,14 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from pathlib import Path
+
+import pytest
 
 SITE_ENV = "COURSEKIT_SITE"
 COURSE_DIR_ENV = "COURSEKIT_COURSE_DIR"
 _created: list[str] = []
+ON_SLURM = ("00_cluster_from_the_notebook.ipynb", "06_data_parallelism.ipynb")  # = test_notebooks_on_slurm's
 
 
 def pytest_configure(config: object) -> None:
@@ -29,3 +37,11 @@ def pytest_unconfigure(config: object) -> None:
         shutil.rmtree(course, ignore_errors=True)
         if os.environ.get(COURSE_DIR_ENV) == course:
             del os.environ[COURSE_DIR_ENV]
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """00 and 06 are left to the run against Slurm, unless this run is that one or names them."""
+    if collection_path.name not in ON_SLURM or os.environ.get(SITE_ENV) != "local":
+        return None
+    named = {Path(arg.split("::")[0]).resolve() for arg in config.args}
+    return None if collection_path.resolve() in named else True

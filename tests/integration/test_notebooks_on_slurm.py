@@ -1,4 +1,7 @@
-"""Notebook 00 and lab 06 under nbval with their jobs sent to the real local Slurm (not the local executor)."""
+"""Notebook 00 and lab 06 under nbval with their jobs sent to the real local Slurm (not the local executor).
+
+These are their nbval runs in CI: a run of the whole notebooks/ folder on the local site leaves them to this
+test (notebooks/conftest.py, ON_SLURM), which must name the same two."""
 
 from __future__ import annotations
 
@@ -14,6 +17,15 @@ ROOT = Path(__file__).resolve().parents[2]
 # Slurm path is the same as 00's, and CI time is better spent on 06)
 NOTEBOOKS_ON_SLURM = ("00_cluster_from_the_notebook.ipynb", "06_data_parallelism.ipynb")
 NBVAL_TIMEOUT_S = 600
+
+
+def test_the_local_nbval_run_leaves_these_notebooks_to_this_test() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("notebooks_conftest", ROOT / "notebooks" / "conftest.py")
+    conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conftest)
+    assert tuple(conftest.ON_SLURM) == NOTEBOOKS_ON_SLURM
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS_ON_SLURM)
