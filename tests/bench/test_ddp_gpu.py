@@ -65,3 +65,8 @@ def test_cpu_smoke_runs_both_launchers(tmp_path: Path) -> None:
         assert part["busbw"]["backend"] == "gloo" and "nccl_debug" in part["busbw"]
     assert (tmp_path / "ddp_logs" / "engine_task_2.log").read_text().count("CUDA_VISIBLE_DEVICES=") == 2
     assert "(c) GPU binding" in report.read_text() and "(a) Scaling" not in report.read_text()
+
+
+def test_the_participant_script_it_times_is_lab_06s() -> None:
+    """The script row is skipped when the file is missing: a moved script must fail here, not vanish there."""
+    assert ddp_gpu.SCRIPT.is_file(), ddp_gpu.SCRIPT
