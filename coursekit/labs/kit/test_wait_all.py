@@ -7,24 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from coursekit.jobs import watcher
+from coursekit.jobs import test_watcher
 from coursekit.jobs.queue_view import QueueSource
 from coursekit.jobs.test_watcher import Clock, FakeSlurm, make_jobs
-from coursekit.jobs.watcher import StateWatcher
 from coursekit.labs.kit.experiments import wait_all
 
-
-@pytest.fixture()
-def slurm(monkeypatch: pytest.MonkeyPatch) -> FakeSlurm:
-    return FakeSlurm(monkeypatch)
-
-
-@pytest.fixture()
-def clock(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Clock:
-    monkeypatch.setenv("COURSEKIT_COURSE_DIR", str(tmp_path))
-    clock = Clock()
-    monkeypatch.setattr(watcher, "_watcher", StateWatcher(clock=clock))
-    return clock
+slurm = test_watcher.slurm  # the watcher tests' fixtures: a fake squeue/sacct and a clock of the watcher's own
+clock = test_watcher.clock
 
 
 def test_wait_all_and_the_queue_view_share_the_calls(tmp_path: Path, slurm: FakeSlurm, clock: Clock,
