@@ -21,8 +21,18 @@ END_S = 90
 HELD_JOBS = 8
 WATCH_S = 12.0
 MAX_CALLS_IN_WATCH = 6  # asked at 0, 1, 2, 4, 8 s: five rounds (one squeue each) for any number of jobs
-FAIL_3 = ("-c 'import sys; print(\"rank\", __import__(\"os\").environ[\"SLURM_PROCID\"]); "
-          "print(\"RuntimeError: the data is missing\", file=sys.stderr); sys.exit(3)'")
+ERROR_LINE = "RuntimeError: the data is missing"
+
+
+def rank_0_fails_after_both_started(barrier: Path) -> str:
+    """A 2-task command: each rank prints its rank and waits until both have (a file per rank in
+    ``barrier``: an event, not a clock); then rank 0 writes an error line and exits 3 while rank 1 sleeps
+    until srun --kill-on-bad-exit stops it. Which rank ends first is fixed, so its lines are too."""
+    barrier.mkdir()
+    return ("-c 'import os, sys, time, pathlib; rank = os.environ[\"SLURM_PROCID\"]; print(\"rank\", rank, flush=True); "
+            f"folder = pathlib.Path(\"{barrier}\"); (folder / rank).touch(); "
+            "[time.sleep(0.1) for _ in range(900) if len(list(folder.iterdir())) < 2]; "
+            f"rank == \"0\" and sys.exit(print(\"{ERROR_LINE}\", file=sys.stderr) or 3); time.sleep(120)'")
 
 
 @pytest.fixture(autouse=True)
@@ -40,33 +50,23 @@ def shim(folder: Path, command: str, body: str) -> Path:
 
 
 def test_one_tasks_failing_command_gives_slurm_its_own_exit_code(course: Path) -> None:
-    (job,) = coursekit.submit_jobs(FAIL_3, n_gpu=1, name="fails1")
+    (job,) = coursekit.submit_jobs(f"-c 'import sys; print(\"{ERROR_LINE}\", file=sys.stderr); sys.exit(3)'",
+                                   n_gpu=1, name="fails1")
     assert job.wait(END_S) == "FAILED"
     row = slurm_cli.row_for(slurm_cli.sacct([job.job_id]), job.job_id)
     assert row is not None and row["exit_code"] == "3:0"  # the command's code, not srun's 1
     assert job.exit_code == 3
 
 
-RANK_0_FAILS = ("-c 'import os, sys, time; rank = os.environ[\"SLURM_PROCID\"]; print(\"rank\", rank, flush=True); "
-                "rank == \"0\" and sys.exit(\"RuntimeError: the data is missing\"[:0] or 3); time.sleep(60)'")
-
-
-def test_a_rank_that_fails_gives_the_job_its_exit_code_though_srun_stops_the_others(course: Path) -> None:
-    (job,) = coursekit.submit_jobs(RANK_0_FAILS, n_gpu=2, name="fails2")
+def test_a_failing_rank_gives_the_job_its_exit_code_and_last_lines(course: Path) -> None:
+    (job,) = coursekit.submit_jobs(rank_0_fails_after_both_started(course / "barrier"), n_gpu=2, name="fails")
     assert job.wait(END_S) == "FAILED"
     assert job.exit_code == 3  # sacct says 15: srun --kill-on-bad-exit stopped rank 1 with SIGTERM
-    assert job.tail(1, "err").startswith("coursekit: the command exited with code 3"), job.tail(20, "err", raw=True)
-    assert "stopped by SIGTERM" in job.tail(1, "err", rank=1)
-
-
-def test_a_failing_command_reports_its_own_exit_code_and_last_lines(course: Path) -> None:
-    (job,) = coursekit.submit_jobs(FAIL_3, n_gpu=2, name="fails")
-    assert job.wait(END_S) == "FAILED"
-    assert job.exit_code == 3  # both ranks fail; the first to end has srun stop the other
     last = job.tail(2, "err").splitlines()
-    assert last[0] == "RuntimeError: the data is missing", job.tail(20, "err", raw=True)
-    assert last[1].startswith("coursekit: the command exited with code 3")
+    assert last[0] == ERROR_LINE, job.tail(20, "err", raw=True)
+    assert last[1].startswith("coursekit: the command exited with code 3"), job.tail(20, "err", raw=True)
     assert "Traceback" not in job.tail(30, "err") and "srun:" not in job.tail(30, "err")
+    assert "stopped by SIGTERM" in job.tail(1, "err", rank=1), job.tail(20, "err", rank=1, raw=True)
     assert job.tail(1, rank=1) == "rank 1" and job.tail(1, rank=0) == "rank 0"
     assert [p["out"].is_file() for p in job.log_paths()] == [True, True]
     found = coursekit.search_log(contains=job.job_id, with_err=True)
