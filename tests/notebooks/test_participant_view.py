@@ -132,3 +132,16 @@ def test_the_build_stores_widgets_as_their_last_rendering_and_hides_build_paths(
     assert queue.data["text/html"].startswith("<table><tr><td>COMPLETED") and "HTML(" not in queue.data["text/plain"]
     assert bar.data["text/plain"] == "ada: 100%|██████████| 3/3 [00:04<00:00]"
     assert text.text == "summary in ~/course/jobs/ada-lr/7\n"
+
+
+def test_participant_copies_hold_no_outputs_of_the_solved_run(tmp_path):
+    """Every lab's copy starts unrun: no result, claim or checker verdict of the instructor's run."""
+    exercises.strip_folder(NOTEBOOKS, tmp_path)
+    copies = sorted(tmp_path.glob("*.ipynb"))
+    assert [p.name for p in copies] == sorted(p.name for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+    for path in copies:
+        nb = nbformat.read(path, as_version=4)
+        stale = [i for i, cell in enumerate(nb.cells) if cell.cell_type == "code"
+                 and (cell.outputs or cell.execution_count is not None)]
+        assert not stale, f"{path.name}: cells {stale} carry outputs of the solved notebook"
+        assert "widgets" not in nb.metadata

@@ -6,8 +6,9 @@ answer; ``strip`` replaces them with a placeholder at the same indentation::
     # YOUR CODE HERE
     raise NotImplementedError("Exercise: fill in this cell")
 
-A markdown cell tagged ``solution`` (an answer in words) becomes "*Your answer here.*". The outputs of
-a stripped cell are cleared. The Python scripts in the notebook folder's sub-folders
+A markdown cell tagged ``solution`` (an answer in words) becomes "*Your answer here.*". A participant
+copy holds no outputs at all: the solved notebook's results, claims and checker verdicts would look like
+the participant's own before anything ran (and after Run All stops at an exercise). The Python scripts in the notebook folder's sub-folders
 (``lab06_ddp/train_ddp.py``: participants complete a script, not a cell) are copied too, their solution
 blocks replaced by::
 
@@ -20,9 +21,10 @@ CI runs the solved notebooks; instructors hand out the stripped ones::
     python -m coursekit.labs.kit.exercises strip notebooks/     # -> notebooks/participant/
     python -m coursekit.labs.kit.exercises check notebooks/
 
-The copies go by default into ``participant/`` inside the source folder: ``jupyter lab notebooks/`` shows
-them, git ignores them, and their jobs land in the same course folder (``notebooks/coursekit.toml``
-marks it), so they share its job registry.
+The copies go by default into ``participant/`` inside the source folder, git-ignored. Participants are
+served that folder alone (``jupyter lab notebooks/participant/``): JupyterLab shows nothing above the
+folder it serves, so the solutions are not one click away. Their jobs land in the same course folder
+(``notebooks/coursekit.toml``, found above the copies, marks it), so they share its job registry.
 """
 
 from __future__ import annotations
@@ -85,17 +87,17 @@ def strip_source(source: str, where: str = "cell", raise_line: str = PLACEHOLDER
 
 
 def strip_notebook(nb: nbformat.NotebookNode, name: str = "notebook") -> StripReport:
-    """Strip every solution of `nb` in place."""
+    """Strip every solution of `nb` in place, and every output (a participant copy starts unrun)."""
     code_blocks = answers = 0
+    nb.metadata.pop("widgets", None)  # the solved run's widget state
     for index, cell in enumerate(nb.cells):
         tags = list(cell.get("metadata", {}).get("tags", []))
         if cell.cell_type == "code":
             source, blocks = strip_source(cell.source, where=f"{name}, cell {index}")
-            if blocks:
-                cell.source = source
-                cell.outputs = []
-                cell.execution_count = None
-                code_blocks += blocks
+            cell.source = source
+            cell.outputs = []
+            cell.execution_count = None
+            code_blocks += blocks
         elif cell.cell_type == "markdown" and SOLUTION_TAG in tags:
             cell.source = ANSWER_PLACEHOLDER
             cell.metadata["tags"] = [ANSWER_TAG if t == SOLUTION_TAG else t for t in tags]
@@ -186,7 +188,9 @@ def main(argv: list[str] | None = None) -> int:
     for report in reports:
         print(f"{report.notebook}: {report.code_blocks} solution block(s), {report.answers} written answer(s)")
     if args.command == "strip":
-        print(f"participants' copies in {args.target or default_target(args.source)}")
+        target = args.target or default_target(args.source)
+        print(f"participants' copies in {target}: serve that folder alone (jupyter lab {target}), "
+              "so that the solutions are not in reach")
     return 0
 
 

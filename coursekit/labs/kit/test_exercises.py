@@ -45,14 +45,16 @@ def test_bad_markup_is_an_error(source, words):
         exercises.strip_source(source)
 
 
-def test_strip_notebook_clears_outputs_of_stripped_cells_only():
+def test_a_participant_copy_holds_no_outputs_of_the_solved_run():
     nb = solved_notebook()
+    nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": {}}}
     report = exercises.strip_notebook(nb)
     assert (report.code_blocks, report.answers) == (1, 1)
     prose, code, plain, answer = nb.cells
     assert prose.source == "## Exercise 1"
     assert code.outputs == [] and code.execution_count is None
-    assert plain.outputs[0].text == "kept\n" and plain.execution_count == 4
+    assert plain.outputs == [] and plain.execution_count is None  # no exercise in it: still the solved run's
+    assert "widgets" not in nb.metadata
     assert answer.source == exercises.ANSWER_PLACEHOLDER
     assert answer.metadata["tags"] == ["answer"]
 
