@@ -62,9 +62,9 @@ def course_toml(site: str, account: str | None, data_dir: str, leaderboard: str,
 def setup(folder: Path, site: str, account: str | None, data_dir: str | None, leaderboard: str | None,
           job_prefix: str, profile: str | None, doctor: bool, force: bool) -> int:
     from coursekit.labs.kit.exercises import strip_folder
-    from coursekit.labs.kit.participant import choose_pseudonym
+    from coursekit.labs.kit.participant import check_pseudonym
 
-    choose_pseudonym(job_prefix)  # the same rules: short, safe in a job name
+    check_pseudonym(job_prefix, what="job_prefix")  # the same rules: short, safe in a job name
     folder = folder.expanduser().resolve()
     config = folder / COURSE_CONFIG_FILE
     if config.exists() and not force:

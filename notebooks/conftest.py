@@ -2,7 +2,9 @@
 
 The integration test that runs notebooks against the CI's Slurm sets ``COURSEKIT_SITE=slurm`` (and, if
 it likes, ``COURSEKIT_COURSE_DIR``) before pytest starts; both are kept. The kernel nbval starts
-inherits this process's environment, so setting it here is enough.
+inherits this process's environment, so setting it here is enough. The pseudonym is ``ada`` (labs 01-09
+take the one chosen in lab 00, which nbval runs separately; a set ``$COURSEKIT_PSEUDONYM`` is never written
+to the user's config).
 
 Notebooks 00 and 06 run under nbval against the real Slurm (tests/integration/test_notebooks_on_slurm.py,
 which CI always runs: it fails when Slurm is not up); a run of the whole folder on the local site leaves them
@@ -20,12 +22,14 @@ import pytest
 
 SITE_ENV = "COURSEKIT_SITE"
 COURSE_DIR_ENV = "COURSEKIT_COURSE_DIR"
+PSEUDONYM_ENV = "COURSEKIT_PSEUDONYM"  # labs 01-09 take the pseudonym chosen in lab 00; nbval runs each alone
 _created: list[str] = []
 ON_SLURM = ("00_cluster_from_the_notebook.ipynb", "06_data_parallelism.ipynb")  # = test_notebooks_on_slurm's
 
 
 def pytest_configure(config: object) -> None:
     os.environ.setdefault(SITE_ENV, "local")
+    os.environ.setdefault(PSEUDONYM_ENV, "ada")
     if not os.environ.get(COURSE_DIR_ENV):
         course = tempfile.mkdtemp(prefix="coursekit-nbval-")
         _created.append(course)
