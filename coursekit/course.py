@@ -27,6 +27,7 @@ COURSE_CONFIG_FILE = "coursekit.toml"
 DATA_DIR_ENV = "COURSEKIT_DATA_DIR"
 JOBS_SUBDIR = "jobs"
 REGISTRY_FILE = "registry.jsonl"
+LEADERBOARD_SETTING, DEFAULT_LEADERBOARD = "leaderboard", "race/leaderboard.jsonl"  # lab 09's race file
 SUBMITIT_JOB_ID = "%j"  # submitit's placeholder: a job's folder before it has an id
 
 _config_cache: dict[Path, tuple[tuple[int, int], dict[str, Any]]] = {}

@@ -1,8 +1,10 @@
 """``coursekit doctor``: is this machine ready to run the labs? One check per line, what to fix when not.
 
-Checks: Python, torch, CUDA and GPUs, submitit, the course folder, the site profile; for a Slurm site
-also Slurm's commands on PATH, the controller, accounting (sacct), and the partition (per sinfo).
-A check is ``ok``, ``warn`` (worth knowing, does not fail: e.g. no GPU on a login node) or ``fail``.
+Checks: Python, torch, CUDA and GPUs, submitit, the course folder, the data sets staged in the course's
+data folder, lab 09's leaderboard folder (writable); the site profile; for a Slurm site also Slurm's
+commands on PATH, the controller, accounting (sacct), and the partition (per sinfo).
+A check is ``ok``, ``warn`` (worth knowing, does not fail: e.g. no GPU on a login node) or ``fail``; the
+verdict counts the warnings too.
 """
 
 from __future__ import annotations
@@ -14,16 +16,26 @@ import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import IO, Any
 
 from coursekit import slurm_cli
-from coursekit.course import course_dir, jobs_dir
+from coursekit.course import (
+    DEFAULT_LEADERBOARD,
+    LEADERBOARD_SETTING,
+    course_dir,
+    course_path,
+    data_dir,
+    jobs_dir,
+)
 from coursekit.sites import load_site, site_names
 
 MIN_PYTHON = (3, 10)
 SLURM_COMMANDS = ("sbatch", "srun", "squeue", "sacct", "scancel", "sinfo", "scontrol")
 SYMBOLS = {"ok": "✓", "warn": "!", "fail": "✗"}
 ASCII_SYMBOLS = {"ok": "OK", "warn": "!!", "fail": "XX"}
+# what `coursekit instructor data` stages, by the file that proves it is there (under the data folder)
+STAGED_DATA = (("CIFAR-10", "cifar-10-batches-py/test_batch"), ("lab 05's JPEG tree", "jpeg-*/.complete"))
 
 
 @dataclass(frozen=True)
@@ -74,6 +86,34 @@ def check_course_folder() -> Check:
         return Check("fail", f"course folder {folder}", f"jobs/ is not writable: {error}",
                      "run from a folder you own, or set COURSEKIT_COURSE_DIR")
     return Check("ok", f"course folder {folder}", f"jobs in {jobs_dir()}")
+
+
+def check_data() -> Check:
+    """Which data sets are staged in the course's data folder; none: the labs fall back to generated data."""
+    folder = Path(data_dir()).expanduser()
+    staged = [name for name, proof in STAGED_DATA if any(folder.glob(proof))]
+    if not staged:
+        return Check("warn", f"data folder {folder}: nothing staged",
+                     "the labs will train on generated images: a smoke test, not evidence about accuracy",
+                     f"coursekit instructor data cifar10 --dir {folder} (and: data jpeg --dir {folder})")
+    return Check("ok", f"data folder {folder}", "staged: " + ", ".join(staged))
+
+
+def check_leaderboard() -> Check:
+    """Lab 09 appends to the leaderboard file: its folder must be writable by every participant."""
+    board = course_path(LEADERBOARD_SETTING, DEFAULT_LEADERBOARD)
+    folder = board.parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder):
+            pass
+    except OSError as error:
+        return Check("fail", f"lab 09's leaderboard {board}", f"its folder is not writable: {error}",
+                     f"make {folder} writable by every participant (e.g. chmod 1777, or a group they share)")
+    shared = folder.stat().st_mode & 0o002 or folder.stat().st_mode & 0o020
+    return Check("ok" if shared else "warn", f"lab 09's leaderboard {board}",
+                 "writable by you" + ("" if shared else "; others cannot write its folder: fine for one "
+                                      "participant, not for a room (chmod 1777 it, or g+w for a shared group)"))
 
 
 def check_site(site_name: str | None) -> tuple[Check, Any]:
@@ -146,7 +186,8 @@ def check_partition(site: Any) -> Check:
 def run_checks(site_name: str | None = None) -> list[Check]:
     """Every check, in order; Slurm's checks only for a Slurm site."""
     checks = [check_python(), check_module("torch", "pip install torch"), check_gpus(),
-              check_module("submitit", "pip install submitit"), check_course_folder()]
+              check_module("submitit", "pip install submitit"), check_course_folder(), check_data(),
+              check_leaderboard()]
     site_check, site = check_site(site_name)
     checks.append(site_check)
     if site is None or site.is_local:
@@ -180,7 +221,10 @@ def report(checks: list[Check], out: IO[str] | None = None) -> bool:
         if check.fix and check.status != "ok":
             print(f"    fix: {check.fix}", file=stream)
     failed = [check for check in checks if check.status == "fail"]
+    warned = [check for check in checks if check.status == "warn"]
     verdict = "all is well" if not failed else f"{len(failed)} problem(s): " + "; ".join(c.title for c in failed)
+    if warned:
+        verdict += f" ({len(warned)} warning(s): " + "; ".join(c.title for c in warned) + ")"
     print(verdict, file=stream, flush=True)
     return not failed
 

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import argparse
 import csv
+import getpass
 import json
 import os
+import pwd
 import sys
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,7 @@ RESULT_FIELDS = ("participant", "experiment", "job_name", "job_id", "status", "m
                  "precision", "world_size", "steps", "val_acc", "images_per_s", "total_time_s", "time_to_target_s",
                  "device_name", "run_dir")
 JOB_FIELDS = ("job_id", "name", "user", "state", "elapsed", "node_list")
+RESULT_DIGITS = 4  # significant digits of a float in the results CSV
 EXIT_OK, EXIT_FAILED = 0, 1
 
 
@@ -133,7 +136,8 @@ def data_jpeg(folder: Path, profile: str, workers: int) -> int:
     info = write_synthetic_jpeg_tree(root, s.jpeg_classes, s.jpeg_images_per_class, size=tuple(s.jpeg_size),
                                      workers=workers)
     done.write_text("written by coursekit instructor data jpeg\n")
-    print(f"lab 05's JPEG tree ({profile} profile) in {root}: " + json.dumps(info, default=str))
+    print(f"lab 05's JPEG tree ({profile} profile) in {root}: {info['images']:,} images, "
+          f"{info['bytes'] / 1e6:.1f} MB, written in {info['seconds']:.0f} s")
     return EXIT_OK
 
 
@@ -143,8 +147,9 @@ def data_jpeg(folder: Path, profile: str, workers: int) -> int:
 def job_prefix(explicit: str | None) -> str:
     prefix = explicit or course_setting("job_prefix")
     if not prefix:
-        raise ValueError(f"no job prefix: set job_prefix in {course_dir() / COURSE_CONFIG_FILE} "
-                         "(coursekit instructor setup --job-prefix) or give --prefix")
+        raise ValueError(f"no job prefix: {course_dir()} is not a course folder with a job_prefix. Run this from the "
+                         f"course folder (the one `coursekit instructor setup` wrote {COURSE_CONFIG_FILE} into), set "
+                         f"{COURSE_DIR_ENV} to it, or give --prefix")
     return prefix
 
 
@@ -154,8 +159,8 @@ def course_jobs(prefix: str, finished: bool) -> list[dict[str, str]]:
     if load_site().is_local:
         from coursekit.jobs.handle import list_jobs
 
-        rows = [{"job_id": j.job_id, "name": j.name, "user": os.environ.get("USER", ""), "state": j.state,
-                 "elapsed": "", "node_list": "local"} for j in list_jobs() if j.name.startswith(start)]
+        rows = [{"job_id": j.job_id, "name": j.name, "user": _folder_owner(j.folder), "state": j.state,
+                 "elapsed": _clock(j.elapsed), "node_list": "local"} for j in list_jobs() if j.name.startswith(start)]
         return [r for r in rows if finished or not _ended(r["state"])]
     rows = [r for r in slurm_cli.squeue(all_states=finished) if r["name"].startswith(start)]
     if finished and slurm_cli.accounting_enabled():
@@ -164,6 +169,22 @@ def course_jobs(prefix: str, finished: bool) -> list[dict[str, str]]:
         rows += [{**r, "user": ""} for r in slurm_cli.parse_sacct(text)
                  if r["name"].startswith(start) and r["job_id"] not in seen]
     return sorted(rows, key=lambda r: [int(p) if p.isdigit() else 0 for p in r["job_id"].split("_")])
+
+
+def _folder_owner(folder: Path) -> str:
+    """The Unix user who owns a local job's folder (who submitted it)."""
+    try:
+        return pwd.getpwuid(Path(folder).stat().st_uid).pw_name
+    except (OSError, KeyError):
+        return getpass.getuser()
+
+
+def _clock(seconds: float | None) -> str:
+    """Seconds as Slurm's elapsed time, ``H:MM:SS`` (empty before the job starts)."""
+    if seconds is None:
+        return ""
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes // 60}:{minutes % 60:02d}:{secs:02d}"
 
 
 def _ended(state: str) -> bool:
@@ -225,12 +246,17 @@ def gather_results(roots: list[Path], prefix: str | None) -> list[dict[str, Any]
     return rows
 
 
+def _cell(value: Any) -> Any:
+    """A CSV cell: floats to RESULT_DIGITS significant digits (0.8512, 1234.6), the rest as it is."""
+    return float(f"{value:.{RESULT_DIGITS}g}") if isinstance(value, float) else value
+
+
 def write_results(rows: list[dict[str, Any]], out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out, "w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, fieldnames=RESULT_FIELDS, extrasaction="ignore")
         writer.writeheader()
-        writer.writerows(rows)
+        writer.writerows({key: _cell(value) for key, value in row.items()} for row in rows)
 
 
 # ------------------------------------------------------------------------------------------ the CLI

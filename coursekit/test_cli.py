@@ -45,7 +45,27 @@ def test_doctor_local_site_is_all_well_without_slurm(course: Path, capsys: pytes
     monkeypatch.setenv("PATH", str(course))  # no Slurm command reachable: not needed for the local site
     assert cli.main(["doctor", "--site", "local"]) == 0
     out = capsys.readouterr().out
-    assert "✓ Python" in out and "Slurm not needed" in out and out.rstrip().endswith("all is well")
+    assert "✓ Python" in out and "Slurm not needed" in out and out.splitlines()[-1].startswith("all is well")
+    assert "! data folder" in out and "nothing staged" in out and "generated images" in out  # none staged here
+
+
+def test_doctor_lists_staged_data_and_fails_on_a_leaderboard_nobody_can_write(
+        course: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    batches = course / "data" / "cifar-10-batches-py"
+    batches.mkdir(parents=True)
+    (batches / "test_batch").write_bytes(b"")
+    board = course / "shared-race"
+    board.mkdir(mode=0o1777)
+    board.chmod(0o1777)
+    (course / "coursekit.toml").write_text(f'leaderboard = "{board}/leaderboard.jsonl"\n')
+    assert cli.main(["doctor", "--site", "local"]) == 0
+    out = capsys.readouterr().out
+    assert "✓ data folder" in out and "staged: CIFAR-10" in out
+    assert f"✓ lab 09's leaderboard {board}/leaderboard.jsonl" in out
+    (course / "coursekit.toml").write_text('leaderboard = "/proc/no-such-folder/leaderboard.jsonl"\n')
+    assert cli.main(["doctor", "--site", "local"]) == 1
+    out = capsys.readouterr().out
+    assert "✗ lab 09's leaderboard /proc/no-such-folder/leaderboard.jsonl" in out and "not writable" in out
 
 
 def test_doctor_unknown_site_fails_with_a_fix(course: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -4,6 +4,8 @@ against the CI Slurm: tests/integration/test_instructor_on_slurm.py)."""
 from __future__ import annotations
 
 import csv
+import getpass
+import re
 from pathlib import Path
 
 import pytest
@@ -92,6 +94,8 @@ def test_jobs_cancel_and_results_on_the_local_site(course: Path, capsys: pytest.
         assert cli.main(["instructor", "jobs"]) == 0
         out = capsys.readouterr().out
         assert "ck-ada-sleep" in out and "other-x" not in out
+        (line,) = [line.split() for line in out.splitlines() if "ck-ada-sleep" in line]
+        assert line[2] == getpass.getuser() and re.fullmatch(r"\d+:\d\d:\d\d", line[4]), line  # user, elapsed
         assert cli.main(["instructor", "cancel", "--course"]) == 0
         assert ours.job_id in capsys.readouterr().out
         assert ours.wait(END_S) == "CANCELLED" and not other.done()
@@ -104,19 +108,21 @@ def test_jobs_cancel_and_results_on_the_local_site(course: Path, capsys: pytest.
     for name, job_id, acc in (("ck-ada-bs", "11", 0.5), ("ck-bob-bs", "12", 0.75), ("x-eve-bs", "13", 0.9)):
         writer = MetricsWriter(course / "jobs" / name / job_id)
         writer.write("summary", status="completed", val_acc=acc, config={"model": "mlp", "batch_size": 64},
-                     total_time_s=1.0)
+                     total_time_s=1.0 / 3)
         writer.close()
     assert cli.main(["instructor", "results", "--out", str(course / "r.csv")]) == 0
     rows = list(csv.DictReader(open(course / "r.csv")))
     assert [(r["participant"], r["experiment"], r["val_acc"]) for r in rows] == [("ada", "bs", "0.5"),
                                                                                   ("bob", "bs", "0.75")]
+    assert {r["total_time_s"] for r in rows} == {"0.3333"}  # rounded, not 0.3333333333333333
     assert "2 participant(s)" in capsys.readouterr().out
 
 
 def test_jobs_without_a_prefix_say_how_to_set_one(course: Path, capsys: pytest.CaptureFixture) -> None:
     course.mkdir(parents=True)
     assert cli.main(["instructor", "jobs"]) == 1
-    assert "job_prefix" in capsys.readouterr().err
+    said = capsys.readouterr().err
+    assert "job_prefix" in said and "Run this from the course folder" in said and "--prefix" in said
 
 
 def test_slurm_branch_reads_every_users_jobs_by_prefix_and_cancels_only_the_active_ones(

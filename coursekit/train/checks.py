@@ -30,7 +30,8 @@ AT_LEAST_ZERO = ("workers", "grad_noise_batches", "weight_decay", "warmup_epochs
                  "trust_ratio_every")
 
 
-def _static_problems(cfg: TrainConfig) -> list[str]:
+def static_problems(cfg: TrainConfig) -> list[str]:
+    """Every problem of ``cfg`` found without a device, in words (``validate`` raises them)."""
     problems = [f"{name}={getattr(cfg, name)!r} is not allowed; use one of {', '.join(allowed)}"
                 for name, allowed in CHOICES.items() if getattr(cfg, name) not in allowed]
     problems += [f"{name}={getattr(cfg, name)} must be at least 1" for name in AT_LEAST_ONE
@@ -142,7 +143,7 @@ def validate(cfg: TrainConfig, ctx: Any = None) -> None:
     ``ctx`` is a :class:`coursekit.train.parallel.process_group.DistContext`; without it only device-free
     checks run.
     """
-    problems = _static_problems(cfg)
+    problems = static_problems(cfg)
     if ctx is not None and not problems:
         problem = precision_problem(cfg.precision, ctx.device)
         if problem:

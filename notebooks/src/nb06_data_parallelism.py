@@ -272,7 +272,7 @@ display(dp.rich(strong, note=f"measured here, {unit}"), dp.rich(weak, note=f"mea
 # **Two nodes.** On a cluster the same two processes can sit on two nodes (one task per node): the
 # all-reduce then crosses the network between them instead of staying inside one machine. In the gpu
 # profile the sweep's 8-GPU jobs span two nodes of 4 GPUs; in the cpu profile on Slurm one extra job
-# runs the weak-scaling configuration on 2 nodes (the CI's local cluster has two).
+# runs the weak-scaling configuration on 2 nodes (when the cluster has two).
 
 # %% tags=["nbval-ignore-output"]
 two_nodes = dp.two_node_options(site) if profile.is_cpu else None
@@ -291,15 +291,15 @@ else:
 # %% [markdown]
 # In the cpu profile these "GPUs" are processes sharing two cores: two processes do not get more
 # arithmetic, they only add the cost of talking to each other. What you see is **overhead, not
-# speed-up**. What data parallelism gives on real GPUs was recorded by the benchmark (`bench/ddp_gpu.py`,
-# ResNet-50 bf16, NCCL), on the machine named in the title; the JSC course reports, for comparison,
+# speed-up**. What data parallelism gives on real GPUs was recorded with ResNet-50 in bf16 over NCCL,
+# on the machine named in the title; the JSC course reports, for comparison,
 # 1 GPU 1 h 32 min → 4 GPUs 25 min → 8 GPUs on 2 nodes 14 min (efficiency ≈ 0.92 and 0.82).
 
 # %% tags=["nbval-ignore-output"]
 recording = labs.load_recording("ddp_gpu")
 recorded = dp.recorded_scaling_tables(recording) if recording else None
 if recorded is not None:
-    print(dp.describe_recording(recording, command=True))
+    print(dp.describe_recording(recording))
     display(dp.scaling_figure(*recorded, title=dp.describe_recording(recording) + " (not in this kernel)"))
     for table in (*recorded, dp.recorded_busbw_table(recording)):
         if table is not None:

@@ -147,7 +147,8 @@ def publish(name: str, source: str | os.PathLike, parts: dict[str, str | os.Path
 
 
 def describe(recording: dict[str, Any]) -> str:
-    """One line naming the machine, the software and the command that recorded the figures."""
+    """One line naming the machine, the software and the date of the figures (the command that recorded
+    them is in the benchmark's report, not in the lab)."""
     parts = [f"recorded on {recording.get('device', 'an unnamed GPU')}"]
     if recording.get("torch"):
         parts.append(f"torch {recording['torch']}")
@@ -155,10 +156,7 @@ def describe(recording: dict[str, Any]) -> str:
         parts.append(f"CUDA {recording['cuda']}")
     if recording.get("date"):
         parts.append(str(recording["date"])[:10])
-    line = ", ".join(parts)
-    if recording.get("command"):
-        line += f" by `{recording['command']}`"
-    return line
+    return ", ".join(parts)
 
 
 def _source(recording: dict[str, Any], part: str) -> dict[str, Any]:

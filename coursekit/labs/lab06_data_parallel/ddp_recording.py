@@ -12,8 +12,9 @@ from coursekit.labs.lab06_data_parallel.buckets import MB
 from coursekit.labs.lab06_data_parallel.scaling import _with_speedup
 
 
-def describe_recording(recording: dict[str, Any], command: bool = False) -> str:
-    """One line naming the machine, the software and the date (and ``command``: the command) of the figures."""
+def describe_recording(recording: dict[str, Any]) -> str:
+    """One line naming the machine, the software and the date of the figures (how they were made is in
+    the benchmark's report, not in the lab)."""
     machine = recording.get("machine") or {}
     gpus = machine.get("gpus")
     parts = [f"recorded on {f'{gpus} x ' if gpus else ''}{machine.get('device_name') or 'an unnamed machine'}"]
@@ -22,7 +23,7 @@ def describe_recording(recording: dict[str, Any], command: bool = False) -> str:
     if recording.get("date"):
         parts.append(str(recording["date"])[:10])
     line = ", ".join(parts)
-    return line + (f" by `{recording['command']}`" if command and recording.get("command") else "")
+    return line
 
 
 def recorded_scaling_table(recording: dict[str, Any]) -> ResultsTable | None:

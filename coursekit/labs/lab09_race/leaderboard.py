@@ -7,7 +7,10 @@ registry, ``coursekit/jobs/registry.py``). No network service, no keys: the path
 ``<course>/race/leaderboard.jsonl``.
 
 ``entries(...)`` groups the runs by participant and submission: time-to-target mean ± std over the seeds,
-and the marks of the verification (``verify.py``): an entry is ranked only when it has no mark.
+and the marks of the verification (``verify.py``): an entry is ranked only when it has no mark. A seed run
+again under the same submission replaces its earlier run (the latest counts): re-running a notebook, or a
+second attempt under the same name, never piles runs onto one entry. ``entry_name(config)`` names a
+submission after its settings, so a changed configuration is a new entry and the same one replaces itself.
 """
 
 from __future__ import annotations
@@ -19,13 +22,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from coursekit.course import course_path
+from coursekit.course import DEFAULT_LEADERBOARD, LEADERBOARD_SETTING, course_path
 from coursekit.jobs.registry import append_line
-from coursekit.labs.kit.participant import choose_pseudonym
+from coursekit.labs.kit.participant import check_pseudonym
+from coursekit.train.config import TrainConfig
+from coursekit.train.target import config_hash
 
-LEADERBOARD_SETTING = "leaderboard"
-DEFAULT_LEADERBOARD = "race/leaderboard.jsonl"
 BASELINE = "baseline"  # the submission name of the instructor's baseline
+ENTRY_HASH_CHARS = 8  # of the config hash, in an entry's name
 # the summary fields a run keeps on the leaderboard
 RUN_FIELDS = ("status", "target_acc", "target_reached", "time_to_target_s", "steps_to_target", "epochs_to_target",
               "val_acc_at_target", "seed", "config_hash", "code_hash", "val_samples", "val_hash", "torch_version",
@@ -71,7 +75,7 @@ def run_record(participant: str, submission: str, summary: dict[str, Any], job_i
                round_: int = 1) -> dict[str, Any]:
     """The leaderboard line of one finished run (its summary's verifiable fields)."""
     if participant != BASELINE:
-        choose_pseudonym(participant)
+        check_pseudonym(participant, what="participant")
     if not submission:
         raise ValueError("submission is empty: name it (e.g. 'bs512-bf16')")
     if not summary:
@@ -95,17 +99,54 @@ def post_runs(participant: str, submission: str, rows: Any, path: Path | None = 
     return posted
 
 
+def entry_name(config: TrainConfig | dict[str, Any], prefix: str = "tuned") -> str:
+    """``tuned-<config hash>``: the same settings (any seed) give the same name, other settings another."""
+    values = config.to_dict() if isinstance(config, TrainConfig) else dict(config)
+    return f"{prefix}-{config_hash(values)[:ENTRY_HASH_CHARS]}"
+
+
+def failures(rows: Any, lines: int = 3) -> list[str]:
+    """Why each run of a submission that left no summary failed: its state and its own last error lines."""
+    from coursekit.jobs.handle import get_job
+
+    found = []
+    for row in rows:
+        if row.get("summary"):
+            continue
+        job_id, state = row.get("job_id"), row.get("state") or "?"
+        try:
+            said = get_job(job_id).tail(lines, "err").strip() if job_id else ""
+        except (LookupError, OSError, ValueError):
+            said = ""
+        seed = getattr(row.get("config"), "seed", row.get("seed"))
+        found.append(f"seed {seed} (job {job_id}) {state}: " + (said.replace("\n", " | ") or "no error output"))
+    return found
+
+
+def post_entry(participant: str, submission: str, rows: Any, path: Path | None = None, round_: int = 1) -> int:
+    """Post a submission's finished runs and print what happened: how many were posted and, for each run
+    that failed, why (its job's last error lines). Returns how many runs were posted."""
+    posted = post_runs(participant, submission, rows, path, round_)
+    print(f"{participant}/{submission}: posted {posted} run(s)")
+    for line in failures(rows):
+        print(f"  FAILED {line}")
+    return posted
+
+
 def has_baseline(path: Path | None = None, round_: int = 1) -> bool:
     """Has the baseline of this round been posted (by the instructor, on the room's hardware)?"""
     return any(r["participant"] == BASELINE and int(r.get("round") or 1) == round_ for r in read_runs(path))
 
 
 def group_runs(runs: list[dict[str, Any]]) -> dict[tuple[str, str, int], list[dict[str, Any]]]:
-    """Runs by (participant, submission, round), in posting order."""
-    groups: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
+    """Runs by (participant, submission, round), in posting order; a seed posted again replaces its
+    earlier run (the latest counts)."""
+    latest: dict[tuple[str, str, int], dict[Any, dict[str, Any]]] = {}
     for run in runs:
-        groups.setdefault((run["participant"], run["submission"], int(run.get("round") or 1)), []).append(run)
-    return groups
+        seeds = latest.setdefault((run["participant"], run["submission"], int(run.get("round") or 1)), {})
+        seeds.pop(run.get("seed"), None)  # re-inserted last: the group keeps posting order
+        seeds[run.get("seed")] = run
+    return {key: list(seeds.values()) for key, seeds in latest.items()}
 
 
 def mean_std(values: list[float]) -> tuple[float | None, float | None]:

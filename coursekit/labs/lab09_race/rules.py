@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from coursekit.train.checks import static_problems
 from coursekit.train.config import TrainConfig
 
 DEFAULT_SEEDS = 3
@@ -63,7 +64,8 @@ class Rules:
 
     def problems(self, config: dict[str, Any] | TrainConfig, num_parameters: int | None = None,
                  gpus: int | None = None) -> list[str]:
-        """Every rule ``config`` breaks, in words (empty: it keeps them all)."""
+        """Every rule ``config`` breaks and, for a TrainConfig, everything the engine would refuse in it
+        (the run would fail), in words (empty: it keeps them all and can run)."""
         values = config.to_dict() if isinstance(config, TrainConfig) else dict(config)
         base = self.baseline.to_dict()
         found = [f"{name} = {values.get(name)!r}, the race fixes it to {base[name]!r}"
@@ -77,6 +79,8 @@ class Rules:
             found.append(f"{num_parameters:,} parameters, over the budget of {self.max_parameters:,}")
         if gpus is not None and gpus > self.max_gpus:
             found.append(f"{gpus} GPUs, over the limit of {self.max_gpus}")
+        if isinstance(config, TrainConfig):
+            found += [f"the engine refuses it: {problem}" for problem in static_problems(config)]
         return found
 
     def text(self) -> str:
