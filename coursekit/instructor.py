@@ -334,7 +334,7 @@ def add_parser(commands: Any) -> None:
 
     r = sub.add_parser("results", help="each participant's finished runs in one CSV table")
     r.add_argument("--out", type=Path, help=f"CSV file (default COURSE/{DEFAULT_RESULTS})")
-    r.add_argument("--jobs-dir", action="append", default=[], help="job folders to read (repeatable; default "
-                   "the course's); e.g. each participant's <course>/jobs")
+    r.add_argument("--jobs-dir", action="extend", nargs="+", default=[],
+                   help="job folders to read, one or more (default the course's): e.g. /home/*/dl-course/jobs")
     r.add_argument("--prefix", help="only jobs with this prefix (default: the course's job_prefix)")
     r.set_defaults(handler=cmd_results)
