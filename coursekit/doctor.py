@@ -35,7 +35,8 @@ SLURM_COMMANDS = ("sbatch", "srun", "squeue", "sacct", "scancel", "sinfo", "scon
 SYMBOLS = {"ok": "✓", "warn": "!", "fail": "✗"}
 ASCII_SYMBOLS = {"ok": "OK", "warn": "!!", "fail": "XX"}
 # what `coursekit instructor data` stages, by the file that proves it is there (under the data folder)
-STAGED_DATA = (("CIFAR-10", "cifar-10-batches-py/test_batch"), ("lab 05's JPEG tree", "jpeg-*/.complete"))
+STAGED_DATA = (("CIFAR-10", "cifar-10-batches-py/test_batch"), ("Fashion-MNIST", "fashion-mnist/train-images-idx3-ubyte*"),
+               ("lab 05's JPEG tree", "jpeg-*/.complete"))
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,8 @@ def check_data() -> Check:
     if not staged:
         return Check("warn", f"data folder {folder}: nothing staged",
                      "the labs will train on generated images: a smoke test, not evidence about accuracy",
-                     f"coursekit instructor data cifar10 --dir {folder} (and: data jpeg --dir {folder})")
+                     f"coursekit instructor data cifar10 --dir {folder} (and: data jpeg --dir {folder}; "
+                     f"offline: data fashion-mnist --dir {folder})")
     return Check("ok", f"data folder {folder}", "staged: " + ", ".join(staged))
 
 

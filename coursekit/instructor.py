@@ -3,6 +3,7 @@
     coursekit instructor setup COURSE_DIR [--site S] [--account A] [--data-dir D] [--leaderboard F] [--job-prefix P]
     coursekit instructor data cifar10 --dir D      download + verify CIFAR-10 once for everyone (login node)
     coursekit instructor data jpeg --dir D         lab 05's synthetic JPEG tree, written once in a shared folder
+    coursekit instructor data fashion-mnist --dir D  copy + verify Debian's Fashion-MNIST (no internet needed)
     coursekit instructor jobs [--all]              every participant's jobs of this course (by its job prefix)
     coursekit instructor cancel --course           cancel every active job of this course
     coursekit instructor results [--out F.csv]     each participant's lab results in one CSV table
@@ -81,7 +82,7 @@ def setup(folder: Path, site: str, account: str | None, data_dir: str | None, le
     print(f"wrote {config}")
     print(f"participants' notebooks (no solutions): {len(reports)} files in {folder / PARTICIPANT_NOTEBOOKS}")
     print(f"data folder: {data} (stage it: coursekit instructor data cifar10 --dir {data}; "
-          f"coursekit instructor data jpeg --dir {data})")
+          f"coursekit instructor data jpeg --dir {data}; offline: coursekit instructor data fashion-mnist --dir {data})")
     print(f"leaderboard: {board} (participants need write access to its folder)")
     if not doctor:
         return EXIT_OK
@@ -119,6 +120,19 @@ def verify_cifar10(folder: Path) -> list[str]:
     base = Path(folder) / CIFAR10.base_folder
     return [f"{base / name}: missing or corrupt (MD5 differs)" for name, md5 in CIFAR10.train_list + CIFAR10.test_list
             if not check_integrity(str(base / name), md5)]
+
+
+def data_fashion_mnist(folder: Path, source: Path | None = None) -> int:
+    """Copy Debian's Fashion-MNIST (package dataset-fashion-mnist, or ``source``) to ``folder/fashion-mnist/``,
+    each file verified by the MD5 of its uncompressed bytes; intact files already there are kept."""
+    from coursekit.train.data import fashion_mnist
+
+    staged = fashion_mnist.stage(folder, source)
+    what = (f"copied {len(staged.copied)} of its 4 files from {staged.source}" if staged.copied
+            else "already staged, its 4 files intact")
+    print(f"Fashion-MNIST in {staged.folder}: {what} ({staged.bytes / 1e6:.1f} MB, MD5s verified); "
+          f"train with --dataset fashion-mnist --data-dir {Path(folder).expanduser()}")
+    return EXIT_OK
 
 
 def data_jpeg(folder: Path, profile: str, workers: int) -> int:
@@ -270,6 +284,8 @@ def cmd_setup(args: argparse.Namespace) -> int:
 def cmd_data(args: argparse.Namespace) -> int:
     if args.dataset == "cifar10":
         return data_cifar10(args.dir)
+    if args.dataset == "fashion-mnist":
+        return data_fashion_mnist(args.dir, args.source)
     return data_jpeg(args.dir, args.profile, args.workers)
 
 
@@ -316,10 +332,13 @@ def add_parser(commands: Any) -> None:
     s.set_defaults(handler=cmd_setup)
 
     d = sub.add_parser("data", help="stage a dataset once in a shared folder")
-    d.add_argument("dataset", choices=("cifar10", "jpeg"), help="cifar10: download + verify; jpeg: lab 05's tree")
+    d.add_argument("dataset", choices=("cifar10", "fashion-mnist", "jpeg"),
+                   help="cifar10: download + verify; fashion-mnist: copy + verify Debian's files; jpeg: lab 05's tree")
     d.add_argument("--dir", type=Path, required=True, help="the shared data folder (the course's data_dir)")
     d.add_argument("--profile", choices=("cpu", "gpu"), default="gpu", help="jpeg: whose size (default gpu)")
     d.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) // 2), help="jpeg: writer processes")
+    d.add_argument("--source", type=Path, help="fashion-mnist: the folder holding its four files (default Debian's "
+                   "/usr/share/datasets/fashion-mnist)")
     d.set_defaults(handler=cmd_data)
 
     j = sub.add_parser("jobs", help="every participant's jobs of this course (active; --all: finished too)")

@@ -61,6 +61,9 @@ def test_doctor_lists_staged_data_and_fails_on_a_leaderboard_nobody_can_write(
     assert cli.main(["doctor", "--site", "local"]) == 0
     out = capsys.readouterr().out
     assert "✓ data folder" in out and "staged: CIFAR-10" in out
+    (course / "data" / "fashion-mnist").mkdir()
+    (course / "data" / "fashion-mnist" / "train-images-idx3-ubyte.gz").write_bytes(b"")
+    assert doctor.check_data().detail == "staged: CIFAR-10, Fashion-MNIST"
     assert f"✓ lab 09's leaderboard {board}/leaderboard.jsonl" in out
     (course / "coursekit.toml").write_text('leaderboard = "/proc/no-such-folder/leaderboard.jsonl"\n')
     assert cli.main(["doctor", "--site", "local"]) == 1

@@ -155,3 +155,29 @@ def test_course_toml_keeps_paths_with_quotes_and_backslashes() -> None:
     text = instructor.course_toml("local", 'ab"c', 'C:\\data "shared"', "/race/board.jsonl", "dl9", None)
     parsed = tomllib.loads(text)
     assert parsed["data_dir"] == 'C:\\data "shared"' and parsed["site_defaults"]["account"] == 'ab"c'
+
+
+def test_data_fashion_mnist_stages_debians_files_verified_where_the_engine_and_doctor_find_them(
+        course: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from coursekit.doctor import check_data
+    from coursekit.train.data import fashion_mnist
+
+    shared = tmp_path / "shared"
+    assert cli.main(["instructor", "data", "fashion-mnist", "--dir", str(shared)]) == 0  # fails without the package
+    out = capsys.readouterr().out
+    folder = shared / fashion_mnist.FOLDER
+    assert sorted(p.name for p in folder.iterdir()) == sorted(f"{name}.gz" for name in fashion_mnist.FILES)
+    assert f"Fashion-MNIST in {folder}: copied 4 of its 4 files" in out and "MD5s verified" in out
+    assert "{" not in out and len(out.strip().splitlines()) == 1  # one plain line, no raw dict
+    assert fashion_mnist.data_folder(shared) == folder and fashion_mnist.verify_folder(folder) == []
+    broken = folder / "t10k-labels-idx1-ubyte.gz"
+    broken.write_bytes(b"not gzip")
+    assert cli.main(["instructor", "data", "fashion-mnist", "--dir", str(shared)]) == 0  # replaces only that file
+    assert "copied 1 of its 4 files" in capsys.readouterr().out and fashion_mnist.verify_folder(folder) == []
+    assert cli.main(["instructor", "data", "fashion-mnist", "--dir", str(shared)]) == 0
+    assert "already staged" in capsys.readouterr().out
+    assert cli.main(["instructor", "setup", str(course), "--data-dir", str(shared), "--no-doctor"]) == 0
+    assert check_data().status == "ok" and "Fashion-MNIST" in check_data().detail
+    code = cli.main(["instructor", "data", "fashion-mnist", "--dir", str(tmp_path / "x"),
+                     "--source", str(tmp_path / "no-package")])
+    assert code == 1 and "apt-get install -y dataset-fashion-mnist" in capsys.readouterr().err

@@ -18,8 +18,9 @@ from coursekit.train.parallel import parallel_problems
 from coursekit.train.precision import precision_problem
 
 IMAGE_MODELS = ("resnet18", "resnet34", "resnet50", "wide_resnet")
-IMAGE_DATASETS = ("synthetic", "generated", "jpeg_folder", "cifar10", "imagefolder")
+IMAGE_DATASETS = ("synthetic", "generated", "jpeg_folder", "cifar10", "fashion-mnist", "imagefolder")
 DATA_DIR_DATASETS = ("jpeg_folder", "cifar10", "imagefolder")
+OPTIONAL_DATA_DIR_DATASETS = ("fashion-mnist",)  # without --data-dir: Debian's copy (/usr/share/datasets)
 JPEG_DATASETS = ("jpeg_folder", "imagefolder")
 REGRESSION_MODELS = ("linear", "mlp")
 AT_LEAST_ONE = ("batch_size", "epochs", "steps", "test_steps", "accumulation_steps", "checkpoint_every",
@@ -86,6 +87,9 @@ def static_problems(cfg: TrainConfig) -> list[str]:
         if not Path(cfg.data_dir).is_dir():
             problems.append(f"data_dir={cfg.data_dir!r} does not exist"
                             + (" (add --download on a node with internet)" if cfg.dataset == "cifar10" else ""))
+    if cfg.dataset in OPTIONAL_DATA_DIR_DATASETS and cfg.data_dir and not Path(cfg.data_dir).expanduser().is_dir():
+        problems.append(f"data_dir={cfg.data_dir!r} does not exist (leave --data-dir out to read Debian's "
+                        f"/usr/share/datasets/{cfg.dataset})")
     if cfg.gpu_resident and cfg.dataset != "synthetic":
         problems.append(f"gpu_resident applies to dataset 'synthetic' only, not {cfg.dataset!r}")
     if cfg.gpu_decode and cfg.dataset not in JPEG_DATASETS:

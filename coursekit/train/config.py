@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any, get_args, get_origin
 
 MODELS = ("linear", "mlp", "mlp_bn", "resnet18", "resnet34", "resnet50", "wide_resnet", "pointnet", "gpt")
-DATASETS = ("synthetic", "generated", "line", "jpeg_folder", "cifar10", "imagefolder", "pointclouds", "tokens")
+DATASETS = ("synthetic", "generated", "line", "jpeg_folder", "cifar10", "fashion-mnist", "imagefolder", "pointclouds",
+            "tokens")
 OPTIMIZERS = ("sgd", "adamw", "lars", "lamb")
 LR_SCALINGS = ("none", "linear", "sqrt")
 SCHEDULES = ("constant", "step", "cosine", "onecycle")
@@ -46,10 +47,12 @@ class TrainConfig:
     # model and data
     model: str = field(default="mlp", metadata={"help": f"one of {', '.join(MODELS)}"})
     dataset: str = field(default="generated", metadata={"help": f"one of {', '.join(DATASETS)}"})
-    data_dir: str | None = field(default=None, metadata={"help": "dataset folder (cifar10, imagefolder, jpeg_folder)"})
+    data_dir: str | None = field(default=None, metadata={
+        "help": "dataset folder (cifar10, imagefolder, jpeg_folder; fashion-mnist: default Debian's "
+                "/usr/share/datasets/fashion-mnist)"})
     download: bool = field(default=False, metadata={"help": "download CIFAR-10 into data_dir (login node only)"})
     gpu_resident: bool = field(default=False, metadata={"help": "keep synthetic data on the GPU"})
-    num_samples: int | None = field(default=None, metadata={"help": "size of a generated dataset; cifar10: the first N training images"})
+    num_samples: int | None = field(default=None, metadata={"help": "size of a generated dataset; cifar10, fashion-mnist: the first N training images"})
     val_fraction: float = field(default=0.2, metadata={"help": "share of a generated dataset kept for validation"})
     num_classes: int = field(default=10, metadata={"help": "classes of a generated dataset"})
     image_size: int = field(default=32, metadata={"help": "image side in pixels"})

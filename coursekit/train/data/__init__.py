@@ -11,6 +11,8 @@
 - ``jpeg_folder`` / ``imagefolder``: an ImageFolder at ``data_dir`` (``train/`` + ``val/`` inside, or
   the classes directly), decoded by PIL in the workers or, with ``--gpu-decode``, by nvjpeg;
 - ``cifar10``: torchvision's CIFAR-10 under ``data_dir`` (downloaded only with ``--download``);
+- ``fashion-mnist``: Fashion-MNIST's IDX files from ``data_dir`` (or Debian's ``/usr/share/datasets/fashion-mnist``),
+  made CIFAR-10-shaped, with CIFAR-10's augmentation on tensors (``fashion_mnist.py``): real images, no download;
 - ``pointclouds``: generated tree point clouds with species classes (``pointclouds.py``);
 - ``tokens``: ``num_samples`` (2048) token sequences of ``seq_len`` over ``vocab_size`` tokens whose next
   token follows a hidden seeded rule (``make_tokens``): a language-model task the ``gpt`` learns in a
@@ -36,7 +38,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset, TensorDataset
 
 from coursekit.train.config import DATASETS
-from coursekit.train.data import jpeg
+from coursekit.train.data import fashion_mnist, jpeg
 from coursekit.train.data.pointclouds import DEFAULT_CLOUDS, POINTS_PER_CLOUD, make_point_clouds
 
 SYNTHETIC_STEPS_PER_EPOCH = 100  # default synthetic length: this many global batches
@@ -329,6 +331,13 @@ def _cifar10(cfg: Any, ctx: RankInfo) -> DataBundle:
     return _bundle(train, val, cfg, ctx, CIFAR10_CLASSES, (3, cfg.image_size, cfg.image_size))
 
 
+
+def _fashion_mnist(cfg: Any, ctx: RankInfo) -> DataBundle:
+    """Fashion-MNIST: the first ``num_samples`` training images (all 60,000 without it), the 10,000 test images
+    as the validation set; ``(3, image_size, image_size)`` samples like CIFAR-10's."""
+    data = fashion_mnist.load(cfg.data_dir, cfg.image_size, cfg.num_samples)
+    return _bundle(data.train, data.val, cfg, ctx, fashion_mnist.NUM_CLASSES, (3, cfg.image_size, cfg.image_size))
+
 def _image_folder(cfg: Any, ctx: RankInfo) -> DataBundle:
     root = _require_dir(cfg, "an ImageFolder: train/ and val/ with one sub-folder per class")
     train_dir, val_dir = jpeg.split_folders(root)
@@ -360,7 +369,8 @@ def _image_folder(cfg: Any, ctx: RankInfo) -> DataBundle:
 
 
 BUILDERS = {"synthetic": _synthetic, "generated": _generated, "line": _line, "jpeg_folder": _image_folder,
-            "imagefolder": _image_folder, "cifar10": _cifar10, "pointclouds": _pointclouds, "tokens": _tokens}
+            "imagefolder": _image_folder, "cifar10": _cifar10, "fashion-mnist": _fashion_mnist,
+            "pointclouds": _pointclouds, "tokens": _tokens}
 
 
 def build_data(cfg: Any, ctx: RankInfo) -> DataBundle:
