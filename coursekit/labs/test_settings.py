@@ -75,8 +75,10 @@ def test_gpu_workloads_are_workshop_sized():
 @pytest.mark.parametrize("lab, names", [("00", ["first_job", "long_job"]), ("02", ["base"]), ("04", ["base"])])
 def test_cifar10_absent_means_one_notice_and_the_standin(lab, names, tmp_path, monkeypatch):
     from coursekit.labs.kit.datasets import STANDIN_MARK
+    from coursekit.train.data import fashion_mnist
 
     monkeypatch.setenv("COURSEKIT_DATA_DIR", str(tmp_path))
+    monkeypatch.setattr(fashion_mnist, "DEBIAN_DIR", tmp_path / "no-debian-copy")  # no real data at all
     s = lab_settings(lab, "gpu")
     assert repr(s).splitlines()[1].startswith(STANDIN_MARK) and repr(s).count(STANDIN_MARK) == 1
     assert all(s[name].dataset == "generated" and s[name].num_classes == 10 for name in names)

@@ -1,15 +1,21 @@
-"""CIFAR-10 for the gpu profile: is it staged, how to stage it, and the stand-in where it is not.
+"""The real data of the gpu profile: CIFAR-10 when staged, else Fashion-MNIST, else a generated stand-in.
 
-Labs 00, 02 and 04 train on CIFAR-10 in the gpu profile. The instructor stages it once, on a node with
-internet access (compute nodes usually have none)::
+Labs 00, 02, 04, 07 and 09 train on CIFAR-10 in the gpu profile. The instructor stages it once, on a node
+with internet access (compute nodes usually have none)::
 
     python -m coursekit.labs.kit.datasets --stage --data-dir /shared/course/data
 
 and points the course at it (``COURSEKIT_DATA_DIR`` or ``<course>/data``). Where it is absent, the lab's
-settings say so once, at the start, with that command, and use the **generated stand-in** instead: a
-learnable image set of CIFAR-10's shape (10 classes, 32 x 32, 50,000 + 10,000 images) made by the
-engine (``--dataset generated``), so that a dry run of the notebooks still passes. Its accuracies are
-not CIFAR-10's: the settings print ``DATASET STAND-IN`` so that nobody mistakes one for the other.
+settings say so once, at the start, and use the next data set that is there (``real_or_standin``):
+
+1. **Fashion-MNIST** (``coursekit instructor data fashion-mnist --dir D``, or Debian's
+   ``dataset-fashion-mnist`` package): 60,000 + 10,000 real images of clothes, 10 classes, padded to
+   CIFAR-10's 32 x 32. Real data that does not saturate (a ResNet-18 reaches about 0.95): the labs' claims
+   about accuracy are evidence on it, about Fashion-MNIST (``REAL DATA: FASHION-MNIST``);
+2. the **generated stand-in**: a learnable image set of CIFAR-10's shape (10 classes, 32 x 32, 50,000 +
+   10,000 images) made by the engine (``--dataset generated``). A ResNet separates it perfectly, so the
+   run is a smoke test of the code, not evidence about accuracy: the settings print ``DATASET STAND-IN``
+   and say so.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ CIFAR10_FOLDER = "cifar-10-batches-py"  # what torchvision's CIFAR10 reads under
 CIFAR10_TRAIN, CIFAR10_TEST = 50_000, 10_000
 CIFAR10_CLASSES, CIFAR10_SIZE = 10, 32
 STANDIN_MARK = "DATASET STAND-IN"
+FASHION_MARK = "REAL DATA: FASHION-MNIST"
 STAGE_COMMAND = "python -m coursekit.labs.kit.datasets --stage --data-dir {data_dir}"
 
 
@@ -47,21 +54,58 @@ def standin_config(config: Any) -> Any:
 
 
 def standin_notice(folder: str | Path, train_images: int = CIFAR10_TRAIN) -> str:
-    """The one message a lab prints when CIFAR-10 is absent."""
-    return (f"{STANDIN_MARK}: CIFAR-10 is not in {folder} (no {CIFAR10_FOLDER}/ there), so this lab trains on "
-            f"the generated stand-in (10 classes, 32 x 32, {train_images:,} + {CIFAR10_TEST:,} images): the code "
-            f"and the claims are the same, the accuracies are not CIFAR-10's.\n"
-            f"    To use CIFAR-10, stage it once on a node with internet access: {stage_command(folder)}\n"
-            f"    (or set ${DATA_DIR_ENV} to the folder that holds {CIFAR10_FOLDER}/), then restart the kernel.")
+    """The one message a lab prints when neither CIFAR-10 nor Fashion-MNIST is there."""
+    return (f"{STANDIN_MARK}: neither CIFAR-10 nor Fashion-MNIST is in {folder}, so this lab trains on the "
+            f"generated stand-in (10 classes, 32 x 32, {train_images:,} + {CIFAR10_TEST:,} images). A ResNet "
+            "separates it perfectly: this run is a smoke test of the code, NOT evidence about accuracy, and the "
+            "claims about accuracy are reported, not checked.\n"
+            f"    Real data: coursekit instructor data fashion-mnist --dir {folder} (no internet needed), or\n"
+            f"    CIFAR-10 once on a node with internet access: {stage_command(folder)}; then restart the kernel.")
 
 
-def cifar10_or_standin(config: Any, folder: str | Path | None = None) -> tuple[Any, str | None]:
+def fashion_notice(folder: Path, train_images: int) -> str:
+    """The one message a lab prints when it trains on Fashion-MNIST instead of CIFAR-10."""
+    return (f"{FASHION_MARK}: CIFAR-10 is not staged, so this lab trains on Fashion-MNIST from {folder} "
+            f"({train_images:,} + {CIFAR10_TEST:,} real 28 x 28 images of clothes, 10 classes, padded to 32 x 32). "
+            "Its accuracies are Fashion-MNIST's, not CIFAR-10's (a ResNet-18 reaches about 0.95 on it).")
+
+
+def fashion_mnist_folder(folder: str | Path) -> Path | None:
+    """Where Fashion-MNIST's files are: ``folder/fashion-mnist``, ``folder``, else Debian's; None if nowhere."""
+    from coursekit.train.data import fashion_mnist
+
+    for candidate in (Path(folder).expanduser() / fashion_mnist.FOLDER, Path(folder).expanduser(),
+                      fashion_mnist.DEBIAN_DIR):
+        if all(fashion_mnist.file_path(candidate, name) is not None for name in fashion_mnist.FILES):
+            return candidate
+    return None
+
+
+def fashion_config(config: Any, folder: Path) -> Any:
+    """``config`` (a cifar10 TrainConfig) on Fashion-MNIST in ``folder``, with the same number of training images."""
+    return config.replace(dataset="fashion-mnist", data_dir=str(folder), download=False,
+                          num_classes=CIFAR10_CLASSES, image_size=CIFAR10_SIZE)
+
+
+def real_or_standin(config: Any, folder: str | Path | None = None) -> tuple[Any, str | None]:
     """``(config, None)`` when CIFAR-10 is staged in ``folder`` (default: ``config.data_dir``); else the
-    stand-in configuration and the notice to print."""
+    configuration on Fashion-MNIST when it is there, else on the generated stand-in, with the notice to print."""
     where = folder or config.data_dir or data_dir()
     if cifar10_present(where):
         return config, None
+    fashion = fashion_mnist_folder(where)
+    if fashion is not None:
+        return fashion_config(config, fashion), fashion_notice(fashion, config.num_samples or 60_000)
     return standin_config(config), standin_notice(where, config.num_samples or CIFAR10_TRAIN)
+
+
+def on_standin(config: Any) -> bool:
+    """Is ``config`` the generated stand-in of a real data set (so its accuracies are not evidence)?"""
+    return getattr(config, "dataset", None) == "generated" and config.num_classes == CIFAR10_CLASSES \
+        and config.image_size == CIFAR10_SIZE
+
+
+cifar10_or_standin = real_or_standin  # the name the benchmarks use
 
 
 def stage_cifar10(folder: str | Path) -> Path:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from coursekit.labs.kit.datasets import cifar10_or_standin
+from coursekit.labs.kit.datasets import real_or_standin
 from coursekit.train.config import TrainConfig
 
 QUIET = {"progress": "off"}
@@ -41,11 +41,11 @@ def workshop_budget(jobs: dict[str, tuple[int, float]]) -> dict[str, Any]:
 
 
 def on_cifar10(values: dict[str, Any], *names: str) -> dict[str, Any]:
-    """Put the named cifar10 configurations on the generated stand-in where CIFAR-10 is not staged; the
-    notice goes into the settings (printed first)."""
+    """Put the named cifar10 configurations on Fashion-MNIST, else on the generated stand-in, where CIFAR-10
+    is not staged; the notice goes into the settings (printed first)."""
     notice = None
     for name in names:
-        values[name], notice = cifar10_or_standin(values[name])
+        values[name], notice = real_or_standin(values[name])
     values["dataset_notice"] = notice
     return values
 

@@ -1,18 +1,43 @@
+import pytest
+
 from coursekit.labs.kit import datasets
 from coursekit.train.config import TrainConfig
+from coursekit.train.data import fashion_mnist
 
 
-def test_standin_when_cifar10_is_absent(tmp_path):
+@pytest.fixture()
+def no_debian_copy(tmp_path, monkeypatch):
+    """A machine without Debian's Fashion-MNIST: only what the data folder holds counts."""
+    monkeypatch.setattr(fashion_mnist, "DEBIAN_DIR", tmp_path / "no-debian-copy")
+
+
+def test_standin_when_no_real_data_is_there(tmp_path, no_debian_copy):
     config = TrainConfig(model="resnet18", dataset="cifar10", data_dir=str(tmp_path), batch_size=256)
     chosen, notice = datasets.cifar10_or_standin(config)
     assert chosen.dataset == "generated" and chosen.data_dir is None
     assert (chosen.num_classes, chosen.image_size, chosen.num_samples) == (10, 32, 60_000)
     assert round(chosen.num_samples * (1 - chosen.val_fraction)) == 50_000 and chosen.batch_size == 256
     assert notice.startswith(datasets.STANDIN_MARK) and f"--data-dir {tmp_path}" in notice
+    assert "smoke test" in notice and "NOT evidence" in notice and "fashion-mnist --dir" in notice
+    assert datasets.on_standin(chosen) and not datasets.on_standin(config)
+
+
+def test_fashion_mnist_before_the_standin_when_cifar10_is_absent(tmp_path):
+    """Debian's dataset-fashion-mnist is installed here (CI installs it): it is the real data the labs use."""
+    config = TrainConfig(model="resnet18", dataset="cifar10", data_dir=str(tmp_path), num_samples=10_000)
+    chosen, notice = datasets.real_or_standin(config)
+    assert chosen.dataset == "fashion-mnist" and chosen.data_dir == str(fashion_mnist.DEBIAN_DIR)
+    assert (chosen.num_classes, chosen.image_size, chosen.num_samples) == (10, 32, 10_000)
+    assert notice.startswith(datasets.FASHION_MARK) and not datasets.on_standin(chosen)
+    staged = tmp_path / fashion_mnist.FOLDER
+    staged.mkdir()
+    for name in fashion_mnist.FILES:
+        (staged / f"{name}.gz").symlink_to(fashion_mnist.file_path(fashion_mnist.DEBIAN_DIR, name))
+    assert datasets.real_or_standin(config)[0].data_dir == str(staged)  # the course's copy first
 
 
 
-def test_standin_keeps_a_subsets_size(tmp_path):
+def test_standin_keeps_a_subsets_size(tmp_path, no_debian_copy):
     config = TrainConfig(model="resnet18", dataset="cifar10", data_dir=str(tmp_path), num_samples=10_000)
     chosen, _ = datasets.cifar10_or_standin(config)
     assert round(chosen.num_samples * (1 - chosen.val_fraction)) == 10_000
