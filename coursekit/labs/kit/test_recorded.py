@@ -88,7 +88,8 @@ def test_publish_merges_the_named_parts_and_logs(tmp_path):
                           "--out", str(out)]) == 0
     data = recorded.load_recording("gpu_ladder", out)
     table = recorded.jpeg_table(data)
-    assert table.column("img_s") == [3000.0, 9000.0] and "bench --only jpeg" in table.title
+    assert table.column("img_s") == [3000.0, 9000.0] and "(recorded on H100, " in table.title  # the part's own machine
+    assert "bench --only jpeg" not in table.title  # machine, versions and date; the command is in the report
     assert data["sources"]["ladder"]["command"] == RECORDING["command"] and data["logs"] == {"node": "NCCL INFO hello\n"}
     with pytest.raises(ValueError, match="has no 'batch_sweep'"):
         recorded.publish("gpu_ladder", ladder, parts={"batch_sweep": part}, out=out)
