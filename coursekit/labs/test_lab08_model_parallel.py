@@ -5,6 +5,7 @@ notebook runs them as jobs.)"""
 import importlib.util
 import json
 import math
+import shlex
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,9 @@ import torch
 from coursekit.labs import lab08_model_parallel as mp
 from coursekit.labs import lab_settings
 from coursekit.labs.kit import recorded
-from coursekit.train.config import TrainConfig
+from coursekit.metrics import read_metrics, summary
+from coursekit.train.config import TrainConfig, parse_args
+from coursekit.train.sweep import run_folder, split_groups
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
@@ -30,6 +33,80 @@ def test_data_parallel_strategies_split_the_global_batch_and_the_others_keep_it(
     one_f = mp.strategy_config(b, "1f1b", "/tmp/w", n=2, microbatches=4)
     assert (one_f.parallel, one_f.pipeline_schedule, one_f.microbatches) == ("pipeline", "1f1b", 4)
     assert one_f.save_weights == str(Path("/tmp/w") / "1f1b.pt")
+
+
+def test_strategy_runs_name_their_processes_and_checkpointing_is_a_one_process_run(tmp_path):
+    runs = mp.strategy_runs(base(), ["serial", "naive", "zero3", "checkpointed"], 2, weights_dir=tmp_path,
+                            options={"naive": {"pp": 2}}, naive_gpus=2)
+    assert [(r.tags["strategy"], r.tags["n_gpu"]) for r in runs] == [("serial", 1), ("naive", 1), ("zero3", 2),
+                                                                     ("checkpointed", 1)]
+    assert runs[1].shape == {"n_gpu": 2, "n_gpu_per_task": 2} and runs[2].shape == {"n_gpu": 2}
+    checkpointed = runs[3].config
+    assert checkpointed.activation_checkpointing and checkpointed.batch_size == base().batch_size
+    assert checkpointed.save_weights == str(tmp_path / "checkpointed.pt")
+    bubbles = mp.bubble_runs(base(), [1, 2], stages=2)
+    assert [(r.tags["schedule"], r.tags["microbatches"], r.shape) for r in bubbles] == [
+        ("gpipe", 1, {"n_gpu": 2}), ("gpipe", 2, {"n_gpu": 2}), ("1f1b", 2, {"n_gpu": 2})]
+
+
+def test_a_group_command_parses_back_to_the_configs():
+    configs = [base(), mp.strategy_config(base(), "gpipe", "/tmp/w", n=2, microbatches=4)]
+    words = shlex.split(mp.group_command(configs))
+    assert words[:2] == ["-m", "coursekit.labs.lab08_model_parallel"]
+    assert [parse_args(group) for group in split_groups(words[2:])] == configs
+
+
+class FakeJob:
+    def __init__(self, job_id, folder):
+        self.job_id, self.run_dir, self.state = job_id, folder, "COMPLETED"
+
+    def done(self):
+        return True
+
+    def metrics(self):
+        return read_metrics(self.run_dir)
+
+
+def test_one_job_puts_the_runs_of_a_shape_into_one_job_and_reads_each_run(tmp_path, monkeypatch):
+    """cpu profile: one job per shape (submitted together, one wait), each run's row from its own folder."""
+    import coursekit.jobs
+
+    submitted = []
+
+    def submit_jobs(command, name, n_gpu, n_gpu_per_task=1, **job):
+        words = shlex.split(command)
+        job = FakeJob(str(len(submitted)), tmp_path / str(len(submitted)))
+        for index, group in enumerate(split_groups(words[2:])):  # what main() writes for each run
+            folder = run_folder(job.run_dir, index)
+            folder.mkdir(parents=True)
+            record = {"kind": "summary", "status": "completed", "lr": parse_args(group).lr}
+            (folder / "metrics.jsonl").write_text(json.dumps(record) + "\n")
+        submitted.append((words[1], n_gpu, n_gpu_per_task))
+        return [job]
+
+    monkeypatch.setattr(coursekit.jobs, "submit_jobs", submit_jobs)
+    runs = mp.strategy_runs(base(), ["serial", "ddp", "naive", "zero1"], 2, weights_dir=tmp_path / "w",
+                            options={s: {"lr": lr} for s, lr in [("serial", 1.0), ("ddp", 2.0), ("naive", 3.0),
+                                                                  ("zero1", 4.0)]})
+    rows = mp.run_jobs(runs, name="t", one_job=True, timeout_s=10)
+    assert submitted == [("coursekit.labs.lab08_model_parallel", 1, 1), ("coursekit.labs.lab08_model_parallel", 2, 1)]
+    assert [(r["strategy"], r["job_id"], r["summary"]["lr"], r["state"]) for r in rows] == [
+        ("serial", "0", 1.0, "COMPLETED"), ("ddp", "1", 2.0, "COMPLETED"), ("naive", "0", 3.0, "COMPLETED"),
+        ("zero1", "1", 4.0, "COMPLETED")]
+
+
+def test_the_lab_entry_point_runs_each_group_and_checkpointing_keeps_the_weights_training_moves(tmp_path):
+    """One process (no process group): serial and checkpointed training end with the same weights, and those
+    moved far more than the cpu profile's tolerance (a strategy that skipped updates could not pass)."""
+    s = lab_settings("08", "cpu")
+    serial, checkpointed = (mp.strategy_config(s.base, name, tmp_path) for name in ("serial", "checkpointed"))
+    words = shlex.split(mp.group_command([serial.replace(out=str(tmp_path / "runs")), checkpointed]))[2:]
+    assert mp.main(words) == 0
+    for index in (0, 1):
+        assert summary(read_metrics(run_folder(tmp_path / "runs", index)))["status"] == "completed"
+    assert mp.weights_difference(serial.save_weights, checkpointed.save_weights) <= s.tolerance
+    assert mp.weights_moved(serial) > 10 * s.tolerance
+    assert mp.main([*words, "--next", "--lr", "-1"]) == 2  # checked before any run
 
 
 @pytest.mark.parametrize("call, word", [

@@ -15,8 +15,10 @@
 # 5. trade activation memory for recomputation time with activation checkpointing;
 # 6. show, on numbers, that every strategy trains the **same model** as one process does.
 #
-# Every run below is a job of the course's training engine (`python -m coursekit.train --parallel ...`):
-# the strategies are options of the engine, one short file each in `coursekit/train/parallel/`.
+# Every run below is a run of the course's training engine (`python -m coursekit.train --parallel ...`) in a
+# job: the strategies are options of the engine, one short file each in `coursekit/train/parallel/`. A run of
+# the cpu profile lasts about a second, less than starting Python and torch in each of its processes, so
+# there `one_job=True` puts the runs of one shape (1 or 2 processes) into one job, one after the other.
 
 # %%
 # %matplotlib inline
@@ -101,30 +103,9 @@ print(f"ZeRO-3: {zero3_gpus} GPUs; DDP: {ddp_gpus} (a full copy of 1.1 TB never 
 # schedule). **On a CPU the stage compute is emulated**: two cores shared by two processes would
 # distort any timing, so with `--stage-delay-ms X` every stage's forward *sleeps* X ms and its backward
 # 2X ms per micro-batch (the ratio the theory assumes) — the schedule, the send/receive of activations
-# and the measurement are real. On GPUs nothing sleeps.
-
-# %% tags=["nbval-ignore-output"]
-bubble_base = s.base.replace(stage_delay_ms=s.bubble["stage_delay_ms"], steps=s.bubble["steps"],
-                             batch_size=s.bubble["batch_size"])
-bubble_configs = mp.bubble_configs(bubble_base, s.bubble["microbatches"], stages=s.bubble["stages"])
-sweep = labs.run_sweep(bubble_configs, name=labs.job_name(pseudo, "bubble"), n_gpu=s.bubble["stages"],
-                       one_at_a_time=True, **s.job, timeout_s=s.timeout_s, title="pipeline sweep")
-failures.report_failures(sweep, "the pipeline sweep")
-bubbles = mp.bubble_table(sweep, stages=s.bubble["stages"])
-bubbles
-
-# %% tags=["nbval-ignore-output"]
-figure, ax = plots.new_figure()
-for schedule in mp.PIPELINES:
-    rows = bubbles.where(schedule=schedule)
-    plots.scatter_line(rows, "microbatches", "bubble_measured", ax=ax, logx=True, label=f"{schedule} measured")
-plots.scatter_line(bubbles.where(schedule="gpipe"), "microbatches", "bubble_theory", ax=ax, logx=True,
-                   label="(p-1)/(m+p-1)")
-ax.set_ylabel("bubble (idle share of a step)")
-ax.set_title(f"{s.bubble['stages']} stages ({profile.name} profile, measured)")
-figure
-
-# %% [markdown]
+# and the measurement are real. On GPUs nothing sleeps. The sweep over m runs in section 4, with the
+# lab's other runs.
+#
 # What 1F1B saves is memory: the activations a stage keeps waiting for their backward. Counted with
 # saved-tensor hooks (what autograd stores for backward) for one micro-batch of this model:
 
@@ -151,23 +132,48 @@ print(f"{comm['allreduces_per_step']} all-reduces per step of {comm['bytes_per_a
       f"x {s.base.seq_len} tokens x width {s.base.gpt_dim})")
 
 # %% [markdown]
-# ## 4. Every strategy against serial training; ZeRO's memory per rank
+# ## 4. Every strategy against serial training; the bubble; ZeRO's memory per rank
 #
-# One job per strategy, each saving its final (gathered) weights with `--save-weights`; serial training
-# on one process is the reference. The engine reports, per rank, the bytes of parameters, gradients and
-# optimizer state that rank holds (a sharded tensor counts its local shard only): what ZeRO promises.
+# One run per strategy, each saving its final (gathered) weights with `--save-weights`; serial training
+# on one process is the reference, and serial training with activation checkpointing (section 5) runs
+# beside it. The engine reports, per rank, the bytes of parameters, gradients and optimizer state that
+# rank holds (a sharded tensor counts its local shard only): what ZeRO promises. After them, the
+# pipeline sweep of section 2: GPipe for every m of `s.bubble["microbatches"]`, 1F1B where m ≥ p.
 
 # %% tags=["nbval-ignore-output"]
 weights = course_dir() / "lab08-weights"
-table = mp.run_strategies(s.base, ["serial", *s.strategies], s.n_processes, name=labs.job_name(pseudo, "mp"),
-                          weights_dir=weights, options=s.strategy_options,
-                          naive_gpus=1 if profile.is_cpu else s.n_processes, timeout_s=s.timeout_s, **s.job)
-failures.report_failures(table, "the strategy jobs")
+bubble_base = s.base.replace(stage_delay_ms=s.bubble["stage_delay_ms"], steps=s.bubble["steps"],
+                             batch_size=s.bubble["batch_size"])
+runs = [*mp.strategy_runs(s.base, ["serial", *s.strategies, "checkpointed"], s.n_processes, weights_dir=weights,
+                          options=s.strategy_options, naive_gpus=1 if profile.is_cpu else s.n_processes),
+        *mp.bubble_runs(bubble_base, s.bubble["microbatches"], stages=s.bubble["stages"])]
+results = mp.run_jobs(runs, name=labs.job_name(pseudo, "mp"), one_job=profile.is_cpu, timeout_s=s.timeout_s,
+                      **s.job)
+failures.report_failures(results, "the lab's runs")
+table = mp.strategy_table(results.where(experiment="strategy"))
 table.with_columns("strategy", "n_gpu", "state", "max_abs_dw", "train_loss", "state_mb_per_rank",
                    "formula_mb_per_rank", "memory_vs_formula", "tokens_per_s")
 
 # %% [markdown]
-# ZeRO with more processes: the sharded parts shrink as 1/N, the replicated ones stay.
+# The bubble, measured (section 2): every stage's idle share of a step, beside (p−1)/(m+p−1).
+
+# %% tags=["nbval-ignore-output"]
+bubbles = mp.bubble_table(results.where(experiment="bubble"), stages=s.bubble["stages"])
+bubbles
+
+# %% tags=["nbval-ignore-output"]
+figure, ax = plots.new_figure()
+for schedule in mp.PIPELINES:
+    rows = bubbles.where(schedule=schedule)
+    plots.scatter_line(rows, "microbatches", "bubble_measured", ax=ax, logx=True, label=f"{schedule} measured")
+plots.scatter_line(bubbles.where(schedule="gpipe"), "microbatches", "bubble_theory", ax=ax, logx=True,
+                   label="(p-1)/(m+p-1)")
+ax.set_ylabel("bubble (idle share of a step)")
+ax.set_title(f"{s.bubble['stages']} stages ({profile.name} profile, measured)")
+figure
+
+# %% [markdown]
+# ZeRO with more processes (`s.zero_n`): the sharded parts shrink as 1/N, the replicated ones stay.
 #
 # One subtlety: FSDP2's ZeRO-2 (`fully_shard(reshard_after_forward=False)`) is not DeepSpeed's. It keeps
 # the gathered weights from a block's forward until its backward — during that window it holds what the
@@ -179,7 +185,8 @@ table.with_columns("strategy", "n_gpu", "state", "max_abs_dw", "train_loss", "st
 zero = [table.where(lambda r: r["strategy"].startswith("zero"))]
 for n in [n for n in s.zero_n if n != s.n_processes]:
     zero.append(mp.run_strategies(s.base, ["zero1", "zero2", "zero3"], n, name=labs.job_name(pseudo, f"zero{n}"),
-                                  weights_dir=weights / f"n{n}", timeout_s=s.timeout_s, **s.job))
+                                  weights_dir=weights / f"n{n}", one_job=profile.is_cpu, timeout_s=s.timeout_s,
+                                  **s.job))
     failures.report_failures(zero[-1], f"ZeRO on {n} processes")
 zero = labs.ResultsTable([r for t in zero for r in t], title="ZeRO: training state per rank, measured vs formula")
 zero.with_columns("strategy", "n_gpu", "state_mb_per_rank", "formula_mb_per_rank", "memory_vs_formula")
@@ -199,22 +206,19 @@ figure
 # Checkpointing a block keeps only its input for the backward pass and recomputes the rest when the
 # gradient arrives: less memory, one more forward of the block. How much less is counted with
 # saved-tensor hooks (the bytes autograd stores, a number that does not depend on the device); the
-# price in time is measured by the engine on the same model with `--activation-checkpointing` (beside the
-# serial run of section 4, without it).
+# price in time was measured by the engine in section 4: the run `checkpointed` (`--activation-checkpointing`)
+# beside the serial one. It recomputes the same numbers, so it ends with serial training's weights too.
 
 # %% tags=["nbval-ignore-output"]
-timed = labs.run_sweep([s.base.replace(activation_checkpointing=True)], name=labs.job_name(pseudo, "ckpt"),
-                       **s.job, timeout_s=s.timeout_s)
-failures.report_failures(timed, "the checkpointing job")
-checkpointing = mp.checkpointing_table(s.base, [table.one(strategy="serial"), *timed])
+checkpointing = mp.checkpointing_table(s.base, [table.one(strategy="serial"), table.one(strategy="checkpointed")])
 checkpointing
 
 # %% [markdown]
 # ## 6. The table
 #
 # Strategy × memory per rank × speed × equal to serial. In the cpu profile these are gloo processes
-# sharing two cores and the tokens/s of the pipelines include the emulated stage time: read the memory
-# and the equality columns, not the speed. The gpu profile measures your cluster; below it, the table
+# sharing two cores (the one-process runs' job beside the others'): read the memory and the equality
+# columns, not the speed. The gpu profile measures your cluster; below it, the table
 # the benchmark recorded on GPUs.
 
 # %% tags=["nbval-ignore-output"]
@@ -244,6 +248,7 @@ if recorded is not None:
 # %%
 compared = table.where(lambda r: r["strategy"] != "serial")
 dws = {r["strategy"]: r["max_abs_dw"] for r in compared}
+moved = mp.weights_moved(table.one(strategy="serial")["config"])  # a strategy that skipped updates is this far off
 ratios = {f"{r['strategy']} N={r['n_gpu']}": r["memory_vs_formula"] for r in zero}
 excess = max(bubbles.column("excess"), key=lambda v: float("inf") if v is None else v)
 no_ckpt, with_ckpt = checkpointing[0], checkpointing[1]
@@ -251,7 +256,8 @@ verdicts = [
     labs.check_claim(
         f"every strategy ends with the weights of serial training (max |dw| <= {s.tolerance:g})",
         all(v is not None and v <= s.tolerance for v in dws.values()),
-        ", ".join(f"{k} {v:.1e}" if v is not None else f"{k} missing" for k, v in dws.items())),
+        ", ".join(f"{k} {v:.1e}" if v is not None else f"{k} missing" for k, v in dws.items())
+        + (f"; training moved every parameter tensor by >= {moved:.1e}" if moved is not None else "")),
     labs.check_claim(
         f"ZeRO's training state per rank matches the formula within {100 * s.memory_tolerance:.0f} %",
         all(v is not None and abs(v - 1) <= s.memory_tolerance for v in ratios.values()),
