@@ -19,17 +19,23 @@ from typing import Any
 
 from coursekit.labs.kit.claims import mean_std
 from coursekit.labs.kit.datasets import CIFAR10_TRAIN
-from coursekit.labs.kit.experiments import DEFAULT_TIMEOUT_S, summarize_run, wait_all
+from coursekit.labs.kit.experiments import DEFAULT_TIMEOUT_S, summarize_run, wait_runs
 from coursekit.labs.kit.profiles import data_dir
-from coursekit.labs.kit.progress import JobsBar
 from coursekit.labs.kit.recorded import load_recording
 from coursekit.labs.kit.results import ResultsTable
 from coursekit.labs.kit.settings import QUIET, job_options, on_cifar10, workshop_budget
 from coursekit.metrics import read_metrics
 from coursekit.train.config import TrainConfig
-from coursekit.train.sweep import SEPARATOR, run_folder
 
 SWEEP_ENGINE = "-m coursekit.train.sweep"
+# coursekit.train.sweep's separator and run folders (test_lab07_large_batch checks that they agree): importing
+# that module imports the engine (torch, torchvision), seconds of the notebook's first cell before any job starts
+SEPARATOR = "--next"
+RUN_FOLDER = "run{:03d}"
+# a run's cost for dealing the runs to jobs, in samples through the model: each step also costs about as much as
+# this many samples (the cpu profile's MLP: ~4 ms a step at batch 16, ~7 at 128), each run its start (data, model)
+STEP_COST_SAMPLES = 180
+RUN_COST_SAMPLES = 4000
 LOSS_WINDOW_SAMPLES = 256  # steps-to-target: the training loss averaged over at least this many samples
 TAGS = ("experiment", "method", "batch_size", "budget", "seed")
 
@@ -107,9 +113,42 @@ class LabSweep:
     where: list[tuple[int, int]] = field(default_factory=list)  # run -> (job index, index in the job)
 
 
+def run_folder(root: Path | str, index: int) -> Path:
+    """Where run ``index`` of a sweep job writes its metrics (as ``coursekit.train.sweep.run_folder``)."""
+    return Path(root) / RUN_FOLDER.format(index)
+
+
+def run_cost(config: TrainConfig) -> float:
+    """A run's rough cost, in samples through the model: its steps times (batch + ``STEP_COST_SAMPLES``),
+    plus ``RUN_COST_SAMPLES``, plus the noise probes (the training set and ``grad_noise_batches`` batches every
+    ``log_every`` steps, each batch-sized chunk a gradient without an optimizer step: about half a step's
+    overhead). Only the ratios between runs matter: they deal the runs to the jobs."""
+    samples = train_samples(config)
+    per_epoch = math.ceil(samples / config.batch_size) if samples else 1
+    steps = min(config.steps, config.epochs * per_epoch) if config.steps else config.epochs * per_epoch
+    cost = RUN_COST_SAMPLES + steps * (config.batch_size + STEP_COST_SAMPLES)
+    if config.grad_noise_batches:
+        probed = samples // config.batch_size * config.batch_size + config.grad_noise_batches * config.batch_size
+        cost += steps // config.log_every * probed * (1 + STEP_COST_SAMPLES / 2 / config.batch_size)
+    return cost
+
+
+def deal(costs: Sequence[float], n_jobs: int) -> list[list[int]]:
+    """The run indices of each of ``n_jobs`` jobs, so that the jobs cost alike: the costliest run first, each to
+    the job with the least so far; each job keeps the plan's order (its progress looks like the whole's)."""
+    chunks: list[list[int]] = [[] for _ in range(n_jobs)]
+    loads = [0.0] * n_jobs
+    for i in sorted(range(len(costs)), key=lambda i: (-costs[i], i)):
+        j = loads.index(min(loads))
+        chunks[j].append(i)
+        loads[j] += costs[i]
+    return [sorted(chunk) for chunk in chunks if chunk]
+
+
 def submit(runs: Sequence[Run], *, name: str, runs_per_job: int, **submit_options: Any) -> LabSweep:
-    """Submit the runs, about ``runs_per_job`` to a job, dealt round-robin so that the jobs cost alike. On the
-    local site of a GPU machine every run goes into one job: side by side, jobs would share the GPU."""
+    """Submit the runs, about ``runs_per_job`` to a job (``ceil(len(runs) / runs_per_job)`` jobs), dealt so that
+    the jobs cost alike (``run_cost``, ``deal``). On the local site of a GPU machine every run goes into one job:
+    side by side, jobs would share the GPU."""
     from coursekit.jobs import submit_jobs
     from coursekit.labs.kit.experiments import _shares_local_gpus
 
@@ -118,7 +157,7 @@ def submit(runs: Sequence[Run], *, name: str, runs_per_job: int, **submit_option
     if _shares_local_gpus(submit_options.get("site")):
         runs_per_job = len(runs)
     n_jobs = math.ceil(len(runs) / runs_per_job)
-    chunks = [list(range(len(runs)))[j::n_jobs] for j in range(n_jobs)]
+    chunks = deal([run_cost(r.config) for r in runs], n_jobs)
     sweep = LabSweep(list(runs), where=[(0, 0)] * len(runs))
     commands = []
     for job_index, chunk in enumerate(chunks):
@@ -130,9 +169,10 @@ def submit(runs: Sequence[Run], *, name: str, runs_per_job: int, **submit_option
 
 
 def results(sweep: LabSweep, timeout_s: float | None = DEFAULT_TIMEOUT_S) -> ResultsTable:
-    """Wait for the jobs; one row per run: its tags, job, and figures (val_acc, total_time_s, steps, ...)."""
-    with JobsBar(len(sweep.jobs), "lab 07") as bar:
-        wait_all(sweep.jobs, timeout_s, on_progress=bar.done)
+    """Wait for the jobs (a bar counting runs as they end); one row per run: its tags, job, and figures
+    (val_acc, total_time_s, steps, ...)."""
+    folders = [run_folder(sweep.jobs[job_index].run_dir, position) for job_index, position in sweep.where]
+    wait_runs(sweep.jobs, folders, timeout_s, desc="lab 07")
     rows = []
     for run, (job_index, position) in zip(sweep.runs, sweep.where, strict=True):
         job = sweep.jobs[job_index]
@@ -411,8 +451,9 @@ GPUS = 1  # GPUs the notebook needs at once in the gpu profile
 
 # Lab 07: each method is the options it adds to the base run: a base LR (at the small batch) and how the LR
 # follows the batch. Runs of the cpu profile are tiny, so several go into one job (coursekit.train.sweep).
-# The base LRs of AdamW, LARS and LAMB were picked from 2-3 values each at the large batch (3 seeds, cpu profile);
-# SGD's is the base run's. warmup_epochs: half an epoch (cpu: 2 epochs in all) or 2 epochs (gpu).
+# The base LRs of AdamW, LARS and LAMB were picked from 2-3 values each at the large batch (3 seeds, cpu profile,
+# when it ran batch 256 on 3,000 samples); SGD's is the base run's. warmup_epochs: half an epoch in both profiles
+# (of 2 epochs in all on cpu, 4 on gpu).
 LAB07_METHODS = {
     "sgd": {"optimizer": "sgd"},
     "sgd+linear+warmup": {"optimizer": "sgd", "lr_scaling": "linear", "schedule": "cosine"},
@@ -435,13 +476,21 @@ def settings(profile: str) -> dict[str, Any]:
     """Lab 07's numbers in ``profile`` ("cpu" or "gpu"); ``profile.settings("07")`` shows them."""
     cpu = profile == "cpu"
     if cpu:
-        # 2 epochs: the large batch makes 20 steps to the small batch's 300 ("too few steps", the main effect)
-        small, large = 16, 256
-        base = TrainConfig(model="mlp_bn", dataset="generated", num_samples=3000, num_classes=4, image_size=16,
-                           epochs=2, lr=0.01, base_batch=small, log_every=5, device="cpu", **QUIET)
-        critical = [16, 32, 64, 128, 256, 512]
-        values = {"target_loss": 0.7, "critical_epochs": 4, "noise_batches": 20, "noise_every": 10,
-                  "runs_per_job": 12, "methods": _lab07_methods(0.5), "strict_claims": True}
+        # 2 epochs of 1,200 training images: the large batch makes 20 steps to the small batch's 150 ("too few
+        # steps", the main effect). Sized for CI (2 cores, the notebook well under a minute): batch 256 on 3,000
+        # samples showed the same effects (gap 0.21 against 0.16 here) at three times the cost, mostly the
+        # equal-steps runs (steps x the large batch). Validation only after the last epoch.
+        small, large = 16, 128
+        base = TrainConfig(model="mlp_bn", dataset="generated", num_samples=1500, num_classes=4, image_size=16,
+                           epochs=2, val_every_epochs=2 * large // small, lr=0.01, base_batch=small, log_every=5,
+                           device="cpu", **QUIET)
+        # every batch reaches the target loss within 2 epochs (the constant LR makes the first steps the same
+        # whatever the epochs): batch 16 after ~85 of its 150 steps, 256 after ~7 of 10
+        critical = [16, 32, 64, 128, 256]
+        # 10 probes of 10 batches (a probe is a full-set gradient: about a tenth of the lab's CPU time)
+        values = {"target_loss": 0.7, "critical_epochs": 2, "noise_batches": 10, "noise_every": 15,
+                  # two jobs for two cores: each job's start (Python, torch, the engine) costs ~6 s of CPU
+                  "runs_per_job": 40, "methods": _lab07_methods(0.5), "strict_claims": True}
     else:
         # A room's share of GPUs (and an instructor's dry run of minutes): CIFAR-10's first 10,000 images,
         # 4 epochs, batch 128 vs 512: 316 vs 80 steps (equal steps = 16 epochs). Picked on one H100 with
@@ -467,8 +516,8 @@ def settings(profile: str) -> dict[str, Any]:
     values.update({
         "base": base, "small_batch": small, "large_batch": large, "seeds": [0, 1, 2],
         "scaling_rules": ["none", "sqrt", "linear"],
-        # warm-up demo: a base LR whose linear scaling diverges without warm-up
-        "warmup_demo": {"lr": 0.1, "warmup_epochs": 1.0} if cpu else {"lr": 0.4, "warmup_epochs": 1.0},
+        # warm-up demo: a base LR whose linear scaling diverges without warm-up (cpu: 1.6 at batch 128)
+        "warmup_demo": {"lr": 0.2, "warmup_epochs": 1.0} if cpu else {"lr": 0.4, "warmup_epochs": 1.0},
         "ghost_batch": small, "critical_batches": critical, "trust_ratio_every": 5 if cpu else 20,
         "job": job_options(profile, "00:10:00" if cpu else "01:00:00"), "timeout_s": 600 if cpu else 7200})
     if not cpu:

@@ -79,3 +79,66 @@ def test_the_sweep_entry_point_runs_each_group_into_its_folder(tmp_path):
         assert summary(read_metrics(run_folder(tmp_path, index)))["status"] == "completed"
     assert sweep_main([*tiny, "--next", *tiny, "--lr", "-1"]) == 2  # checked before any run
     assert not run_folder(tmp_path / "x", 0).exists()
+
+
+def test_the_lab_names_separator_and_run_folders_as_the_sweep_engine_does(tmp_path):
+    from coursekit.train import sweep
+
+    assert lb.SEPARATOR == sweep.SEPARATOR
+    assert lb.run_folder(tmp_path, 7) == sweep.run_folder(tmp_path, 7)
+
+
+def test_planning_the_labs_jobs_imports_no_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys; from coursekit import labs; from coursekit.labs import lab07_large_batch as lb; "
+            "lb.sweep_command([r.config for r in lb.plan(labs.lab_settings('07', 'cpu'))]); "
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).returncode == 0
+
+
+def test_runs_are_dealt_so_that_the_jobs_cost_alike_in_the_plans_order():
+    assert lb.deal([5, 1, 1, 1, 1, 1], 2) == [[0], [1, 2, 3, 4, 5]]
+    assert lb.deal([1, 1, 1], 5) == [[0], [1], [2]]  # no empty job
+    for profile in ("cpu", "gpu"):
+        s = lab_settings("07", profile)
+        runs = lb.plan(s)
+        costs = [lb.run_cost(r.config) for r in runs]
+        chunks = lb.deal(costs, -(-len(runs) // s.runs_per_job))
+        assert sorted(i for chunk in chunks for i in chunk) == list(range(len(runs)))
+        assert all(chunk == sorted(chunk) for chunk in chunks)
+        loads = [sum(costs[i] for i in chunk) for chunk in chunks]
+        assert max(loads) <= 1.05 * min(loads), loads
+
+
+def test_a_runs_cost_grows_with_its_steps_batch_and_noise_probes():
+    s = lab_settings("07", "cpu")
+    runs = {(r.tags["experiment"], r.tags["batch_size"], r.tags["budget"]): r.config for r in lb.plan(s)}
+    small, large = runs["table", s.small_batch, "epochs"], runs["table", s.large_batch, "epochs"]
+    steps, noise = runs["table", s.large_batch, "steps"], runs["noise", s.small_batch, "epochs"]
+    assert lb.run_cost(large) < lb.run_cost(small) < lb.run_cost(steps)  # 20, 150 and 150 large steps
+    assert lb.run_cost(noise) > 2 * lb.run_cost(small)
+
+
+class FolderJob:
+    def __init__(self, job_id, run_dir):
+        self.job_id, self.run_dir, self.scheduler, self.state = job_id, run_dir, "local", "COMPLETED"
+
+    def done(self):
+        return True
+
+
+def test_results_read_every_run_of_every_job_into_one_row(tmp_path):
+    from coursekit.metrics import MetricsWriter
+
+    runs = [lb.Run({"experiment": "table", "method": "sgd", "batch_size": 16, "budget": "epochs", "seed": seed},
+                   TrainConfig(seed=seed)) for seed in range(3)]
+    jobs = [FolderJob("1", tmp_path / "1"), FolderJob("2", tmp_path / "2")]
+    where = [(0, 0), (1, 0), (0, 1)]
+    for seed, (job, position) in enumerate(where):
+        with MetricsWriter(lb.run_folder(jobs[job].run_dir, position)) as writer:
+            writer.write("summary", status="completed", val_acc=0.5 + seed / 10, total_time_s=1.0)
+    table = lb.results(lb.LabSweep(runs, jobs, where), timeout_s=5)
+    assert table.column("seed") == [0, 1, 2] and table.column("job_id") == ["1", "2", "1"]
+    assert table.column("val_acc") == [0.5, 0.6, 0.7]

@@ -72,7 +72,7 @@ lb.accuracy_figure(summary, s.small_batch, s.large_batch);
 # %% [markdown]
 # ## 3. Scaling rules and warm-up
 #
-# None (the table's plain SGD), square root and linear scaling, each with one epoch of warm-up; then a large
+# None (the table's plain SGD), square root and linear scaling, each with half an epoch of warm-up; then a large
 # linearly scaled learning rate with and without warm-up. Without warm-up the first steps take the full,
 # large step while the weights are still random.
 

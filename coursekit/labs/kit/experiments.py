@@ -8,20 +8,26 @@ figures (images/s, time, accuracy, memory, the share of step time spent waiting 
 
 Timing sweeps on one machine run ``one_at_a_time``: jobs that share a CPU would slow each other down
 and the figures would measure the crowd, not the setting.
+
+A job may also make several runs one after the other (``python -m coursekit.train.sweep``, lab 07):
+``wait_runs`` then counts the runs as they end (each run's summary record), so that the bar moves while
+jobs that run side by side are still going, and its ETA comes from the runs done so far.
 """
 
 from __future__ import annotations
 
+import math
 import shlex
 import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
 from coursekit.labs.kit.progress import JobsBar
 from coursekit.labs.kit.results import ResultsTable
-from coursekit.metrics import epochs, steps, summary
+from coursekit.metrics import epochs, read_metrics, steps, summary
 from coursekit.train.config import TrainConfig
 
 ENGINE = "-m coursekit.train"
@@ -33,7 +39,8 @@ OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError", "out of memory")
 ERR_TAIL_LINES = 200
 LOCAL_POLL_S = 0.2  # a local job's state is a process poll: cheap, so ask often
 MAX_PAUSE_S = 5.0  # wait_all looks at least this often (the watcher decides when Slurm is asked)
-METRICS_POLL_S = 0.5  # wait_until_training reads the job's metrics file this often
+METRICS_POLL_S = 0.5  # wait_until_training and wait_runs read the metrics files this often
+RUN_UNIT = "run"  # wait_runs' bar counts runs, not jobs
 
 
 def engine_command(config: TrainConfig) -> str:
@@ -93,6 +100,45 @@ def wait_all(jobs: Sequence[Any], timeout_s: float | None = DEFAULT_TIMEOUT_S,
             pause = max(0.0, min(pause, timeout_s - (time.monotonic() - start)) + LOCAL_POLL_S / 10)
         time.sleep(pause)
     return [job.state for job in jobs]
+
+
+class RunsBar(JobsBar):
+    """A :class:`JobsBar` that counts runs (``done(n)``: ``n`` of ``total`` runs have ended)."""
+
+    def __init__(self, total: int, desc: str = "", enabled: bool = True) -> None:
+        super().__init__(total, desc, enabled)
+        if self._bar is not None:  # tqdm reads its unit on every refresh; the bar shows after a delay
+            self._bar.unit = RUN_UNIT
+
+
+def run_ended(folder: str | Path) -> bool:
+    """Has the run of ``folder`` (its ``metrics.jsonl``) written its summary record: ended, however it ended?"""
+    return summary(read_metrics(folder)) is not None
+
+
+def wait_runs(jobs: Sequence[Any], run_folders: Sequence[str | Path], timeout_s: float | None = DEFAULT_TIMEOUT_S,
+              desc: str = "") -> list[str]:
+    """Wait until every job has ended, like :func:`wait_all`, with a bar that counts the runs of
+    ``run_folders`` (every run of every job) as their summary records appear: jobs that each make several
+    runs (``python -m coursekit.train.sweep``) and run side by side end together, so a bar over jobs would
+    sit at 0 until the end. The folders are read at most every ``METRICS_POLL_S`` and a run once seen
+    ended is not read again. When the jobs have ended, so has every run (a killed job's too): the bar ends
+    full. Returns the jobs' final states."""
+    pending = [Path(f) for f in run_folders]
+    total, last_read = len(pending), -math.inf
+    with RunsBar(total, desc) as bar:
+
+        def count_runs(_jobs_ended: int) -> None:
+            nonlocal pending, last_read
+            if time.monotonic() - last_read < METRICS_POLL_S:
+                return
+            last_read = time.monotonic()
+            pending = [f for f in pending if not run_ended(f)]
+            bar.done(total - len(pending))
+
+        states = wait_all(jobs, timeout_s, on_progress=count_runs)
+        bar.done(total)
+    return states
 
 
 def wait_until_training(job: Any, timeout_s: float = DEFAULT_TIMEOUT_S, min_steps: int = 1) -> int:

@@ -134,3 +134,64 @@ def test_a_sweep_on_the_local_site_of_a_gpu_machine_runs_one_job_at_a_time(monke
     assert not experiments._shares_local_gpus("local")  # CPU jobs may share the cores (the cpu profile)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     assert not experiments._shares_local_gpus("slurm")  # a cluster gives every job its own GPUs
+
+
+class RunsJob(StandInJob):
+    """A job making several runs one after the other: each poll ends its next run (writes its summary)."""
+
+    def __init__(self, folders, **kwargs):
+        super().__init__(**kwargs)
+        self.folders, self.ended = list(folders), 0
+
+    def done(self):
+        if self.ended < len(self.folders):
+            with MetricsWriter(self.folders[self.ended]) as writer:
+                writer.write("start", config={})
+                writer.write("summary", status="completed")
+            self.ended += 1
+        return self.ended == len(self.folders) and super().done()
+
+
+def test_run_ended_reads_the_summary_record(tmp_path):
+    assert not experiments.run_ended(tmp_path / "none")
+    with MetricsWriter(tmp_path / "running") as writer:
+        writer.write("start", config={})
+    assert not experiments.run_ended(tmp_path / "running")
+    write_run(tmp_path / "ended")
+    assert experiments.run_ended(tmp_path / "ended")
+
+
+def test_wait_runs_counts_runs_as_they_end_while_the_jobs_still_run(tmp_path, monkeypatch):
+    monkeypatch.setattr(experiments, "LOCAL_POLL_S", 0.001)
+    monkeypatch.setattr(experiments, "METRICS_POLL_S", 0.0)
+    seen = []
+
+    class Recording(experiments.RunsBar):
+        def done(self, count):
+            seen.append(count)
+            super().done(count)
+
+    monkeypatch.setattr(experiments, "RunsBar", Recording)
+    folders = [[tmp_path / f"job{j}" / f"run{i}" for i in range(3)] for j in range(2)]
+    jobs = [RunsJob(folders[0], job_id="1"), RunsJob(folders[1], job_id="2")]
+    assert experiments.wait_runs(jobs, folders[0] + folders[1], timeout_s=10, desc="lab") == ["COMPLETED"] * 2
+    assert seen == sorted(seen) and seen[-1] == 6
+    assert {2, 4} <= set(seen)  # counted run by run while neither job had ended, not job by job
+
+
+def test_wait_runs_ends_full_when_the_jobs_end_without_every_summary(tmp_path, monkeypatch):
+    monkeypatch.setattr(experiments, "LOCAL_POLL_S", 0.001)
+    bars = []
+    monkeypatch.setattr(experiments, "RunsBar",
+                        lambda total, desc: bars.append(experiments.JobsBar(total, desc)) or bars[-1])
+    killed = StandInJob(state="FAILED", done_after=1)  # its runs wrote nothing
+    assert experiments.wait_runs([killed], [tmp_path / "a", tmp_path / "b"], timeout_s=10) == ["FAILED"]
+    assert bars[0].total == 2 and bars[0].count == 2
+
+
+def test_runs_bar_counts_runs():
+    with experiments.RunsBar(4, "lab 07") as bar:
+        assert bar._bar is not None and bar._bar.unit == experiments.RUN_UNIT
+        bar.done(3)
+        assert bar._bar.n == 3
+    assert experiments.RunsBar(2, enabled=False)._bar is None
