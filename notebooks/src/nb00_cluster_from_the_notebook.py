@@ -20,7 +20,8 @@
 #
 # Your jobs share the queue with everybody else's. Choose a pseudonym of at most five lower-case
 # letters or digits: it starts the name of every job you submit, so you (and the instructor) can find
-# yours.
+# yours. Put yours in the cell below, in place of `"ada"`: it is remembered, and the next labs use it
+# (`labs.choose_pseudonym()`).
 
 # %%
 # %matplotlib inline
