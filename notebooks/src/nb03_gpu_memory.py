@@ -23,7 +23,7 @@ from coursekit.train.config import TrainConfig
 from coursekit.train.memory import estimate_memory
 from coursekit.train.models import build_model
 
-pseudo = labs.choose_pseudonym("ada")
+pseudo = labs.choose_pseudonym()  # the one you chose in lab 00
 profile = labs.choose_profile()
 print(profile)
 s = profile.settings("03")

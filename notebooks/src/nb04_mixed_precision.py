@@ -24,7 +24,7 @@ from coursekit import labs
 from coursekit.labs import lab04_mixed_precision as numerics
 from coursekit.labs.kit import failures, hardware, plots, recorded
 
-pseudo = labs.choose_pseudonym("ada")
+pseudo = labs.choose_pseudonym()  # the one you chose in lab 00
 profile = labs.choose_profile()
 print(profile)
 s = profile.settings("04")

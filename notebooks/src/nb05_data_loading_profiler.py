@@ -56,8 +56,11 @@ print(f"{len(images)} training JPEGs of {s.jpeg_size[0]}x{s.jpeg_size[1]} in {le
 # * `non_blocking`: let the host-to-GPU copy overlap with work already queued on the GPU.
 #
 # The last two matter only with a GPU. In the cpu profile each job computes with one thread, leaving the
-# second core to a worker — as the CPU cores of a GPU node are free while the GPU computes. The jobs run
-# one at a time, so that they do not compete for the cores.
+# second core to a worker — as the CPU cores of a GPU node are free while the GPU computes. The runs go
+# one at a time, so that they do not compete for the cores, followed by the profiled run of section 4
+# (`loading.submit_sweeps`: one sweep per experiment). In the cpu profile they all share one job
+# (`one_job=True`: `python -m coursekit.train.sweep` runs them one after the other), which starts Python
+# and torch once instead of once per run.
 
 # %%
 base = s.base.replace(data_dir=str(root))
@@ -67,8 +70,11 @@ for label, config in zip(labels, configs, strict=True):
     print(f"{label:<40} {labs.engine_command(config).replace(str(root), '<jpeg folder>')}")
 
 # %% tags=["nbval-ignore-output"]
-table = labs.run_sweep(configs, name=labs.job_name(pseudo, "load"), one_at_a_time=True,
-                       **s.job, timeout_s=s.timeout_s, title="loader settings")
+profiled = base.replace(workers=0, profile=True, profile_steps=s.profile_steps, epochs=1)  # section 4
+sweep, prof_sweep = loading.submit_sweeps([configs, [profiled]], one_at_a_time=True, one_job=profile.is_cpu,
+                                          names=[labs.job_name(pseudo, "load"), labs.job_name(pseudo, "prof")],
+                                          **s.job, timeout_s=s.timeout_s)
+table = sweep.results(timeout_s=s.timeout_s, title="loader settings")
 for row, label in zip(table, labels, strict=True):
     row["loader"] = label
 failed = failures.report_failures(table, "the loader sweep")
@@ -123,12 +129,12 @@ else:
 # `torch.profiler` records every operator the steps run, on the CPU and (with CUDA) on the GPU. The
 # engine's `--profile` records `--profile-steps` steps after one step of wait and one of warm-up, and
 # writes a trace for TensorBoard into the run's `profile/` folder plus a text summary of the operators
-# that took the most time. We profile the run without workers, where the loader is inside the steps.
+# that took the most time. We profiled the run without workers, where the loader is inside the steps
+# (`profiled`, submitted in section 2 after the loader runs).
 
 # %% tags=["nbval-ignore-output"]
-profiled = base.replace(workers=0, profile=True, profile_steps=s.profile_steps, epochs=1)
-(prof_job,) = labs.submit_sweep([profiled], name=labs.job_name(pseudo, "prof"),
-                                **s.job).jobs
+print(labs.engine_command(profiled).replace(str(root), "<jpeg folder>"))
+(prof_job,) = prof_sweep.jobs
 print(prof_job.job_id, labs.wait_all([prof_job], timeout_s=s.timeout_s))
 failed = failures.report_failures([prof_job])
 if not failed:

@@ -27,7 +27,7 @@ from coursekit.course import course_dir
 from coursekit.labs import lab06_data_parallel as dp
 from coursekit.labs.kit import plots
 
-pseudo = labs.choose_pseudonym("ada")
+pseudo = labs.choose_pseudonym()  # the one you chose in lab 00
 profile = labs.choose_profile()
 print(profile)
 s = profile.settings("06")

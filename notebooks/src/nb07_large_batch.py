@@ -22,7 +22,7 @@
 from coursekit import labs
 from coursekit.labs import lab07_large_batch as lb
 
-pseudo = labs.choose_pseudonym("ada")
+pseudo = labs.choose_pseudonym()  # the one you chose in lab 00
 profile = labs.choose_profile()
 print(profile)
 s = profile.settings("07")

@@ -28,7 +28,7 @@ from coursekit.course import course_dir
 from coursekit.labs import lab08_model_parallel as mp
 from coursekit.labs.kit import failures, plots
 
-pseudo = labs.choose_pseudonym("ada")
+pseudo = labs.choose_pseudonym()  # the one you chose in lab 00
 profile = labs.choose_profile()
 print(profile)
 s = profile.settings("08")
