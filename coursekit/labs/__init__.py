@@ -18,6 +18,7 @@ from collections.abc import Iterator, Mapping
 from types import ModuleType
 
 from coursekit.labs.kit.claims import check_claim, loglog_slope, saturates, share_of_increases, time_to_target
+from coursekit.labs.kit.datasets import on_standin
 from coursekit.labs.kit.experiments import (
     Sweep,
     collect,
@@ -38,7 +39,7 @@ from coursekit.labs.lab06_data_parallel.horovod import horovod_table
 
 __all__ = ["LABS", "Profile", "ResultsTable", "Sweep", "check_claim", "check_ddp_script", "choose_profile",
            "choose_pseudonym", "collect", "engine_command", "horovod_table", "is_oom", "job_name", "lab_gpus",
-           "lab_settings", "load_recording", "loglog_slope", "run_sweep", "saturates", "share_of_increases",
+           "lab_settings", "load_recording", "loglog_slope", "on_standin", "run_sweep", "saturates", "share_of_increases",
            "submit_sweep", "summarize_run", "time_to_target", "wait_all", "wait_until_training"]
 
 LAB_MODULE = re.compile(r"lab(\d\d)_\w+")  # a lab is a numbered module or folder: lab02_batch_size
