@@ -2,6 +2,10 @@
 
 The data are the engine's own (``coursekit.train.data.make_line``, same seed), so the surface drawn
 here is exactly the one the jobs descended. Paths come from the jobs' step records (``--log-params``).
+
+``submit_sweeps(..., one_job=True)`` puts every run of the lab into one job, ``python -m coursekit.train.sweep``:
+the cpu profile's runs last a second or two, less than starting Python and torch, which a job per run would
+pay every time (labs 02 and 05 hold the same code: no lab imports another).
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from coursekit.labs.kit import experiments
 from coursekit.labs.kit.plots import new_figure
 from coursekit.labs.kit.results import ResultsTable
 from coursekit.labs.kit.settings import QUIET, job_options, workshop_budget
@@ -19,6 +24,9 @@ from coursekit.train.config import TrainConfig
 SURFACE_POINTS = 121  # grid points per axis of the contour plot
 SURFACE_MARGIN = 0.35  # share of the path's extent added around it
 CONTOUR_LEVELS = 30
+
+# the lab's own names for the kit's one-job sweeps (the notebook calls them on this module)
+SweepRun, run_sweep, submit_sweeps = experiments.SweepRun, experiments.run_sweep, experiments.submit_sweeps
 
 
 def line_points(config: TrainConfig) -> tuple[np.ndarray, np.ndarray]:

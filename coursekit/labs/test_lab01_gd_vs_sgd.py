@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from coursekit.labs import lab01_gd_vs_sgd as gd
+from coursekit.labs.kit import experiments, failures
 from coursekit.labs.kit.results import ResultsTable
 from coursekit.train.config import TrainConfig
 
@@ -38,3 +39,104 @@ def test_paths_and_noise_rows_from_step_records():
 def test_without_replacement_factor():
     assert gd.without_replacement_factor(1, 100) == 1.0
     assert gd.without_replacement_factor(100, 100) == 0.0
+
+
+# ------------------------------------------------------------------ tiny runs in one job (labs 01, 02, 05)
+
+
+class OneJob:
+    """Just enough of a Job: a folder, a final state, a stderr."""
+
+    scheduler, name = "local", "t"
+
+    def __init__(self, run_dir, state="COMPLETED", job_id="7"):
+        self.run_dir, self.state, self.job_id = run_dir, state, job_id
+
+    def done(self):
+        return True
+
+    def tail(self, n=10, stream="out"):
+        return "coursekit: the command exited with code 1" if stream == "err" else ""
+
+
+def write_run(folder, status="completed"):
+    from coursekit.metrics import MetricsWriter
+
+    with MetricsWriter(folder) as writer:
+        writer.write("start", config={})
+        writer.write("step", step=1, epoch=1, loss=1.0, data_time_s=0.01, compute_time_s=0.02)
+        if status:
+            writer.write("summary", status=status, total_time_s=1.0)
+
+
+def fake_submit_jobs(monkeypatch, job):
+    import coursekit.jobs
+
+    submitted = []
+    monkeypatch.setattr(coursekit.jobs, "submit_jobs",
+                        lambda command, **options: submitted.append((command, options)) or [job])
+    return submitted
+
+
+def test_one_job_makes_every_run_with_the_engines_sweep_command(tmp_path, monkeypatch):
+    import shlex
+
+    from coursekit.train import sweep
+    from coursekit.train.config import parse_args
+
+    submitted = fake_submit_jobs(monkeypatch, OneJob(tmp_path))
+    first, second = [TrainConfig(batch_size=b) for b in (1, 2, 3)], [TrainConfig(lr=0.5, log_params=True)]
+    a, b = gd.submit_sweeps([first, second], names=["ada-gd", "ada-noise"], one_job=True, one_at_a_time=True,
+                            timeout_s=9, time_max="00:05:00", env={"OMP_NUM_THREADS": "1"})
+    (command, options), = submitted
+    words = shlex.split(command)
+    assert words[:2] == ["-m", "coursekit.train.sweep"] and experiments.SWEEP_SEPARATOR == sweep.SEPARATOR
+    assert [parse_args(group) for group in sweep.split_groups(words[2:])] == first + second
+    assert options == {"n_gpu": 1, "name": "ada-gd", "time_max": "00:05:00", "env": {"OMP_NUM_THREADS": "1"}}
+    assert (a.name, a.configs, b.name, b.configs) == ("ada-gd", first, "ada-noise", second)
+    assert [run.run_dir for run in a.jobs + b.jobs] == [sweep.run_folder(tmp_path, i) for i in range(4)]
+    assert {run.job_id for run in a.jobs + b.jobs} == {"7"}
+    with pytest.raises(ValueError, match="one name each"):
+        gd.submit_sweeps([first, second], names=["ada-gd"])
+
+
+def test_one_job_gives_a_row_per_run_each_with_its_own_state(tmp_path, monkeypatch):
+    write_run(tmp_path / "run000")
+    write_run(tmp_path / "run001", status="failed")  # the job failed because its second run did
+    fake_submit_jobs(monkeypatch, OneJob(tmp_path, state="FAILED"))
+    table = gd.run_sweep([TrainConfig(batch_size=4), TrainConfig(batch_size=8), TrainConfig(batch_size=16)],
+                         name="ada-bs", title="sweep", one_job=True, timeout_s=5)
+    assert table.title == "sweep" and table.column("batch_size") == [4, 8, 16]  # the varied option first
+    assert table.column("state") == ["COMPLETED", "FAILED", "FAILED"]
+    assert table.column("status") == ["completed", "failed", None] and len(table[0]["steps"]) == 1
+    assert table[0]["config"] == TrainConfig(batch_size=4) and table.column("job_id") == ["7"] * 3
+    assert [f.state for f in failures.report_failures(table)] == ["FAILED", "FAILED"]
+
+
+def test_without_one_job_each_run_is_a_job_of_labs_submit_sweep(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(experiments, "submit_sweep", lambda configs, **options: calls.append((configs, options)) or "a sweep")
+    first, second = [TrainConfig(batch_size=1)], [TrainConfig(lr=0.5)]
+    assert gd.submit_sweeps([first, second], names=["ada-gd", "ada-noise"], one_at_a_time=True) == ["a sweep"] * 2
+    assert calls == [(first, {"name": "ada-gd", "one_at_a_time": True}),
+                     (second, {"name": "ada-noise", "one_at_a_time": True})]
+
+
+def test_labs_01_02_and_05_share_the_kits_one_job_sweeps():
+    from coursekit.labs import lab02_batch_size, lab05_data_loading
+
+    for lab in (gd, lab02_batch_size, lab05_data_loading):
+        assert (lab.SweepRun, lab.submit_sweeps, lab.run_sweep) == (
+            experiments.SweepRun, experiments.submit_sweeps, experiments.run_sweep)
+    assert experiments.SWEEP_RUN_FOLDER.format(3) == "run003"
+
+
+def test_writing_the_command_imports_no_engine_into_the_kernel():
+    import subprocess
+    import sys
+
+    code = ("import sys; from coursekit.labs import lab01_gd_vs_sgd as gd, lab02_batch_size, lab05_data_loading; "
+            "import coursekit.jobs; gd.SweepRun(type('J', (), {'run_dir': '.'})(), 1).run_dir; gd.settings('cpu'); "
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

@@ -17,3 +17,10 @@ def test_time_to_accuracy_sums_epoch_times():
 def test_peak_memory_in_gb():
     table = bs.add_peak_memory_gb(ResultsTable([{"peak_mem_mb": 2048.0}, {"peak_mem_mb": None}]))
     assert table.column("peak_mem_gb") == [2.0, None]
+
+
+def test_cpu_sweep_steps_are_full_batches():
+    s = bs.settings("cpu")
+    train = round(s["base"].num_samples * (1 - s["base"].val_fraction))
+    assert all(train % batch == 0 for batch in s["batch_sizes"])  # no partial batch in the throughput medians
+    assert train // max(s["batch_sizes"]) >= 2 and 64 in s["batch_sizes"]  # the exercise's reference

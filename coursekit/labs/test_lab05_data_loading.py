@@ -85,3 +85,12 @@ def test_jpeg_tree_shared_by_the_room_is_reused(tmp_path, monkeypatch):
     monkeypatch.setenv("COURSEKIT_COURSE_DIR", str(tmp_path / "bob"))
     assert loading.prepare_jpeg_tree(2, 2, (16, 12)) == first  # everybody else reads the same tree
     assert not (tmp_path / "bob" / "data").exists()
+
+
+@pytest.mark.parametrize("profile", ["cpu", "gpu"])
+def test_the_profiled_run_fits_in_its_one_epoch(profile):
+    from coursekit.train.profiling import PROFILER_WAIT_STEPS, PROFILER_WARMUP_STEPS
+
+    s = loading.settings(profile)
+    steps_per_epoch = s["jpeg_classes"] * s["jpeg_images_per_class"] // s["base"].batch_size
+    assert PROFILER_WAIT_STEPS + PROFILER_WARMUP_STEPS + s["profile_steps"] <= steps_per_epoch

@@ -48,7 +48,7 @@ print(f"{len(x)} training points; the bottom of the surface is at w = {w_best:.2
 gd.data_figure(x, y)
 
 # %% [markdown]
-# ## 2. The runs: one job per batch size
+# ## 2. The runs: one per batch size
 #
 # Every run starts from the same weights (same seed), uses the same learning rate, no momentum and no
 # weight decay, and sees the training set the same number of times (epochs). Only the batch size
@@ -59,29 +59,29 @@ gd.data_figure(x, y)
 # * **B = 16, 32, 64** (up to 128 on a GPU cluster): mini-batch SGD, in between.
 #
 # `--log-params` makes the engine write *w* and *b* into every step record, which gives us the paths.
+# On a GPU cluster each run is a job of its own. In the cpu profile a run lasts a second or two, less
+# than starting Python and torch, so `one_job=True` puts all of them into a single job
+# (`python -m coursekit.train.sweep`: the options below, `--next` between runs, one run after the other).
 
 # %%
 configs = [s.base.replace(batch_size=b) for b in s.batch_sizes]
 for config in configs:
     print(labs.engine_command(config))
 
-# %% tags=["nbval-ignore-output"]
-sweep = labs.submit_sweep(configs, name=labs.job_name(pseudo, "gd"), **s.job)
-print("submitted jobs", [job.job_id for job in sweep.jobs])
-
 # %% [markdown]
-# Section 5 needs a second, smaller experiment (one short job per batch size, explained there); we
-# submit it now so that both run together.
+# Section 5 needs a second, smaller experiment (one short run per batch size, explained there); we
+# submit both now, together (`gd.submit_sweeps`: one sweep per experiment; in the cpu profile, one job).
 
 # %% tags=["nbval-ignore-output"]
 noise_configs = [s.noise_base.replace(batch_size=b) for b in s.noise_batch_sizes]
-noise_sweep = labs.submit_sweep(noise_configs, name=labs.job_name(pseudo, "noise"), **s.job)
-print("submitted jobs", [job.job_id for job in noise_sweep.jobs])
+sweep, noise_sweep = gd.submit_sweeps([configs, noise_configs], one_job=profile.is_cpu, **s.job,
+                                      names=[labs.job_name(pseudo, "gd"), labs.job_name(pseudo, "noise")])
+print("submitted jobs", sorted({job.job_id for job in [*sweep.jobs, *noise_sweep.jobs]}))
 
 # %% [markdown]
 # While they run, `coursekit.display_slurm_queue(name)` shows them (it returns at once and refreshes
 # itself). Then `sweep.results()` waits for the jobs and builds **one results table**, one row per
-# job, that every plot below reads.
+# run, that every plot below reads.
 
 # %% tags=["nbval-ignore-output"]
 import coursekit
@@ -148,8 +148,8 @@ gd.surface_figure(x, y, table)
 # never holds the same point twice). On a log-log plot, variance against *B* is a line of slope −1.
 #
 # The engine measures this with `--grad-noise-batches N`: after a step it draws *N* random mini-batches
-# of the run's batch size and averages ‖*g_B* − *g*‖². We run one job per batch size, each with one
-# (nearly zero) step, so that every job measures at the same point of the surface.
+# of the run's batch size and averages ‖*g_B* − *g*‖². We make one run per batch size, each with one
+# (nearly zero) step, so that every run measures at the same point of the surface.
 
 # %%
 print(labs.engine_command(noise_configs[0]))

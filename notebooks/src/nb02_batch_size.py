@@ -30,8 +30,10 @@ print(s)
 #
 # The same model, data, learning rate and number of epochs; only the batch size changes. The runs go
 # **one at a time** in the CPU profile: jobs sharing a processor would slow each other down and the
-# throughput we measure would be that of the crowd. On a GPU cluster each job has its own GPU, so they
-# run side by side.
+# throughput we measure would be that of the crowd. There they are also short, shorter than starting
+# Python and torch, so `one_job=True` puts them into a single job that runs them one after the other
+# (`python -m coursekit.train.sweep`). On a GPU cluster each run is a job with its own GPU, so they run
+# side by side.
 
 # %%
 configs = [s.base.replace(batch_size=b) for b in s.batch_sizes]
@@ -39,8 +41,8 @@ for config in configs:
     print(labs.engine_command(config))
 
 # %% tags=["nbval-ignore-output"]
-table = labs.run_sweep(configs, name=labs.job_name(pseudo, "bs"), one_at_a_time=profile.is_cpu,
-                       **s.job, timeout_s=s.timeout_s, title="batch-size sweep")
+table = bs.run_sweep(configs, name=labs.job_name(pseudo, "bs"), one_job=profile.is_cpu,
+                     **s.job, timeout_s=s.timeout_s, title="batch-size sweep")
 bs.add_time_to_accuracy(table, s.target_acc)
 table.with_columns("batch_size", "job_id", "state", "images_per_s_median", "train_time_s", "val_acc", "time_to_target_s")
 

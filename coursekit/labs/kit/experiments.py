@@ -22,6 +22,7 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
@@ -299,7 +300,56 @@ def collect(jobs: Sequence[Any], configs: Sequence[TrainConfig], timeout_s: floa
     return sweep.results(timeout_s=timeout_s, title=title)
 
 
-def run_sweep(configs: Sequence[TrainConfig], *, name: str, title: str = "", **options: Any) -> ResultsTable:
-    """Submit, wait, and return the results table (see :func:`submit_sweep` for the options)."""
-    timeout_s = options.get("timeout_s", DEFAULT_TIMEOUT_S)
-    return submit_sweep(configs, name=name, **options).results(timeout_s=timeout_s, title=title)
+def run_sweep(configs: Sequence[TrainConfig], *, name: str, title: str = "", one_job: bool = False,
+              **options: Any) -> ResultsTable:
+    """Submit, wait, and return the results table (see :func:`submit_sweep` for the options; ``one_job``:
+    every run in one job, :func:`submit_sweeps`)."""
+    (sweep,) = submit_sweeps([configs], names=[name], one_job=one_job, **options)
+    return sweep.results(timeout_s=options.get("timeout_s", DEFAULT_TIMEOUT_S), title=title)
+
+
+# ------------------------------------------------- tiny runs in one job (labs 01, 02 and 05's cpu profile)
+
+SWEEP_ENGINE = "-m coursekit.train.sweep"
+SWEEP_SEPARATOR, SWEEP_RUN_FOLDER = "--next", "run{:03d}"  # coursekit.train.sweep's (which imports torch)
+
+
+class SweepRun:
+    """Run ``index`` of a job that makes several (``python -m coursekit.train.sweep``), seen as a job by
+    ``labs.Sweep``: its own metrics folder (``run_dir``), the job's id, logs and end; COMPLETED when its run
+    ended well, even if a later run of the job failed."""
+
+    def __init__(self, job: Any, index: int) -> None:
+        self.job, self.run_dir = job, Path(job.run_dir) / SWEEP_RUN_FOLDER.format(index)
+
+    def __getattr__(self, name: str) -> Any:  # job_id, name, scheduler, done, tail, stderr, ...
+        return getattr(self.job, name)
+
+    @property
+    def state(self) -> str:
+        ended = summary(self.metrics()) if self.job.done() else None
+        return "COMPLETED" if ended and ended.get("status") in ("completed", "nan") else self.job.state
+
+    def metrics(self) -> list[dict[str, Any]]:
+        return read_metrics(self.run_dir)
+
+
+def submit_sweeps(groups: Sequence[Sequence[TrainConfig]], *, names: Sequence[str], one_job: bool = False,
+                  **options: Any) -> list[Sweep]:
+    """One ``labs.Sweep`` per group of configurations: ``labs.submit_sweep`` for each, or with ``one_job`` a
+    single job (named ``names[0]``) that makes every run one after the other — one start of Python and
+    torch instead of one per run, and never two runs side by side (``one_at_a_time`` goes without saying)."""
+    if len(names) != len(groups):
+        raise ValueError(f"{len(groups)} groups of configurations but {len(names)} names: give one name each")
+    if not one_job:
+        return [submit_sweep(configs, name=name, **options) for configs, name in zip(groups, names, strict=True)]
+    from coursekit.jobs import submit_jobs
+
+    options = {"time_max": DEFAULT_TIME_MAX, **options}
+    options.pop("one_at_a_time", None)
+    options.pop("timeout_s", None)  # results() waits
+    runs = [" ".join(shlex.quote(arg) for arg in config.to_args()) for configs in groups for config in configs]
+    (job,) = submit_jobs(f"{SWEEP_ENGINE} " + f" {SWEEP_SEPARATOR} ".join(runs), n_gpu=1, name=names[0], **options)
+    firsts = accumulate((len(configs) for configs in groups), initial=0)  # each group's first run in the job
+    return [Sweep(name, list(configs), [SweepRun(job, first + i) for i in range(len(configs))])
+            for configs, name, first in zip(groups, names, firsts, strict=False)]
