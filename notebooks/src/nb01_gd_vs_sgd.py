@@ -22,7 +22,7 @@ from coursekit import labs
 from coursekit.labs import lab01_gd_vs_sgd as gd
 from coursekit.labs.kit import failures, plots
 
-pseudo = labs.choose_pseudonym("ada")  # your pseudonym: at most 5 lower-case letters or digits
+pseudo = labs.choose_pseudonym()  # the one you chose in lab 00
 profile = labs.choose_profile()
 print(profile)
 s = profile.settings("01")

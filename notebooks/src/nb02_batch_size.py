@@ -19,7 +19,7 @@ from coursekit import labs
 from coursekit.labs import lab02_batch_size as bs
 from coursekit.labs.kit import failures, plots, recorded
 
-pseudo = labs.choose_pseudonym("ada")
+pseudo = labs.choose_pseudonym()  # the one you chose in lab 00
 profile = labs.choose_profile()
 print(profile)
 s = profile.settings("02")
@@ -146,19 +146,22 @@ ordered = table.sorted_by("batch_size")
 holds, evidence = labs.saturates(ordered.column("batch_size"), ordered.column("images_per_s_median"))
 smallest, largest = ordered[0], ordered[-1]
 best_acc = max(ordered.column("val_acc"))
+STANDIN = "the generated stand-in is learned perfectly by every batch: a smoke test, not evidence about accuracy"
 verdicts = [
     labs.check_claim("throughput (images/s) grows with the batch size and saturates", holds, evidence),
     labs.check_claim(
         "at a fixed epoch budget the largest batch reaches a clearly lower accuracy than the best smaller one",
         largest["val_acc"] < best_acc - 0.1,
-        f"val_acc {largest['val_acc']:.3f} at batch {largest['batch_size']} vs {best_acc:.3f} at best"),
+        f"val_acc {largest['val_acc']:.3f} at batch {largest['batch_size']} vs {best_acc:.3f} at best",
+        applies=not labs.on_standin(s.base), why_not=STANDIN),
     labs.check_claim(
         "the fastest run per image is not the fastest to the target accuracy",
         largest["time_to_target_s"] is None
         or largest["time_to_target_s"] > min(t for t in ordered.column("time_to_target_s") if t is not None),
         f"time to {s.target_acc:.0%}: " + ", ".join(
             f"{r['batch_size']}: {'never' if r['time_to_target_s'] is None else format(r['time_to_target_s'], '.2f') + ' s'}"
-            for r in ordered)),
+            for r in ordered),
+        applies=not labs.on_standin(s.base), why_not=STANDIN),
     labs.check_claim(
         "the largest batch that fits is found by running into the out-of-memory error",
         memory is not None and any(memory.column("oom")),

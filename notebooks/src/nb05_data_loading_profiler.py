@@ -25,7 +25,7 @@ from coursekit import labs
 from coursekit.labs import lab05_data_loading as loading
 from coursekit.labs.kit import failures, plots, recorded
 
-pseudo = labs.choose_pseudonym("ada")
+pseudo = labs.choose_pseudonym()  # the one you chose in lab 00
 profile = labs.choose_profile()
 print(profile)
 s = profile.settings("05")
