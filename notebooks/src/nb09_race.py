@@ -25,7 +25,7 @@
 from coursekit import labs
 from coursekit.labs import lab09_race as race
 
-pseudo = labs.choose_pseudonym("ada")
+pseudo = labs.choose_pseudonym()  # the one you chose in lab 00
 profile = labs.choose_profile()
 print(profile)
 s = profile.settings("09")
@@ -75,7 +75,7 @@ print("leaderboard:", race.leaderboard_path())
 if not race.has_baseline():
     baseline = labs.run_sweep(rules.submission(s.baseline), name=labs.job_name(pseudo, "base"), one_at_a_time=True,
                               **s.job, timeout_s=s.timeout_s, title="baseline (3 seeds)")
-    print("posted", race.post_runs(race.BASELINE, "baseline", baseline), "baseline runs")
+    race.post_entry(race.BASELINE, "baseline", baseline)
     display(baseline.with_columns("seed", "job_id", "state", "val_acc", "total_time_s"))
 
 # %% [markdown] tags=["exercise"]
@@ -83,9 +83,16 @@ if not race.has_baseline():
 #
 # Build `mine`, a configuration that reaches the target faster than the baseline. Start from
 # `s.baseline.replace(...)` and use what the labs taught: a larger batch with a scaled learning rate
-# (labs 02 and 07), `precision="bf16"` and `channels_last=True` (lab 04), loader workers,
-# `pin_memory` and `non_blocking` (lab 05). Before anything runs, `rules.problems(mine)` lists the
-# rules it breaks. Keep that list empty.
+# (`batch_size=`, `lr=`; labs 02 and 07), `precision="bf16"` and `channels_last=True` (lab 04), loader
+# workers and pinned memory (`workers=`, `pin_memory=True`, `non_blocking=True`; lab 05).
+#
+# Most of these are **GPU** tips. In the cpu profile the race's model is a small MLP on a CPU: it has no
+# convolutions, so `channels_last` does not apply (the engine refuses it), and bf16 on a CPU is slower
+# than fp32. There, the batch size and the learning rate are what helps.
+#
+# Before anything runs, `rules.problems(mine)` lists the rules your entry breaks and what the engine
+# would refuse in it. Keep that list empty. Your entry is named after its settings: run it again with the
+# same settings and the new runs replace the old ones; change a setting and it is a new entry.
 
 # %% tags=["exercise"]
 ### BEGIN SOLUTION
@@ -95,9 +102,10 @@ print(labs.engine_command(mine))
 print(rules.problems(mine) or "keeps every rule")
 
 # %% tags=["nbval-ignore-output"]
+submission = race.entry_name(mine)  # tuned-<hash of the settings>
 entry = labs.run_sweep(rules.submission(mine), name=labs.job_name(pseudo, "race"), one_at_a_time=True,
                        **s.job, timeout_s=s.timeout_s, title=f"{pseudo}'s entry ({rules.seeds} seeds)")
-print("posted", race.post_runs(pseudo, "tuned", entry), "runs")
+race.post_entry(pseudo, submission, entry)  # says why a run failed, if one did
 entry.with_columns("seed", "job_id", "state", "val_acc", "total_time_s")
 
 # %% [markdown]
@@ -122,7 +130,7 @@ if profile.is_cpu:
     print("bob's rule problems:", rules.problems(bent))
     rival = labs.run_sweep(rules.submission(bent), name=labs.job_name("bob", "race"), one_at_a_time=True,
                            **s.job, timeout_s=s.timeout_s, title="bob's entry")
-    print("posted", race.post_runs("bob", "small-val", rival), "runs")
+    race.post_entry("bob", "small-val", rival)
 
 # %% [markdown]
 # ## 5. The leaderboard
@@ -153,7 +161,7 @@ for row in sorted(board, key=lambda row: (row["participant"], row["submission"])
 # rest go? Store the share in `timed_share`.
 
 # %% tags=["nbval-ignore-output", "exercise"]
-my_run = [r for r in board if r["participant"] == pseudo][0]["runs"][0]
+my_run = [r for r in board if (r["participant"], r["submission"]) == (pseudo, submission)][0]["runs"][0]
 ### BEGIN SOLUTION
 timed_share = my_run["train_time_s"] / my_run["total_time_s"]
 ### END SOLUTION
@@ -171,7 +179,7 @@ print(f"timed: {timed_share:.0%} of the run's wall time; {my_run['evaluations']}
 
 # %%
 rows = {(r["participant"], r["submission"]): r for r in board}
-base, ours = rows.get((race.BASELINE, "baseline")), rows.get((pseudo, "tuned"))
+base, ours = rows.get((race.BASELINE, "baseline")), rows.get((pseudo, submission))
 bob = rows.get(("bob", "small-val"))
 runs = [run for r in board for run in r["runs"]]
 verdicts = [
@@ -196,6 +204,7 @@ verdicts = [
                      f"{ours['time_to_target_s']:.2f} ± {ours['std_s']:.2f} s vs baseline "
                      f"{base['time_to_target_s']:.2f} ± {base['std_s']:.2f} s"
                      if ours and base and ours["time_to_target_s"] and base["time_to_target_s"] else "-",
-                     applies=profile.is_gpu,
-                     why_not="tiny CPU runs of a few hundred milliseconds: their times are noise"),
+                     applies=profile.is_gpu and not labs.on_standin(s.baseline),
+                     why_not="the generated stand-in is passed in a few evaluations: a smoke test, not evidence"
+                     if profile.is_gpu else "tiny CPU runs of a few hundred milliseconds: their times are noise"),
 ]

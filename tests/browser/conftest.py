@@ -109,7 +109,8 @@ def jupyter_lab(tmp_path: Path) -> Iterator[Lab]:
         (settings / relative).write_text(json.dumps(values))
     port, token = _free_port(), secrets.token_hex(16)
     env = {**os.environ, "COURSEKIT_SITE": "local", "COURSEKIT_COURSE_DIR": str(course),
-           "COURSEKIT_PROFILE": "cpu", "JUPYTERLAB_SETTINGS_DIR": str(settings),
+           "COURSEKIT_PROFILE": "cpu", "COURSEKIT_PSEUDONYM": "ada", "XDG_CONFIG_HOME": str(tmp_path / "xdg"),
+           "JUPYTERLAB_SETTINGS_DIR": str(settings),
            "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "workspaces"), "JUPYTER_CONFIG_DIR": str(tmp_path / "config"),
            "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"), "PYTHONUNBUFFERED": "1"}
     env.pop("MPLBACKEND", None)  # the notebook chooses inline

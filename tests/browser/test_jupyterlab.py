@@ -11,9 +11,9 @@ import shutil
 import time
 from pathlib import Path
 
-NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+from lab_page import ALL_RUN, CELL_TEXTS, ERROR_OUTPUTS, MS, NOTEBOOK_READY, NOTEBOOKS
+
 NOTEBOOK = "00_cluster_from_the_notebook.ipynb"
-MS = 1000
 OPEN_TIMEOUT_S = 45
 RUN_ALL_TIMEOUT_S = 100  # notebook 00 runs in ~20 s in the cpu profile; the test must stay under 2 min
 VIEW_TIMEOUT_S = 60
@@ -21,39 +21,7 @@ MIN_PLOTS = 2  # the first job's loss, the sweep's two panels
 LIVE_TABLE = ".jp-OutputArea-output .widget-html-content table"
 STDERR_OUTPUT = ".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']"
 
-NOTEBOOK_READY = """() => {
-    const panel = window.jupyterapp && window.jupyterapp.shell.currentWidget;
-    const kernel = panel && panel.sessionContext && panel.sessionContext.session
-        && panel.sessionContext.session.kernel;
-    return Boolean(kernel && kernel.status === 'idle' && panel.content && panel.content.model);
-}"""
-# every code cell has an execution count and the kernel is idle: Run All went to the end
-ALL_RUN = """() => {
-    const panel = window.jupyterapp.shell.currentWidget;
-    const cells = panel.content.model.cells;
-    let code = 0, run = 0;
-    for (let i = 0; i < cells.length; i++) {
-        const cell = cells.get(i);
-        if (cell.type === 'code') { code++; if (cell.executionCount) run++; }
-    }
-    return code > 0 && run === code && panel.sessionContext.session.kernel.status === 'idle';
-}"""
 PROMPTS = """() => [...document.querySelectorAll('.jp-CodeCell .jp-InputArea-prompt')].map(p => p.textContent.trim())"""
-ERROR_OUTPUTS = """() => {
-    const cells = window.jupyterapp.shell.currentWidget.content.model.cells;
-    const found = [];
-    for (let i = 0; i < cells.length; i++) {
-        const cell = cells.get(i);
-        if (cell.type !== 'code') continue;
-        for (const output of cell.toJSON().outputs || []) {
-            if (output.output_type === 'error' || (output.output_type === 'stream' && output.name === 'stderr')) {
-                found.push(`cell ${i}: ${output.ename || ''} ${[].concat(output.text || output.evalue || '').join('')}`);
-            }
-        }
-    }
-    return found;
-}"""
-CELL_TEXTS = """() => [...document.querySelectorAll('.jp-OutputArea-output')].map(o => o.innerText)"""
 PLOTS = """() => [...document.querySelectorAll('.jp-OutputArea-output img')]
     .filter(img => img.src.startsWith('data:image/png') && img.complete && img.naturalWidth > 0).length"""
 # records every text the first live queue table shows (a MutationObserver: no change is missed)
