@@ -83,7 +83,7 @@ lb.cells(table, "scaling")
 lb.cells(table, "warmup")
 
 # %% [markdown] tags=["exercise"]
-# **Your turn.** DLO-JZ trains ResNet-18 at batch 8192 with a learning rate found for batch 256 (0.1).
+# **Your turn.** IDRIS's deep-learning course (DLO-JZ, on the Jean Zay cluster) trains ResNet-18 at batch 8192 with a learning rate found for batch 256 (0.1).
 # With the engine's own rule (`scaled_lr`, the rule `--lr-scaling` uses), what learning rate do linear and
 # square-root scaling give at 8192? Goyal et al. warm up for 5 epochs: how many optimizer steps is that on
 # CIFAR-10's 50,000 training images at batch 8192 (the last, short batch counts as a step)?
@@ -143,8 +143,9 @@ curve
 # %% [markdown]
 # ## 7. The same table on a GPU (recorded)
 #
-# ``bench/large_batch_gpu.py`` ran lab 07's methods with ResNet-18 at batch 256 and 4096 on one GPU, three seeds
-# per cell, and measured images/s per batch. These numbers come from that recording, not from this kernel.
+# Lab 07's methods were run with ResNet-18 at batch 256 and 4096 on one GPU, three seeds per cell, with
+# images/s measured per batch. These numbers come from that recording (its machine and date in the title),
+# not from this kernel.
 
 # %% tags=["nbval-ignore-output"]
 recorded = lb.load_recorded()
@@ -155,9 +156,9 @@ recorded[0] if recorded else None
 #
 # The first claims are about effects this lab's data shows (a failure stops the notebook). In the gpu profile's
 # short runs (4 epochs of 10,000 images: 80 steps at batch 512) linear scaling + warm-up did not lift SGD at the
-# large batch in the instructors' probe on an H100, nor did warm-up rescue the demo's large learning rate, so
+# large batch in a test run on an H100, nor did warm-up rescue the large learning rate of section 3, so
 # there only the gap is asserted and the rest is printed as measured. The last two are
-# results from the literature — LARS/LAMB beating tuned SGD at a large batch (DLO-JZ measured LAMB 0.850 vs SGD
+# results from the literature — LARS/LAMB beating tuned SGD at a large batch (the DLO-JZ course measured LAMB 0.850 vs SGD
 # 0.746 at batch 8192 on CIFAR-10, one seed) and B_simple ≈ the critical batch — checked and printed as
 # measured: on a small data set with few steps they may well not hold, and the lab says so (`NOT SEEN ON THIS
 # DATA`, with what it measured) rather than assert them. Compare with the GPU record of section 7.
