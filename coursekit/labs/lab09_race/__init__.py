@@ -22,6 +22,7 @@ from coursekit.labs.lab09_race.leaderboard import (
     entry_name,
     failures,
     has_baseline,
+    has_entry,
     leaderboard_path,
     post_entry,
     post_runs,
@@ -35,8 +36,9 @@ from coursekit.train.config import TrainConfig
 from coursekit.train.target import code_hash, config_hash
 
 __all__ = ["BASELINE", "DEFAULT_SEEDS", "LeaderboardView", "Rules", "append_run", "code_hash", "config_hash",
-           "entries", "entry_name", "failures", "has_baseline", "leaderboard_path", "live_leaderboard", "marks_of",
-           "plot_leaderboard", "post_entry", "post_runs", "read_runs", "run_record", "settings", "standings"]
+           "entries", "entry_name", "failures", "has_baseline", "has_entry", "leaderboard_path", "live_leaderboard",
+           "marks_of", "plot_leaderboard", "post_entry", "post_runs", "read_runs", "run_record", "settings",
+           "standings"]
 
 
 GPUS = 1  # GPUs the notebook needs at once in the gpu profile: the race is run on one GPU

@@ -133,6 +133,12 @@ def post_entry(participant: str, submission: str, rows: Any, path: Path | None =
     return posted
 
 
+def has_entry(participant: str, submission: str, path: Path | None = None, round_: int = 1) -> bool:
+    """Has ``participant`` posted runs of ``submission`` in this round?"""
+    return any((r["participant"], r["submission"], int(r.get("round") or 1)) == (participant, submission, round_)
+               for r in read_runs(path))
+
+
 def has_baseline(path: Path | None = None, round_: int = 1) -> bool:
     """Has the baseline of this round been posted (by the instructor, on the room's hardware)?"""
     return any(r["participant"] == BASELINE and int(r.get("round") or 1) == round_ for r in read_runs(path))
