@@ -35,6 +35,18 @@ def rank_0_fails_after_both_started(barrier: Path) -> str:
             f"rank == \"0\" and sys.exit(print(\"{ERROR_LINE}\", file=sys.stderr) or 3); time.sleep(120)'")
 
 
+def ended_in_accounting(job_id: str) -> dict[str, str] | None:
+    """The job's sacct row once slurmdbd has recorded its end (a moment after squeue says it ended; on a
+    busy machine, seconds): waits for that event, up to END_S."""
+    deadline = time.monotonic() + END_S
+    while True:
+        row = slurm_cli.row_for(slurm_cli.sacct([job_id]), job_id)
+        ended = row is not None and row["state"] not in slurm_cli.ACTIVE_STATES and row["end_time"] != "Unknown"
+        if ended or time.monotonic() > deadline:
+            return row
+        time.sleep(0.5)
+
+
 @pytest.fixture(autouse=True)
 def fresh_watcher() -> None:
     watcher.reset()
@@ -53,8 +65,8 @@ def test_one_tasks_failing_command_gives_slurm_its_own_exit_code(course: Path) -
     (job,) = coursekit.submit_jobs(f"-c 'import sys; print(\"{ERROR_LINE}\", file=sys.stderr); sys.exit(3)'",
                                    n_gpu=1, name="fails1")
     assert job.wait(END_S) == "FAILED"
-    row = slurm_cli.row_for(slurm_cli.sacct([job.job_id]), job.job_id)
-    assert row is not None and row["exit_code"] == "3:0"  # the command's code, not srun's 1
+    row = ended_in_accounting(job.job_id)
+    assert row is not None and row["exit_code"] == "3:0", row  # the command's code, not srun's 1
     assert job.exit_code == 3
 
 
