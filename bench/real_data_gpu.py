@@ -33,7 +33,7 @@ REPORT = ROOT / "bench" / "REPORT-real-data.md"
 DEFAULT_TIME_LIMIT_S = 280
 # the labs' gpu settings (coursekit/labs/lab04_mixed_precision.py, lab02_batch_size.py) on Fashion-MNIST
 LOADER = ["--workers", "8", "--pin-memory", "--persistent-workers", "--non-blocking"]
-LAB04 = ["--model", "resnet18", "--batch-size", "256", "--epochs", "3", "--lr", "0.1", *LOADER]
+LAB04 = ["--model", "resnet18", "--batch-size", "256", "--epochs", "3", "--lr", "0.1", "--schedule", "cosine", *LOADER]
 LAB02 = ["--model", "resnet18", "--epochs", "5", "--lr", "0.1", "--schedule", "cosine", "--precision", "bf16",
          "--channels-last", *LOADER]
 RUNS = ([("04", f"precision {p}", [*LAB04, "--precision", p]) for p in ("fp32", "bf16", "fp16")]

@@ -72,6 +72,12 @@ numerics.grad_scaler_demo()
 # `GradScaler`, whose scale the engine writes into every step record (`loss_scale`, `skipped_steps`).
 # On a GPU, a first short job asks the GPU what it is: bf16 and tf32 need compute capability 8.0 (an
 # A100 or newer); on an older GPU (a V100) the lab leaves them out and says why.
+#
+# The runs anneal their learning rate (a cosine schedule). At a constant rate of 0.1 the BatchNorm layers'
+# running statistics lag behind weights that still move fast, and the validation accuracy (measured in
+# eval mode, with those statistics) jumps between 0.50 and 0.85 from one epoch to the next, in fp32 as
+# much as in bf16 (measured on Fashion-MNIST: `bench/REPORT-real-data.md`). Comparing formats on such a
+# number would compare luck.
 
 # %%
 gpu = None
@@ -219,7 +225,10 @@ underflow = numerics.underflow_table()
 smallest, halfway = underflow.one(value=numerics.FP16_SMALLEST_SUBNORMAL), underflow.one(value=2.0**-25)
 losses = {row["precision"]: row["train_loss"] for row in table if row["train_loss"] is not None}
 # within 5 % of fp32's loss, or 0.01 apart once training has driven the loss near zero (5 % of 0.004
-# is noise: the generated stand-in of CIFAR-10 is learned almost perfectly in the gpu profile)
+# is noise: the generated stand-in of CIFAR-10 is learned almost perfectly in the gpu profile); on real
+# data one run's final training loss moves more than that from seed to seed (Fashion-MNIST, fp32: 0.385
+# and 0.293), so there validation accuracy is the check
+real_gpu_data = profile.is_gpu and not labs.on_standin(s.base)
 near = {p: abs(losses[p] - losses["fp32"]) <= max(0.05 * losses["fp32"], 0.01) for p in losses} if "fp32" in losses else {}
 # training losses can agree while validation does not (measured on Fashion-MNIST: bench/REPORT-real-data.md)
 accuracies = {row["precision"]: row["val_acc"] for row in table if row["val_acc"] is not None}
@@ -237,13 +246,15 @@ verdicts = [
                      bool(near) and all(near.values())
                      and (fp16 is None or fp16["summary"].get("loss_scale") is not None),
                      ", ".join(f"{p}: {v:.4f}" for p, v in losses.items()),
-                     applies=bool(near) and bool(halves),
-                     why_not="the fp32 run or every low-precision run failed (see the failures above)"),
-    labs.check_claim(" and ".join(halves) + " reach fp32's validation accuracy (within 0.02)",
-                     "fp32" in accuracies and all(abs(accuracies[p] - accuracies["fp32"]) <= 0.02 for p in halves
-                                                  if p in accuracies),
+                     applies=bool(near) and bool(halves) and not real_gpu_data,
+                     why_not="real data: one run's final training loss moves by more than 5 % from seed to seed; "
+                     "the validation accuracy below is the check" if real_gpu_data
+                     else "the fp32 run or every low-precision run failed (see the failures above)"),
+    labs.check_claim(" and ".join(halves) + f" reach fp32's validation accuracy (within {numerics.VAL_ACC_TOLERANCE})",
+                     "fp32" in accuracies and all(abs(accuracies[p] - accuracies["fp32"]) <= numerics.VAL_ACC_TOLERANCE
+                                                  for p in halves if p in accuracies),
                      ", ".join(f"{p}: {v:.3f}" for p, v in accuracies.items()),
-                     applies=profile.is_gpu and not labs.on_standin(s.base) and "fp32" in accuracies,
+                     applies=real_gpu_data and "fp32" in accuracies,
                      why_not="the generated stand-in: every run reaches 1.0, a smoke test" if profile.is_gpu
                      else "tiny CPU runs: the training-loss claim above is this profile's check"),
     labs.check_claim("on tensor cores each rung of the ladder is faster than fp32",

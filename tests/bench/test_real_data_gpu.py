@@ -20,6 +20,7 @@ def test_the_runs_are_the_labs_gpu_settings():
         values = dict(zip(args[::2], args[1::2], strict=False))
         assert values["--model"] == base.model and float(values["--lr"]) == base.lr
         assert int(values["--epochs"]) == base.epochs
+        assert values["--schedule"] == base.schedule
     assert max(lab_settings("02", "gpu").batch_sizes) == 2048 and min(lab_settings("02", "gpu").batch_sizes) == 64
 
 
