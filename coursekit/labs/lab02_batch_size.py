@@ -113,8 +113,8 @@ def settings(profile: str) -> dict[str, Any]:
     # batch 2048 the full count would be ~300 epochs per participant.
     values = {"base": base, "batch_sizes": [64, 128, 256, 512, 1024, 2048], "target_acc": 0.75,
               "longer_max_steps": 500,
-              "memory_base": memory, "memory_batch_sizes": [64, 256, 1024, 2048],
+              "memory_base": memory, "memory_batch_sizes": [64, 256, 512, 1024, 2048],  # 512: the bracket 2x
               "job": job_options(profile, "00:30:00"), "timeout_s": 3600,
-              "budget": workshop_budget({"batch sweep (5 epochs)": (6, 1.0), "memory up to OOM": (4, 1.0),
+              "budget": workshop_budget({"batch sweep (5 epochs)": (6, 1.0), "memory up to OOM": (5, 1.0),
                                          "exercise (500 steps at 2048)": (1, 1.5)})}
     return on_cifar10(values, "base")

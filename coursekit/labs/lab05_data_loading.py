@@ -1,6 +1,6 @@
 """Lab 05: the data pipeline — a JPEG folder to read, loader settings to compare, a profiler trace to read.
 
-``summarize_trace`` reads the Chrome-trace JSON that ``torch.profiler`` writes for TensorBoard (the
+``summarize_trace`` reads the Chrome-trace JSON that ``torch.profiler`` writes (Perfetto opens it; the
 engine's ``--profile`` puts it in ``<run>/profile/``) and answers three questions: how long the profiled
 steps took, what share of it the main process spent inside the DataLoader, and — when the trace holds
 GPU activity — what share of it the GPU sat idle.

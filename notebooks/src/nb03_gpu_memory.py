@@ -32,8 +32,9 @@ print(s)
 # %% [markdown]
 # ## 1. The same step on a CPU and on a GPU
 #
-# One training step of ResNet-50 on 224 × 224 images: about 4 GFLOP per image forward, twice that
-# backward. A CPU core does tens of GFLOP/s; a GPU's tensor cores do hundreds of TFLOP/s, and its
+# One training step of ResNet-50 on 224 × 224 images: about 4.1 billion multiply-adds per image forward
+# (≈ 8 GFLOP: a multiply-add is two floating-point operations, the count lab 04's TFLOP/s use), twice
+# that backward. A CPU core does tens of GFLOP/s; a GPU's tensor cores do hundreds of TFLOP/s, and its
 # memory moves terabytes per second. On a GPU cluster both jobs below run (the CPU one on the GPU
 # node's own cores); in the CPU profile we run the CPU job and set it next to the GPU figure recorded
 # by the engine's benchmark on an H100 (batch 256, fp32).

@@ -37,8 +37,11 @@ print(s)
 # fp32's 8 exponent bits and so its range, with only 7 mantissa bits; fp16 keeps 10 mantissa bits but
 # only 5 exponent bits: its largest value is 65504 and its smallest positive value 2⁻²⁴ ≈ 6·10⁻⁸.
 # tf32 is not a storage format: Ampere and later tensor cores read fp32 inputs, round them to 10
-# mantissa bits, and multiply — fp32's range with fp16's precision, enabled with
-# `torch.backends.cuda.matmul.allow_tf32` (the engine's `--precision tf32`).
+# mantissa bits, and multiply — fp32's range with fp16's precision. For matrix products PyTorch enables
+# it with `torch.backends.cuda.matmul.allow_tf32`; for convolutions cuDNN already uses it by default
+# (`torch.backends.cudnn.allow_tf32` is True), so a plain "fp32" CNN on an A100 or H100 convolves in
+# tf32. The engine's `--precision fp32` turns both off (true fp32, the ladder's first rung) and
+# `--precision tf32` turns both on.
 
 # %%
 numerics.formats_table()
@@ -46,7 +49,8 @@ numerics.formats_table()
 # %% [markdown]
 # ## 2. Underflow, and why fp16 scales the loss
 #
-# Gradients are often tiny. In fp16 anything below 2⁻²⁴ becomes 0 (a value halfway rounds to the even
+# Gradients are often tiny. fp16's smallest positive value is 2⁻²⁴: a value between 2⁻²⁵ and 2⁻²⁴ rounds
+# up to 2⁻²⁴, and 2⁻²⁵ itself (halfway) and anything smaller become 0 (a tie rounds to the even
 # neighbour, which is 0): that part of the gradient is lost. Loss scaling multiplies the loss — hence
 # every gradient — by a large factor *S* before the backward pass, so that small gradients land in
 # fp16's range, then divides the (fp32) weight gradients by *S* before the optimizer step.
@@ -198,17 +202,24 @@ if ladder is not None:
 # %% [markdown] tags=["exercise"]
 # ### Exercise — what share of the peak?
 #
-# The datasheet gives each GPU's dense tensor-core peak: an H100 SXM does about 989 TFLOP/s in bf16.
-# `hardware.peak_tflops(name)` knows a few GPUs (None for the others). For each rung of `ladder` (if
-# there is one), compute the share of the peak of the GPU it ran on (`tflops / peak`); store the rung
-# names and shares in a dict `share_of_peak`. Why is a ResNet-50 far from the peak even at the best
-# rung?
+# The datasheet gives each GPU's dense peak per format: an H100 SXM does about 989 TFLOP/s in bf16 and
+# fp16 and 495 in tf32 on its tensor cores, but only 67 in plain fp32 on its CUDA cores.
+# `hardware.peak_tflops(name, precision)` knows a few GPUs (None for the others). For each rung of
+# `ladder` (if there is one), compute the share of the peak **of the rung's own format** (the rung's
+# name starts with it: `"bf16+channels_last"` → `"bf16"`) on the GPU it ran on (`tflops / peak`); store
+# the rung names and shares in a dict `share_of_peak`. Why is a ResNet-50 far from the peak even at the
+# best rung?
 
 # %% tags=["nbval-ignore-output", "exercise"]
-peak = hardware.peak_tflops(ladder_gpu, "bf16" if "bf16" in precisions else "fp16")
-print(f"{ladder_gpu}: {peak} TFLOP/s dense" if peak else f"no datasheet peak known for {ladder_gpu!r}: no shares")
+peaks = {p: hardware.peak_tflops(ladder_gpu, p) for p in ("fp32", "tf32", "bf16", "fp16")}
+print(f"{ladder_gpu}: dense peaks (TFLOP/s) {peaks}" if any(peaks.values())
+      else f"no datasheet peak known for {ladder_gpu!r}: no shares")
 ### BEGIN SOLUTION
-share_of_peak = {row["rung"]: row["tflops"] / peak for row in ladder} if ladder is not None and peak else {}
+share_of_peak = {}
+for row in ladder if ladder is not None else []:
+    peak = peaks[row["rung"].split("+")[0]]
+    if peak:
+        share_of_peak[row["rung"]] = row["tflops"] / peak
 ### END SOLUTION
 print({rung: f"{share:.1%}" for rung, share in share_of_peak.items()})
 

@@ -11,7 +11,7 @@
 # 2. measure, per configuration, the share of each step spent waiting for data;
 # 3. compare decoding JPEGs on CPU workers with decoding them on the GPU (nvjpeg);
 # 4. record a `torch.profiler` trace of a few steps, read its summary (top operators, time in the data
-#    loader, GPU idle time) and open it in TensorBoard.
+#    loader, GPU idle time) and open it in Perfetto.
 #
 # The engine splits the time of every step into **data time** (from the end of the previous step until
 # the batch is on the device: waiting for the loader, the copy) and **compute time** (forward, backward,
@@ -128,7 +128,7 @@ else:
 #
 # `torch.profiler` records every operator the steps run, on the CPU and (with CUDA) on the GPU. The
 # engine's `--profile` records `--profile-steps` steps after one step of wait and one of warm-up, and
-# writes a trace for TensorBoard into the run's `profile/` folder plus a text summary of the operators
+# writes a Chrome trace into the run's `profile/` folder plus a text summary of the operators
 # that took the most time. We profiled the run without workers, where the loader is inside the steps
 # (`profiled`, submitted in section 2 after the loader runs).
 
@@ -152,9 +152,11 @@ else:
 trace["top_operators"] if trace else None
 
 # %% [markdown]
-# To look at the trace itself: `tensorboard --logdir <run folder>/profile` (with the
-# `torch-tb-profiler` plugin), or drop the `.pt.trace.json` file on https://ui.perfetto.dev — each step,
-# each operator, and with CUDA the GPU's kernels on their own timeline, where the gaps are the idle time.
+# To look at the trace itself, drop the `.pt.trace.json` file on https://ui.perfetto.dev (or open it in
+# Chrome's `chrome://tracing`) — each step, each operator, and with CUDA the GPU's kernels on their own
+# timeline, where the gaps are the idle time. For traces of several ranks, Holistic Trace Analysis
+# (`pip install HolisticTraceAnalysis`) computes idle time, communication overlap and stragglers. The
+# TensorBoard plugin `torch-tb-profiler` that older tutorials use is deprecated and no longer maintained.
 
 # %%
 print(len(list(Path(prof_job.run_dir, "profile").glob("*.pt.trace.json"))), "trace file in", Path(prof_job.run_dir, "profile").name)

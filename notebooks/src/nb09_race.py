@@ -109,8 +109,9 @@ race.post_entry(pseudo, submission, entry)  # says why a run failed, if one did
 entry.with_columns("seed", "job_id", "state", "val_acc", "total_time_s")
 
 # %% [markdown]
-# **More GPUs?** The rules leave the GPU count free, and on a cluster a second GPU is one option away. It
-# is not a free win. Recorded on H100s (2026-11-26), with generated images of CIFAR-10's size: the tuned entry
+# **More GPUs?** The rules above allow one GPU per entry (`max_gpus`), so that a room of participants fits
+# its partition; an instructor can raise the limit (for an overnight round, say), and on a cluster a
+# second GPU is then one option away. It is not a free win. Recorded on H100s (2026-11-26), with generated images of CIFAR-10's size: the tuned entry
 # took 3.18 ± 0.70 s to the target on one GPU, and 7.22 ± 0.76 s on two under DDP with the same batch per
 # GPU (twice the global batch, the learning rate scaled linearly). Each step processed twice the images
 # in no more time (24 against 32 ms a step), but the run needed 296 steps instead of 98: the large-batch

@@ -17,16 +17,17 @@ AMPERE = (8, 0)  # bf16 and tf32 tensor cores
 NEEDS_AMPERE = ("bf16", "tf32")
 # Dense (no sparsity) tensor-core peaks from NVIDIA's datasheets, TFLOP/s: (name fragment, bf16, fp16).
 # The first fragment found in the device name wins, so the more specific names come first.
-PEAK_DENSE_TFLOPS: tuple[tuple[str, float | None, float], ...] = (
-    ("H200", 989.0, 989.0),
-    ("H100 PCIe", 756.0, 756.0),
-    ("H100 NVL", 835.0, 835.0),
-    ("H100", 989.0, 989.0),  # SXM
-    ("GH200", 989.0, 989.0),
-    ("A100", 312.0, 312.0),
-    ("L40S", 362.0, 362.0),
-    ("A10", 125.0, 125.0),
-    ("V100", None, 125.0),  # no bf16
+# the datasheets' dense peaks in TFLOP/s: fp32 on the CUDA cores, tf32 / bf16 / fp16 on the tensor cores
+PEAK_DENSE_TFLOPS: tuple[tuple[str, dict[str, float | None]], ...] = (
+    ("H200", {"fp32": 67.0, "tf32": 494.7, "bf16": 989.0, "fp16": 989.0}),
+    ("H100 PCIe", {"fp32": 51.0, "tf32": 378.0, "bf16": 756.0, "fp16": 756.0}),
+    ("H100 NVL", {"fp32": 60.0, "tf32": 417.5, "bf16": 835.0, "fp16": 835.0}),
+    ("H100", {"fp32": 67.0, "tf32": 494.7, "bf16": 989.0, "fp16": 989.0}),  # SXM
+    ("GH200", {"fp32": 67.0, "tf32": 494.7, "bf16": 989.0, "fp16": 989.0}),
+    ("A100", {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0}),
+    ("L40S", {"fp32": 91.6, "tf32": 183.0, "bf16": 362.0, "fp16": 362.0}),
+    ("A10", {"fp32": 31.2, "tf32": 62.5, "bf16": 125.0, "fp16": 125.0}),
+    ("V100", {"fp32": 15.7, "tf32": None, "bf16": None, "fp16": 125.0}),  # no tf32, no bf16
 )
 
 
@@ -70,13 +71,13 @@ def usable_precisions(info: dict[str, Any] | None, wanted: Sequence[str]) -> tup
 
 
 def peak_tflops(name: str | None, precision: str = "bf16") -> float | None:
-    """The datasheet's dense tensor-core peak of the GPU called ``name`` in ``precision`` (bf16 or fp16);
-    None when the GPU is unknown here or has no such tensor cores."""
-    if not name or precision not in ("bf16", "fp16"):
-        return None
-    for fragment, bf16, fp16 in PEAK_DENSE_TFLOPS:
+    """The datasheet's dense peak of the GPU called ``name`` in ``precision`` (fp32 on the CUDA cores; tf32,
+    bf16 or fp16 on the tensor cores); None when the GPU is unknown here or has no such units."""
+    if precision not in ("fp32", "tf32", "bf16", "fp16"):
+        raise ValueError(f"precision={precision!r}: use one of fp32, tf32, bf16, fp16")
+    for fragment, peaks in PEAK_DENSE_TFLOPS if name else ():
         if fragment in name:
-            return bf16 if precision == "bf16" else fp16
+            return peaks[precision]
     return None
 
 

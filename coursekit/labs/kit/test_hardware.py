@@ -1,3 +1,5 @@
+import pytest
+
 from coursekit.labs.kit import hardware
 
 V100 = {"device": "cuda", "name": "Tesla V100-SXM2-32GB", "total_memory_gb": 34.1, "capability": (7, 0),
@@ -20,6 +22,11 @@ def test_peaks_come_from_the_gpus_name_and_unknown_is_none():
     assert hardware.peak_tflops("NVIDIA A100-SXM4-80GB") == 312.0
     assert hardware.peak_tflops(V100["name"], "bf16") is None and hardware.peak_tflops(V100["name"], "fp16") == 125.0
     assert hardware.peak_tflops("Some Future GPU") is None and hardware.peak_tflops(None) is None
+    # an fp32 rung is measured against the CUDA cores' peak, not the tensor cores' (15x apart on an H100)
+    assert hardware.peak_tflops(H100["name"], "fp32") == 67.0 and hardware.peak_tflops(H100["name"], "tf32") == 494.7
+    assert hardware.peak_tflops(V100["name"], "tf32") is None
+    with pytest.raises(ValueError, match="precision='int8'"):
+        hardware.peak_tflops(H100["name"], "int8")
 
 
 def test_memory_and_description():

@@ -1,7 +1,7 @@
 """The race's rules: a fixed task (data, validation set, target), a free choice of the rest, printed and checked.
 
 A participant may change what the labs taught — batch size, precision, channels_last, compile, loader
-settings, optimizer and LR schedule, GPU count — but not the data, the validation set, the target or the
+settings, optimizer and LR schedule, GPU count up to ``max_gpus`` — but not the data, the validation set, the target or the
 evaluation cadence, and the model must be of the allowed family and within the parameter budget.
 ``Rules.problems(config, num_parameters)`` says, in words, every rule a configuration breaks.
 """
@@ -100,7 +100,7 @@ class Rules:
                  f"at most {self.max_gpus} GPU(s)",
                  f"  fixed: {', '.join(FIXED_FIELDS)}",
                  "  free: batch size, precision, channels_last, compile, loader settings, optimizer, LR and "
-                 "schedule, epochs (the budget), GPU count",
+                 "schedule, epochs (the budget), GPU count up to the limit above",
                  "  verified: every run's config, validation-set hash and code hash (coursekit's own source); "
                  "entries that break a rule are marked and explained, never dropped"]
         return "\n".join(lines + [f"  note: {note}" for note in self.notes])
