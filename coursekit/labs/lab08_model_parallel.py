@@ -4,7 +4,8 @@
   process, the others on N; ``checkpointed``: serial training with activation checkpointing), and
   :func:`bubble_runs` — the pipeline sweep over micro-batches m for GPipe and 1F1B.
 - :func:`run_jobs` — runs them as jobs, one at a time, under one progress bar over the runs; with
-  ``one_job`` (the cpu profile) the runs of one shape share a job, run by :func:`main` in one process group.
+  ``one_job`` (the cpu profile) the runs of one shape share a job (``python -m coursekit.train.sweep``, which
+  joins the process group once for all of them).
 - :func:`strategy_table` — one row per strategy: memory per rank (measured local shards, and the formula of
   :func:`coursekit.train.memory.sharded_memory`), tokens/s, final loss and the largest weight difference to
   serial (``--save-weights`` of each run; :func:`weights_moved`: how far training moved them);
@@ -21,7 +22,6 @@ from __future__ import annotations
 import math
 import os
 import shlex
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -117,7 +117,6 @@ def job_shape(strategy: str, n: int, naive_gpus: int = 1) -> dict[str, int]:
 
 # --- the runs, as jobs: one job per run, or the runs of one shape in one job -----------------------
 
-ONE_GROUP_ENGINE = "-m coursekit.labs.lab08_model_parallel"  # main(): a job's runs in one process group
 COMPLETED = "COMPLETED"
 PROGRESS_EVERY_S = 1.0  # the progress bar reads the runs' metrics files this often
 
@@ -137,10 +136,10 @@ class Run:
     def metrics(self) -> list[dict[str, Any]]:
         if self.position is None:
             return self.job.metrics()
+        from coursekit.labs.kit.experiments import SWEEP_RUN_FOLDER
         from coursekit.metrics import read_metrics
-        from coursekit.train.sweep import run_folder
 
-        return read_metrics(run_folder(self.job.run_dir, self.position))
+        return read_metrics(Path(self.job.run_dir) / SWEEP_RUN_FOLDER.format(self.position))
 
     def ended(self) -> bool:
         """Its job ended, or (a job of several runs) the run wrote its summary."""
@@ -181,38 +180,12 @@ def run_strategies(base: TrainConfig, strategies: Sequence[str], n: int, *, name
 
 
 def group_command(configs: Sequence[TrainConfig]) -> str:
-    """One job's command: :func:`main` with each run's engine options, ``--next`` between them."""
-    from coursekit.train.sweep import SEPARATOR
+    """One job's command: the engine's sweep (``python -m coursekit.train.sweep``) with each run's engine
+    options, ``--next`` between them."""
+    from coursekit.labs.kit.experiments import SWEEP_ENGINE, SWEEP_SEPARATOR
 
     groups = [" ".join(shlex.quote(arg) for arg in config.to_args()) for config in configs]
-    return f"{ONE_GROUP_ENGINE} " + f" {SEPARATOR} ".join(groups)
-
-
-class RunsBar:
-    """One progress bar over the runs of a cell, "3/9 runs ended" (tqdm.auto; nothing without tqdm or
-    before ``PROGRESS_DELAY_S``), however many jobs hold them."""
-
-    def __init__(self, total: int, desc: str) -> None:
-        from coursekit.labs.kit.progress import PROGRESS_DELAY_S
-
-        self.count, self._bar = 0, None
-        try:
-            from tqdm.auto import tqdm
-        except ImportError:
-            return
-        self._bar = tqdm(total=total, desc=desc, unit="run", delay=PROGRESS_DELAY_S, leave=True)
-
-    def done(self, count: int) -> None:
-        if self._bar is not None and count > self.count:
-            self._bar.update(count - self.count)
-        self.count = max(self.count, count)
-
-    def __enter__(self) -> RunsBar:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._bar is not None:
-            self._bar.close()
+    return f"{SWEEP_ENGINE} " + f" {SWEEP_SEPARATOR} ".join(groups)
 
 
 def run_jobs(runs: Sequence[Run], *, name: str, one_job: bool = False, timeout_s: float = 600,
@@ -222,11 +195,17 @@ def run_jobs(runs: Sequence[Run], *, name: str, one_job: bool = False, timeout_s
     state, job id, :func:`~coursekit.labs.kit.experiments.summarize_run`'s figures and its config.
 
     ``one_job`` (the cpu profile, whose runs last a second where starting Python and torch costs each process
-    several): the runs of one shape share one job, in their order, in one process group (:func:`main`), and
+    several): the runs of one shape share one job, in their order, in one process group (the engine's sweep), and
     the jobs of different shapes run side by side (except on the local site of a GPU machine): what the runs
     then share is the CPU: their speeds, not their weights or memory (runs that time something go last)."""
     from coursekit.jobs import submit_jobs
-    from coursekit.labs.kit.experiments import _shares_local_gpus, engine_command, summarize_run, wait_all
+    from coursekit.labs.kit.experiments import (
+        RunsBar,
+        _shares_local_gpus,
+        engine_command,
+        summarize_run,
+        wait_all,
+    )
 
     runs = list(runs)
     if not runs:
@@ -262,37 +241,6 @@ def run_jobs(runs: Sequence[Run], *, name: str, one_job: bool = False, timeout_s
         state = COMPLETED if figures["status"] == "completed" else run.job.state
         rows.append({**run.tags, "job_id": run.job.job_id, "state": state, **figures, "config": run.config})
     return ResultsTable(rows, title=f"{name}: {len(runs)} runs in {len(groups)} job(s)")
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m coursekit.labs.lab08_model_parallel ARGS [--next ARGS ...]``: engine runs (each group of
-    arguments one ``python -m coursekit.train`` run) one after the other in this job's processes, all in one
-    process group, joined once: the engine leaves a group it did not create as it is, so that no rank joins
-    the next run's rendezvous while another still leaves the last (``coursekit.train.sweep`` makes one per
-    run). Run ``i`` writes into ``<job folder>/run<i>``; the first run that fails ends the job."""
-    from coursekit.train.engine import EXIT_CODES, ConfigError, train
-    from coursekit.train.parallel.process_group import cleanup, init_distributed
-    from coursekit.train.sweep import plan
-
-    try:
-        configs = plan(sys.argv[1:] if argv is None else argv)
-    except ValueError as error:
-        print(f"{ONE_GROUP_ENGINE[3:]}: error: {error}", file=sys.stderr)
-        return EXIT_CODES["config"]
-    init_distributed(configs[0].device)
-    try:
-        for index, config in enumerate(configs):
-            print(f"{ONE_GROUP_ENGINE[3:]}: run {index + 1}/{len(configs)} -> {config.out}", flush=True)
-            try:
-                status = train(config)["status"]
-            except ConfigError as error:
-                print(f"{ONE_GROUP_ENGINE[3:]}: run {index}: error: {error}", file=sys.stderr)
-                return EXIT_CODES["config"]
-            if status not in ("completed", "nan"):
-                return EXIT_CODES["failed"]
-    finally:
-        cleanup()
-    return EXIT_CODES["completed"]
 
 
 def tp_split_parameters(config: TrainConfig) -> tuple[int, int]:
@@ -586,9 +534,3 @@ def settings(profile: str) -> dict[str, Any]:
         "job": job_options(profile, "00:10:00" if cpu else "00:20:00"), "timeout_s": 300 if cpu else 1200,
     }
 
-
-if __name__ == "__main__":
-    code = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)  # every file is written: skip the interpreter's teardown of torch (seconds on a busy CPU)

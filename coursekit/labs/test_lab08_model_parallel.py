@@ -15,6 +15,7 @@ from coursekit.labs import lab08_model_parallel as mp
 from coursekit.labs import lab_settings
 from coursekit.labs.kit import recorded
 from coursekit.metrics import read_metrics, summary
+from coursekit.train import sweep
 from coursekit.train.config import TrainConfig, parse_args
 from coursekit.train.sweep import run_folder, split_groups
 
@@ -52,7 +53,7 @@ def test_strategy_runs_name_their_processes_and_checkpointing_is_a_one_process_r
 def test_a_group_command_parses_back_to_the_configs():
     configs = [base(), mp.strategy_config(base(), "gpipe", "/tmp/w", n=2, microbatches=4)]
     words = shlex.split(mp.group_command(configs))
-    assert words[:2] == ["-m", "coursekit.labs.lab08_model_parallel"]
+    assert words[:2] == ["-m", "coursekit.train.sweep"]  # the engine's sweep: one process group per job
     assert [parse_args(group) for group in split_groups(words[2:])] == configs
 
 
@@ -76,7 +77,7 @@ def test_one_job_puts_the_runs_of_a_shape_into_one_job_and_reads_each_run(tmp_pa
     def submit_jobs(command, name, n_gpu, n_gpu_per_task=1, **job):
         words = shlex.split(command)
         job = FakeJob(str(len(submitted)), tmp_path / str(len(submitted)))
-        for index, group in enumerate(split_groups(words[2:])):  # what main() writes for each run
+        for index, group in enumerate(split_groups(words[2:])):  # what the sweep writes for each run
             folder = run_folder(job.run_dir, index)
             folder.mkdir(parents=True)
             record = {"kind": "summary", "status": "completed", "lr": parse_args(group).lr}
@@ -89,24 +90,24 @@ def test_one_job_puts_the_runs_of_a_shape_into_one_job_and_reads_each_run(tmp_pa
                             options={s: {"lr": lr} for s, lr in [("serial", 1.0), ("ddp", 2.0), ("naive", 3.0),
                                                                   ("zero1", 4.0)]})
     rows = mp.run_jobs(runs, name="t", one_job=True, timeout_s=10)
-    assert submitted == [("coursekit.labs.lab08_model_parallel", 1, 1), ("coursekit.labs.lab08_model_parallel", 2, 1)]
+    assert submitted == [("coursekit.train.sweep", 1, 1), ("coursekit.train.sweep", 2, 1)]
     assert [(r["strategy"], r["job_id"], r["summary"]["lr"], r["state"]) for r in rows] == [
         ("serial", "0", 1.0, "COMPLETED"), ("ddp", "1", 2.0, "COMPLETED"), ("naive", "0", 3.0, "COMPLETED"),
         ("zero1", "1", 4.0, "COMPLETED")]
 
 
-def test_the_lab_entry_point_runs_each_group_and_checkpointing_keeps_the_weights_training_moves(tmp_path):
-    """One process (no process group): serial and checkpointed training end with the same weights, and those
+def test_the_labs_job_command_runs_each_group_and_checkpointing_keeps_the_weights_training_moves(tmp_path):
+    """The engine's sweep on the lab's job command, one process (no process group): serial and checkpointed training end with the same weights, and those
     moved far more than the cpu profile's tolerance (a strategy that skipped updates could not pass)."""
     s = lab_settings("08", "cpu")
     serial, checkpointed = (mp.strategy_config(s.base, name, tmp_path) for name in ("serial", "checkpointed"))
     words = shlex.split(mp.group_command([serial.replace(out=str(tmp_path / "runs")), checkpointed]))[2:]
-    assert mp.main(words) == 0
+    assert sweep.main(words) == 0
     for index in (0, 1):
         assert summary(read_metrics(run_folder(tmp_path / "runs", index)))["status"] == "completed"
     assert mp.weights_difference(serial.save_weights, checkpointed.save_weights) <= s.tolerance
     assert mp.weights_moved(serial) > 10 * s.tolerance
-    assert mp.main([*words, "--next", "--lr", "-1"]) == 2  # checked before any run
+    assert sweep.main([*words, "--next", "--lr", "-1"]) == 2  # checked before any run
 
 
 @pytest.mark.parametrize("call, word", [

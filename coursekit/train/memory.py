@@ -250,6 +250,10 @@ def estimate_memory(model: nn.Module, optimizer: str, precision: str, batch_size
 # Activations are not in these figures: they depend on the batch, and only PP and TP shrink them.
 
 SHARDING_STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "tp", "pp")
+# the names the labs' tables and the literature use, lower-cased without spaces, "-" or "_" -> the engine's
+STRATEGY_ALIASES = {"dp": "ddp", "data parallel": "ddp", "fsdp": "zero3", "zero3/fsdp": "zero3",
+                    "fsdp/zero3": "zero3", "zero3(fsdp)": "zero3", "tensor": "tp", "pipeline": "pp"}
+TABLE_NAMES = {"ddp": "DP", "zero1": "ZeRO-1", "zero2": "ZeRO-2", "zero3": "ZeRO-3", "tp": "TP", "pp": "PP"}
 MASTER_WEIGHT_BYTES = 4  # the fp32 copy mixed-precision training keeps in the optimizer
 
 
@@ -289,11 +293,24 @@ def per_parameter_bytes(optimizer: str, precision: str, momentum: float = 0.9) -
     return FP32_BYTES, FP32_BYTES, state
 
 
+def sharding_strategy(strategy: str) -> str:
+    """The engine's name (``SHARDING_STRATEGIES``) of a strategy written as the engine ("zero3") or a table
+    ("ZeRO-3", "DP", "FSDP") writes it; a ValueError naming ``strategy`` for anything else."""
+    if not isinstance(strategy, str):
+        raise ValueError(f"strategy={strategy!r} must be a name such as 'DP' or 'ZeRO-3'")
+    key = " ".join(strategy.lower().replace("-", "").replace("_", "").split())
+    key = STRATEGY_ALIASES.get(key, STRATEGY_ALIASES.get(key.replace(" ", ""), key.replace(" ", "")))
+    if key not in SHARDING_STRATEGIES:
+        known = ", ".join(f"{TABLE_NAMES[name]} ({name!r})" for name in SHARDING_STRATEGIES)
+        raise ValueError(f"strategy={strategy!r} is unknown; choose one of {known}")
+    return key
+
+
 def sharded_memory(num_parameters: int, strategy: str, n: int = 1, optimizer: str = "adamw",
                    precision: str = "bf16", momentum: float = 0.9) -> ShardedMemory:
-    """Training-state bytes per GPU for ``strategy`` (one of ``SHARDING_STRATEGIES``) over ``n`` GPUs."""
-    if strategy not in SHARDING_STRATEGIES:
-        raise ValueError(f"strategy={strategy!r} is unknown; choose one of {', '.join(SHARDING_STRATEGIES)}")
+    """Training-state bytes per GPU for ``strategy`` (one of ``SHARDING_STRATEGIES``, or its table name such as
+    "ZeRO-3": :func:`sharding_strategy`) over ``n`` GPUs."""
+    strategy = sharding_strategy(strategy)
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"n={n!r} must be a number of GPUs >= 1")
     if num_parameters < 0:
@@ -323,8 +340,26 @@ def sharding_table(num_parameters: int, n: int, optimizer: str = "adamw", precis
 
 def smallest_n_that_fits(num_parameters: int, strategy: str, gpu_bytes: float, optimizer: str = "adamw",
                          precision: str = "bf16", headroom: float = 0.0, max_n: int = 4096) -> int | None:
-    """The fewest GPUs (powers of two) whose training state fits ``gpu_bytes`` each, keeping ``headroom``
-    (a share of the GPU) for activations and the CUDA context; None when even ``max_n`` do not."""
+    """The fewest GPUs (1, 2, 4, 8 ...) on which the training state of a model fits, or None.
+
+    - ``num_parameters``: the model's parameters Ψ, e.g. ``70_000_000_000``;
+    - ``strategy``: how the state is spread: "DP", "ZeRO-1", "ZeRO-2", "ZeRO-3" (or "FSDP"), "TP", "PP" as in
+      the lab's table, or the engine's names "ddp", "zero1", "zero2", "zero3", "tp", "pp";
+    - ``gpu_bytes``: the memory of one GPU in bytes, e.g. ``80e9`` for an 80 GB GPU;
+    - ``optimizer``: "adamw", "sgd", "lamb" or "lars" (its state per parameter); ``precision``: "bf16", "fp16" or
+      "fp32" (mixed precision keeps an fp32 master copy: 16 bytes per parameter for AdamW);
+    - ``headroom``: the share of each GPU kept free for activations and the CUDA context (0.2 = a fifth);
+    - ``max_n``: the most GPUs tried; None when even that many do not hold the state (DP never shards).
+    """
+    strategy = sharding_strategy(strategy)
+    if isinstance(num_parameters, bool) or not isinstance(num_parameters, int) or num_parameters < 1:
+        raise ValueError(f"num_parameters={num_parameters!r} must be a whole number of parameters >= 1")
+    if not isinstance(gpu_bytes, (int, float)) or isinstance(gpu_bytes, bool) or not gpu_bytes > 0:
+        raise ValueError(f"gpu_bytes={gpu_bytes!r} must be one GPU's memory in bytes, e.g. 80e9")
+    if not isinstance(headroom, (int, float)) or not 0 <= headroom < 1:
+        raise ValueError(f"headroom={headroom!r} must be a share of the GPU in [0, 1), e.g. 0.2")
+    if isinstance(max_n, bool) or not isinstance(max_n, int) or max_n < 1:
+        raise ValueError(f"max_n={max_n!r} must be a number of GPUs >= 1")
     n = 1
     while n <= max_n:
         if sharded_memory(num_parameters, strategy, n, optimizer, precision).total_bytes <= gpu_bytes * (1 - headroom):

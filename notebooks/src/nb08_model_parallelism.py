@@ -72,15 +72,18 @@ plots.stacked_bars([f"{r['strategy']} x{r['n_gpu']}" for r in seven],
 # %% [markdown] tags=["exercise"]
 # **Your turn.** A 70-billion-parameter model, trained with AdamW in bf16 on 80 GB GPUs: keep a fifth of
 # each GPU for activations and the CUDA context. How many GPUs does ZeRO-3 need at least (a power of
-# two)? And plain data parallelism? Use `smallest_n_that_fits` (None: no number of GPUs is enough).
+# two)? And plain data parallelism? Use `smallest_n_that_fits(num_parameters, strategy, gpu_bytes, optimizer=...,
+# precision=..., headroom=...)`: `strategy` as the table above names it ("DP", "ZeRO-1", "ZeRO-2", "ZeRO-3"), the
+# GPU's memory in bytes (`80e9`), `headroom` the share of each GPU kept free (a fifth: `0.2`). It answers the
+# fewest GPUs, a power of two, or None when no number of GPUs is enough.
 
 # %% tags=["exercise"]
 from coursekit.train.memory import smallest_n_that_fits
 
 ### BEGIN SOLUTION
-zero3_gpus = smallest_n_that_fits(70_000_000_000, "zero3", gpu_bytes=80e9, optimizer="adamw", precision="bf16",
+zero3_gpus = smallest_n_that_fits(70_000_000_000, "ZeRO-3", gpu_bytes=80e9, optimizer="adamw", precision="bf16",
                                   headroom=0.2)
-ddp_gpus = smallest_n_that_fits(70_000_000_000, "ddp", gpu_bytes=80e9, optimizer="adamw", precision="bf16",
+ddp_gpus = smallest_n_that_fits(70_000_000_000, "DP", gpu_bytes=80e9, optimizer="adamw", precision="bf16",
                                 headroom=0.2)
 ### END SOLUTION
 print(f"ZeRO-3: {zero3_gpus} GPUs; DDP: {ddp_gpus} (a full copy of 1.1 TB never fits one GPU)")

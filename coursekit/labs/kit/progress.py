@@ -27,8 +27,10 @@ class JobsBar:
                 from tqdm.auto import tqdm
             except ImportError:  # tqdm is in the lab extra: without it, no bar
                 return
+            # smoothing=0: the rate is the mean since the start; jobs that end together would otherwise show
+            # the rate of their last few moments ("3/3 [00:52, 4.48job/s]")
             self._bar = tqdm(total=total, desc=desc or None, unit=PROGRESS_UNIT, delay=PROGRESS_DELAY_S,
-                             leave=True)
+                             leave=True, smoothing=0)
 
     def done(self, count: int) -> None:
         """``count`` jobs have ended (called on every poll: it also refreshes the elapsed time)."""
