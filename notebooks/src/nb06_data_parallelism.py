@@ -51,6 +51,8 @@ print(f"site {site.name!r} ({site.scheduler}): {site.description}")
 # %% tags=["nbval-ignore-output"]
 (ranks_job,) = coursekit.submit_jobs(s.scripts["ranks"], n_gpu=s.n_processes, name=labs.job_name(pseudo, "ranks"),
                                      **s.job)
+print(f"job {ranks_job.job_id}: {s.scripts['ranks']} on {s.n_processes} processes; waiting for it to end "
+      "(seconds: each process first imports torch) ...", flush=True)
 print(ranks_job.wait(s.timeout_s))
 
 # %% [markdown]
@@ -127,7 +129,8 @@ runs = {
         n_gpu=2, launcher="torchrun", name=labs.job_name(pseudo, "ddpt"), **s.job),
 }
 jobs = {label: coursekit.get_job(ids[0]) for label, ids in runs.items()}
-print(labs.wait_all(list(jobs.values()), s.timeout_s))
+print(f"jobs {', '.join(j.job_id for j in jobs.values())} ({', '.join(jobs)}): 2 epochs each ...", flush=True)
+print(labs.wait_all(list(jobs.values()), s.timeout_s, desc="serial and DDP jobs"))
 
 # %% [markdown]
 # `search_log(name)` finds the logs, one per job (`all_tasks=True`: every rank's). The last lines:
@@ -171,6 +174,8 @@ labs.horovod_table(my_script)
 # %% tags=["nbval-ignore-output"]
 equivalence_job = coursekit.submit_function(dp.ddp_equivalence, n_gpu=s.n_processes,
                                             name=labs.job_name(pseudo, "equal"), **s.job, **s.equivalence)
+print(f"job {equivalence_job.job_id}: ddp_equivalence on {s.n_processes} processes; waiting for its results ...",
+      flush=True)
 equivalence = dp.equivalence_table(equivalence_job.results(timeout=s.timeout_s))
 equivalence.with_columns("rank", "world_size", "global_batch", "batch_per_rank", "max_abs_dw")
 
@@ -216,6 +221,8 @@ print(without, with_set_epoch, sep="\n\n")
 # %% tags=["nbval-ignore-output"]
 buckets_job = coursekit.submit_function(dp.bucket_overlap, n_gpu=s.n_processes, name=labs.job_name(pseudo, "buckets"),
                                         **s.job, **s.buckets)
+print(f"job {buckets_job.job_id}: bucket_overlap on {s.n_processes} processes, {len(s.buckets['bucket_caps_mb'])} "
+      "bucket sizes and no_sync; waiting for its timings ...", flush=True)
 buckets = dp.bucket_table(buckets_job.results(timeout=s.timeout_s))
 buckets
 
@@ -251,11 +258,12 @@ plots.bars(buckets.column("setting"), buckets.column("step_ms"), ylabel="median 
 n_gpus = dp.usable_gpu_counts(s.n_gpus, site)
 batches = dp.scaling_batches(n_gpus, s.batch_per_gpu, s.global_batch)
 configs = [s.scaling_base.replace(batch_size=b) for b in batches]
-print(f"{len(configs)} per-GPU batches {batches} x GPU counts {n_gpus} = {len(configs) * len(n_gpus)} jobs")
+print(f"{len(configs)} per-GPU batches {batches} x GPU counts {n_gpus} = {len(configs) * len(n_gpus)} runs")
 
 # %% tags=["nbval-ignore-output"]
-# one at a time where jobs would share processors: the CPU, or the GPUs of one machine (local site)
-sweep = labs.run_sweep(configs, name=labs.job_name(pseudo, "scale"), n_gpu=n_gpus,
+# one at a time where jobs would share processors: the CPU, or the GPUs of one machine (local site); in the
+# cpu profile one job per GPU count makes its runs one after the other (torch is imported once per process)
+sweep = labs.run_sweep(configs, name=labs.job_name(pseudo, "scale"), n_gpu=n_gpus, one_job=profile.is_cpu,
                        one_at_a_time=profile.is_cpu or site.is_local, **s.job, timeout_s=s.timeout_s,
                        title="scaling sweep")
 sweep.with_columns("n_gpu", "batch_size", "state", "images_per_s_median", "step_time_s")

@@ -98,8 +98,15 @@ def _wait_until_up(url: str, process: subprocess.Popen, log: Path) -> None:
 
 
 @pytest.fixture
-def jupyter_lab(tmp_path: Path) -> Iterator[Lab]:
-    """JupyterLab serving ``tmp_path/served`` (the test copies notebooks there), kernels on the local site in
+def lab_site() -> str:
+    """The site the kernels send their jobs to: ``local``; a test module may override this fixture
+    (``slurm``: the local two-node cluster, slurm/cluster.sh)."""
+    return "local"
+
+
+@pytest.fixture
+def jupyter_lab(tmp_path: Path, lab_site: str) -> Iterator[Lab]:
+    """JupyterLab serving ``tmp_path/served`` (the test copies notebooks there), kernels on ``lab_site`` in
     the cpu profile with their own course folder; stopped (with its kernels) at the end."""
     served, course, settings = tmp_path / "served", tmp_path / "course", tmp_path / "lab-settings"
     for folder in (served, course, settings):
@@ -108,7 +115,7 @@ def jupyter_lab(tmp_path: Path) -> Iterator[Lab]:
         (settings / relative).parent.mkdir(parents=True, exist_ok=True)
         (settings / relative).write_text(json.dumps(values))
     port, token = _free_port(), secrets.token_hex(16)
-    env = {**os.environ, "COURSEKIT_SITE": "local", "COURSEKIT_COURSE_DIR": str(course),
+    env = {**os.environ, "COURSEKIT_SITE": lab_site, "COURSEKIT_COURSE_DIR": str(course),
            "COURSEKIT_PROFILE": "cpu", "COURSEKIT_PSEUDONYM": "ada", "XDG_CONFIG_HOME": str(tmp_path / "xdg"),
            "JUPYTERLAB_SETTINGS_DIR": str(settings),
            "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "workspaces"), "JUPYTER_CONFIG_DIR": str(tmp_path / "config"),

@@ -79,12 +79,16 @@ def _pause(jobs: Sequence[Any]) -> float:
 
 
 def wait_all(jobs: Sequence[Any], timeout_s: float | None = DEFAULT_TIMEOUT_S,
-             on_progress: Callable[[int], None] | None = None) -> list[str]:
+             on_progress: Callable[[int], None] | None = None, desc: str = "") -> list[str]:
     """Wait until every job has ended (TimeoutError after ``timeout_s``); their final states, in order.
-    ``on_progress(n)`` is told on every poll how many have ended (a progress bar).
+    ``on_progress(n)`` is told on every poll how many have ended (a progress bar); ``desc`` instead draws
+    one, "2/3 jobs" (:class:`~coursekit.labs.kit.progress.JobsBar`, after ``PROGRESS_DELAY_S``).
 
     Slurm jobs are followed by the process's state watcher: one squeue for all of them per call, at a
     pace that slows as they age, however many jobs there are."""
+    if desc and on_progress is None:
+        with JobsBar(len(jobs), desc) as bar:
+            return wait_all(jobs, timeout_s, on_progress=bar.done)
     start = time.monotonic()
     pending = list(jobs)
     while pending:
@@ -223,7 +227,8 @@ class Sweep:
 
     def wait(self, timeout_s: float | None = DEFAULT_TIMEOUT_S) -> list[str]:
         """Wait until every job has ended (a progress bar when it takes a while); their final states."""
-        with JobsBar(len(self.jobs), self.name) as bar:
+        bar_class = RunsBar if any(isinstance(job, SweepRun) for job in self.jobs) else JobsBar  # several per job
+        with bar_class(len(self.jobs), self.name) as bar:
             return wait_all(self.jobs, timeout_s, on_progress=bar.done)
 
     def results(self, timeout_s: float | None = DEFAULT_TIMEOUT_S, title: str = "") -> ResultsTable:
@@ -338,7 +343,12 @@ def submit_sweeps(groups: Sequence[Sequence[TrainConfig]], *, names: Sequence[st
                   **options: Any) -> list[Sweep]:
     """One ``labs.Sweep`` per group of configurations: ``labs.submit_sweep`` for each, or with ``one_job`` a
     single job (named ``names[0]``) that makes every run one after the other — one start of Python and
-    torch instead of one per run, and never two runs side by side (``one_at_a_time`` goes without saying)."""
+    torch instead of one per run, and never two runs side by side (``one_at_a_time`` goes without saying).
+
+    With ``one_job`` and ``n_gpu`` a list, one such job per GPU count (its processes make every run in one
+    process group, ``python -m coursekit.train.sweep``), and the results get an ``n_gpu`` column, as
+    ``submit_sweep``'s; ``one_at_a_time`` then waits for each count's job (a bar over its runs) before the
+    next."""
     if len(names) != len(groups):
         raise ValueError(f"{len(groups)} groups of configurations but {len(names)} names: give one name each")
     if not one_job:
@@ -346,10 +356,22 @@ def submit_sweeps(groups: Sequence[Sequence[TrainConfig]], *, names: Sequence[st
     from coursekit.jobs import submit_jobs
 
     options = {"time_max": DEFAULT_TIME_MAX, **options}
-    options.pop("one_at_a_time", None)
-    options.pop("timeout_s", None)  # results() waits
+    n_gpu = options.pop("n_gpu", 1)
+    counts = _gpu_counts(n_gpu)
+    one_at_a_time = options.pop("one_at_a_time", False) or _shares_local_gpus(options.get("site"))
+    timeout_s = options.pop("timeout_s", DEFAULT_TIMEOUT_S)  # results() waits for the last job
     runs = [" ".join(shlex.quote(arg) for arg in config.to_args()) for configs in groups for config in configs]
-    (job,) = submit_jobs(f"{SWEEP_ENGINE} " + f" {SWEEP_SEPARATOR} ".join(runs), n_gpu=1, name=names[0], **options)
-    firsts = accumulate((len(configs) for configs in groups), initial=0)  # each group's first run in the job
-    return [Sweep(name, list(configs), [SweepRun(job, first + i) for i in range(len(configs))])
+    command = f"{SWEEP_ENGINE} " + f" {SWEEP_SEPARATOR} ".join(runs)
+    jobs: list[Any] = []
+    for count in counts:
+        if one_at_a_time and jobs:
+            previous = jobs[-1]
+            wait_runs([previous], [Path(previous.run_dir) / SWEEP_RUN_FOLDER.format(i) for i in range(len(runs))],
+                      timeout_s, desc=f"{names[0]} ({counts[len(jobs) - 1]} GPU(s))")
+        (job,) = submit_jobs(command, n_gpu=count, name=names[0], **options)
+        jobs.append(job)
+    firsts = accumulate((len(configs) for configs in groups), initial=0)  # each group's first run in a job
+    return [Sweep(name, [c for _ in counts for c in configs],
+                  [SweepRun(job, first + i) for job in jobs for i in range(len(configs))],  # GPU counts outer
+                  n_gpus=None if isinstance(n_gpu, int) else [n for n in counts for _ in configs])
             for configs, name, first in zip(groups, names, firsts, strict=False)]

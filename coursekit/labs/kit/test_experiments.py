@@ -1,6 +1,7 @@
 """Experiments: commands, rows from metrics, OOM detection, waiting, and one real local job."""
 
 import shlex
+from pathlib import Path
 
 import pytest
 
@@ -195,3 +196,48 @@ def test_runs_bar_counts_runs():
         bar.done(3)
         assert bar._bar.n == 3
     assert experiments.RunsBar(2, enabled=False)._bar is None
+
+
+def test_one_job_per_gpu_count_makes_every_run_in_each(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """cpu profile of lab 06's scaling sweep: one job per GPU count, each making every configuration's run,
+    one job at a time; one row per (count, configuration), GPU counts outer, as submit_sweep's."""
+    import json
+
+    import coursekit.jobs
+
+    submitted: list[tuple[int, bool]] = []  # (GPU count, the job before it was waited for)
+    jobs: list = []
+
+    class Job:
+        def __init__(self, number: int) -> None:
+            self.job_id, self.run_dir, self.state, self.scheduler = str(number), tmp_path / str(number), "COMPLETED", "local"
+            self.asked = 0
+
+        def done(self) -> bool:
+            self.asked += 1
+            return True
+
+        def metrics(self) -> list:
+            return []
+
+        def tail(self, *_: object, **__: object) -> str:
+            return ""
+
+    def submit_jobs(command: str, n_gpu: int, **options: object) -> list[Job]:
+        submitted.append((n_gpu, bool(jobs) and jobs[-1].asked > 0))
+        jobs.append(Job(len(jobs) + 1))
+        for index in range(2):  # what the engine's sweep writes for each run
+            folder = Path(jobs[-1].run_dir) / experiments.SWEEP_RUN_FOLDER.format(index)
+            folder.mkdir(parents=True)
+            (folder / "metrics.jsonl").write_text(json.dumps({"kind": "summary", "status": "completed"}) + "\n")
+        assert command.startswith(experiments.SWEEP_ENGINE) and command.count(experiments.SWEEP_SEPARATOR) == 1
+        return jobs[-1:]
+
+    monkeypatch.setattr(coursekit.jobs, "submit_jobs", submit_jobs)
+    table = experiments.run_sweep([TrainConfig(batch_size=16), TrainConfig(batch_size=32)], name="ada-scale",
+                                  n_gpu=[1, 2], one_job=True, one_at_a_time=True, timeout_s=5)
+    assert submitted == [(1, False), (2, True)]  # the 2-process job started once the first had ended
+    assert [(r["n_gpu"], r["batch_size"], r["job_id"], r["state"]) for r in table] == [
+        (1, 16, "1", "COMPLETED"), (1, 32, "1", "COMPLETED"), (2, 16, "2", "COMPLETED"), (2, 32, "2", "COMPLETED")]
+    with pytest.raises(ValueError, match="n_gpu"):
+        experiments.run_sweep([TrainConfig()], name="ada-scale", n_gpu=[0], one_job=True)

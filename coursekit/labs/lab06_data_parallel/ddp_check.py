@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -511,15 +512,20 @@ def check_ddp_script(path: str | os.PathLike, serial: str | os.PathLike | None =
     if timeout_s <= 0:
         raise ValueError(f"timeout_s={timeout_s!r}: give a positive number of seconds")
     options = options or CheckOptions()
-    reference = serial_reference(serial_path, options, nproc * options.batch_size, timeout_s)
-    serial_module = _load_module(serial_path)
-    train_set, val_set = serial_module.make_datasets(options.data_size, options.seed)
-    with tempfile.TemporaryDirectory(prefix="ddp-check-") as folder:
+    print(f"checking {path}: {script.name} on {nproc} processes beside {serial_path.name} on 1 (global batch "
+          f"{nproc * options.batch_size}), {options.epochs} epochs each; every process first imports torch ...",
+          flush=True)
+    with ThreadPoolExecutor(max_workers=1) as pool, tempfile.TemporaryDirectory(prefix="ddp-check-") as folder:
+        # the serial reference runs beside the ranks: its start (importing torch) overlaps theirs
+        pending = pool.submit(serial_reference, serial_path, options, nproc * options.batch_size, timeout_s)
         workdir = Path(folder)
         start = time.monotonic()
         runs, timed_out = run_ranks(script, options.argv(options.batch_size, workdir / "out"), nproc, workdir,
                                     timeout_s)
         seconds = time.monotonic() - start
+        reference = pending.result()
+        serial_module = _load_module(serial_path)
+        train_set, val_set = serial_module.make_datasets(options.data_size, options.seed)
         report = DDPCheckReport(str(path), nproc, [], seconds=seconds, outputs={r.rank: r.stdout for r in runs},
                                 serial_accuracies=reference.accuracies)
         run = _check_run(runs, timed_out, timeout_s, seconds)

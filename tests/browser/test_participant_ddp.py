@@ -1,0 +1,178 @@
+"""Lab 06 as a participant meets it, on the local two-node Slurm: the stripped copy (no solutions, no outputs)
+opened in JupyterLab, the DDP script completed in JupyterLab's editor with a conversion spelled differently
+from the solution (other names, other idioms: what a participant who reads the TODOs may write), the
+notebook's exercise answered by typing, Run All.
+
+Checks: the copy and its script start without the solution; Run All goes to the end with no error output;
+the checker passes the participant's script; ``labs.horovod_table`` points at the participant's own lines;
+every claim holds. This is lab 06's run in CI: it replaced the nbval run of the solved notebook on Slurm
+(tests/integration/test_notebooks_on_slurm.py), which ran the same cells but not the participant's path.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+
+import pytest
+from lab_page import ALL_RUN, CELL_TEXTS, ERROR_OUTPUTS, MS, NOTEBOOK_READY, NOTEBOOKS
+
+from coursekit.labs.kit import exercises
+
+pytestmark = pytest.mark.slurm  # also an integration test: its jobs go to the local Slurm
+
+NOTEBOOK = "06_data_parallelism.ipynb"
+SCRIPT = "lab06_ddp/train_ddp.py"
+OPEN_TIMEOUT_S = 45
+SAVE_TIMEOUT_S = 30
+RUN_ALL_TIMEOUT_S = 600  # ~25 job processes, each importing torch (~6 CPU-s), on a busy 2-core machine
+NOTEBOOK_ANSWER = f'my_script = "{SCRIPT}"'
+# The eight TODOs of train_ddp.py, in order, answered another way than the solution: a local import under
+# another name, positional sampler arguments, `not rank`, the reduced sums in a new tensor, torchrun's or
+# srun's variables read in a loop (what check_ddp_script and horovod_table must both accept)
+SCRIPT_ANSWERS = (
+    """for rank_var, local_var, size_var in LAUNCHER_VARIABLES:
+    if rank_var in os.environ:
+        rank, local_rank, world_size = (int(os.environ[v]) for v in (rank_var, local_var, size_var))
+        break
+else:
+    rank, local_rank, world_size = 0, 0, 1
+os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+job = os.environ.get("SLURM_JOB_ID") or os.environ.get("SUBMITIT_LOCAL_JOB_ID") or "9500"
+os.environ.setdefault("MASTER_PORT", str(PORT_BASE + int(job) % PORT_SPAN))
+device = torch.device("cpu")
+if torch.cuda.is_available():
+    device = torch.device(f"cuda:{local_rank % torch.cuda.device_count()}")
+    torch.cuda.set_device(device)
+dist.init_process_group(backend="gloo" if device.type == "cpu" else "nccl", world_size=world_size, rank=rank)""",
+    """from torch.nn.parallel import DistributedDataParallel as Replicated
+model = Replicated(model) if device.type == "cpu" else Replicated(model, device_ids=[device.index])""",
+    """from torch.utils.data.distributed import DistributedSampler as Sharder
+train_sampler = Sharder(train_set, world_size, rank, True, args.seed)
+val_sampler = Sharder(val_set, world_size, rank, shuffle=False)""",
+    """if not rank:
+    print(header, flush=True)""",
+    "train_sampler.set_epoch(epoch)",
+    """totals = torch.tensor([loss_sum, steps, correct, total], dtype=torch.float64, device=device)
+dist.all_reduce(totals)
+loss_sum, steps, correct, total = totals.tolist()""",
+    """if dist.get_rank() == 0:
+    print_epoch(epoch, args.epochs, loss_sum / steps, correct / total, images_per_s)""",
+    """if not rank:
+    save_checkpoint(model.module, args.out, args.epochs, correct / total)
+dist.barrier()
+dist.destroy_process_group()""",
+)
+PLACEHOLDER_CELL = """(placeholder) => {
+    const cells = window.jupyterapp.shell.currentWidget.content.model.cells;
+    const found = [];
+    for (let i = 0; i < cells.length; i++) {
+        const cell = cells.get(i);
+        if (cell.type === 'code' && cell.sharedModel.getSource().includes(placeholder)) found.push(i);
+    }
+    return found;
+}"""
+SOURCE_OF = "(i) => window.jupyterapp.shell.currentWidget.content.model.cells.get(i).sharedModel.getSource()"
+OUTPUT_COUNT = """() => {
+    const cells = window.jupyterapp.shell.currentWidget.content.model.cells;
+    let n = 0;
+    for (let i = 0; i < cells.length; i++) { const c = cells.get(i); if (c.type === 'code') n += c.outputs.length; }
+    return n;
+}"""
+EDITOR_READY = """() => {
+    const widget = window.jupyterapp && window.jupyterapp.shell.currentWidget;
+    return Boolean(widget && widget.context && widget.context.isReady && document.querySelector('.jp-FileEditor .cm-content'));
+}"""
+EDITOR_CLEAN = "() => !window.jupyterapp.shell.currentWidget.context.model.dirty"
+
+
+@pytest.fixture
+def lab_site() -> str:
+    """The kernels' jobs go to the local two-node Slurm (multi-process jobs, the two-node job, sbatch scripts)."""
+    try:
+        states = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=30).stdout.split()
+    except (OSError, subprocess.TimeoutExpired) as error:
+        pytest.fail(f"no usable local Slurm ({error}): start it with `bash slurm/cluster.sh start`")
+    if not any(state.rstrip("*~#") in ("idle", "mixed", "allocated") for state in states):
+        pytest.fail(f"the local Slurm has no usable node (sinfo: {states}): `bash slurm/cluster.sh start`")
+    return "slurm"
+
+
+def completed_script(stripped: str) -> str:
+    """The stripped script with each placeholder (comment + raise) replaced by the next answer, indented as it."""
+    lines, out, answers = stripped.splitlines(), [], iter(SCRIPT_ANSWERS)
+    index = 0
+    while index < len(lines):
+        line = lines[index]
+        if line.strip() == exercises.PLACEHOLDER_COMMENT:
+            indent = line[: len(line) - len(line.lstrip())]
+            assert lines[index + 1].strip() == exercises.SCRIPT_PLACEHOLDER_RAISE, lines[index + 1]
+            out += [indent + answer_line for answer_line in next(answers).splitlines()]
+            index += 2
+            continue
+        out.append(line)
+        index += 1
+    assert next(answers, None) is None, "the stripped script has fewer TODO blocks than answers"
+    return "\n".join(out) + "\n"
+
+
+def _complete_the_script(page, lab) -> str:  # noqa: ANN001
+    """Open the participant's script in JupyterLab's editor, put the completed version in (as pasted), save."""
+    path = lab.root / SCRIPT
+    stripped = path.read_text()
+    assert exercises.SCRIPT_PLACEHOLDER_RAISE in stripped and "DDP(model" not in stripped, "the copy holds a solution"
+    mine = completed_script(stripped)
+    page.goto(lab.notebook_url(SCRIPT))
+    page.wait_for_function(EDITOR_READY, timeout=OPEN_TIMEOUT_S * MS)
+    page.locator(".jp-FileEditor .cm-content").click()
+    page.keyboard.press("Control+a")
+    page.keyboard.insert_text(mine)  # a paste: the editor does not re-indent it
+    page.keyboard.press("Control+s")
+    page.wait_for_function(EDITOR_CLEAN, timeout=SAVE_TIMEOUT_S * MS)
+    saved = path.read_text()
+    assert saved.rstrip("\n") == mine.rstrip("\n"), "the editor changed the pasted script"
+    return saved
+
+
+def _answer_the_exercise(page, index: int, source: str) -> None:  # noqa: ANN001
+    """Click into cell ``index``, select the placeholder's two lines and type the answer over them."""
+    lines = source.splitlines()
+    first = lines.index(exercises.PLACEHOLDER_COMMENT)
+    assert lines[first + 1] == exercises.PLACEHOLDER_RAISE, source
+    page.locator(".jp-Notebook .jp-Cell").nth(index).locator(".cm-content").click()
+    page.keyboard.press("Control+Home")
+    for _ in range(first):
+        page.keyboard.press("ArrowDown")
+    page.keyboard.press("Home")
+    page.keyboard.press("Shift+ArrowDown")
+    page.keyboard.press("Shift+ArrowDown")
+    page.keyboard.type(NOTEBOOK_ANSWER + "\n")
+
+
+def test_participant_copy_of_lab_06_runs_on_slurm_with_a_ddp_script_of_its_own(page, jupyter_lab):
+    start = time.monotonic()
+    exercises.strip_folder(NOTEBOOKS, jupyter_lab.root)
+    script = _complete_the_script(page, jupyter_lab)
+
+    page.goto(jupyter_lab.notebook_url(NOTEBOOK))
+    page.wait_for_function(NOTEBOOK_READY, timeout=OPEN_TIMEOUT_S * MS)
+    assert page.evaluate(OUTPUT_COUNT) == 0, "the participant copy shows outputs of the solved notebook"
+    cells = page.evaluate(PLACEHOLDER_CELL, exercises.PLACEHOLDER_RAISE)
+    assert len(cells) == 1, f"exercise cells: {cells}"
+    _answer_the_exercise(page, cells[0], page.evaluate(SOURCE_OF, cells[0]))
+    assert NOTEBOOK_ANSWER in page.evaluate(SOURCE_OF, cells[0])
+
+    page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+    page.wait_for_function(ALL_RUN, timeout=RUN_ALL_TIMEOUT_S * MS)
+    assert page.evaluate(ERROR_OUTPUTS) == [], "an error or stderr output is shown"
+    texts = "\n".join(page.evaluate(CELL_TEXTS))
+    assert "every check passed" in texts, texts[-3000:]
+    assert "CLAIM HOLDS" in texts and "CLAIM DOES NOT HOLD" not in texts
+    assert "#SBATCH" in texts, "the jobs did not go to Slurm (no batch script shown)"
+    # the Horovod table points at the participant's lines, spelled their way
+    for line in ("train_sampler = Sharder(train_set, world_size, rank, True, args.seed)",
+                 "model = Replicated(model) if device.type", "save_checkpoint(model.module, args.out",
+                 "dist.init_process_group(backend="):
+        assert line in script and re.search(re.escape(line[:40]), texts), f"horovod_table misses {line!r}"
+    print(f"lab 06 participant copy on Slurm: {time.monotonic() - start:.0f} s")
