@@ -15,67 +15,52 @@ DEFAULT_JSON = BENCH / "results" / "large_batch_gpu.json"
 DEFAULT_REPORT = BENCH / "REPORT-large-batch.md"
 
 
+def _num(value: Any, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
 def _acc(value: float | None, std: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.3f} ± {std:.3f}" if std is not None else f"{value:.3f}"
+    return "-" if value is None or value != value else f"{value:.4f} ± {std or 0:.4f}"
 
 
 def report_text(result: dict[str, Any]) -> str:
-    small, large = result["small_batch"], result["large_batch"]
-    cells = {(c["method"], c["batch_size"]): c for c in result["cells"]}
-    methods = list(dict.fromkeys(c["method"] for c in result["cells"]))
-    lines = [
-        "# Lab 07 GPU record: accuracy against batch size",
-        "",
-        f"Machine: {result.get('device')} ({result.get('host')}), torch {result.get('torch')}, CUDA "
-        f"{result.get('cuda')}, {result.get('date')}. Command: `{result.get('command')}`"
-        + (f" ({result['command_note']})" if result.get("command_note") else "")
-        + (" — **a CPU smoke run, not a measurement**." if result.get("smoke") else "."),
-        "",
-        f"Data: the engine's **generated stand-in** of CIFAR-10's size ({result.get('num_samples'):,} images of "
-        f"{result.get('image_size')} x {result.get('image_size')}, {result.get('num_classes', 10)} classes; dataset `{result.get('dataset')}`). "
-        "CIFAR-10 itself cannot be downloaded on the benchmark machine, so these accuracies are the stand-in's, "
-        "not CIFAR-10's; on a cluster with CIFAR-10 staged, lab 07's gpu profile trains on the real one.",
-        "",
-        f"Model {result.get('model')}, {result.get('precision')}; every run {result.get('epochs')} epochs "
-        f"(equal-epochs budget), seeds {result.get('seeds')}; each cell is the mean ± sample std over the seeds "
-        f"that completed. Base run: `{result.get('base_command')}`; methods add: "
-        + "; ".join(f"{name}: `{opts}`" for name, opts in result.get("methods", {}).items()) + ".",
-        "",
-        f"| method | batch {small}: val acc | batch {large}: val acc | {large} − {small} | time per run "
-        f"{small} / {large} (s) | seeds done |",
-        "|---|---|---|---|---|---|",
-    ]
-    planned = len(result.get("seeds", []))
-    for method in methods:
-        a, b = cells.get((method, small), {}), cells.get((method, large), {})
-        diff = (f"{b['val_acc'] - a['val_acc']:+.3f}" if a.get("val_acc") is not None
-                and b.get("val_acc") is not None else "-")
-        lines.append(f"| {method} | {_acc(a.get('val_acc'), a.get('val_acc_std'))} | "
-                     f"{_acc(b.get('val_acc'), b.get('val_acc_std'))} | {diff} | "
-                     f"{a.get('time_s', 0):.1f} / {b.get('time_s', 0):.1f} | "
-                     f"{a.get('completed', 0)}/{planned}, {b.get('completed', 0)}/{planned} |")
-    started = {(r["method"], r["batch_size"], r["seed"]) for r in result.get("runs", [])}
-    not_started = [f"{m} batch {bs} seed {seed}" for seed in result.get("seeds", []) for m in methods
-                   for bs in (small, large) if (m, bs, seed) not in started]
-    if not_started:
-        lines += ["", f"Not started (the run's time budget was spent): {'; '.join(not_started)}."]
-    lines += ["", "Images/s per batch size (steady state of a short run, same model and data):", ""]
-    if result.get("throughput"):
-        lines += ["| batch | images/s |", "|---|---|"]
-        lines += [f"| {r['batch_size']} | {r['images_per_s'] or 0:,.0f} |" for r in result["throughput"]]
+    """The report: where and how it ran, A's and B's cells, C's curve and fit, D's B_simple, the claims."""
+    lines = ["# Lab 07 GPU record: large-batch training (the lab's gpu profile)", "",
+             f"Recorded on {result.get('device')}, {result.get('date')}, torch {result.get('torch')}, "
+             f"`{result.get('command')}`, {result.get('total_s', 0):.0f} s in all"
+             + (" — a CPU smoke run, not a measurement." if result.get("smoke") else "."), "",
+             f"Model {result.get('model')} ({result.get('precision')}), dataset {result.get('dataset')}, "
+             f"{result.get('epochs')} epochs, seeds {result.get('seeds')}, lr0 {result.get('base_lr')} at batch "
+             f"{result.get('base_batch')}; base run: `{result.get('base_command')}`.", ""]
+    if result.get("dataset_notice"):
+        lines += [f"> {result['dataset_notice'].splitlines()[0]}", ""]
+    if result.get("cells_a"):
+        lines += ["## A. Equal epochs: the gap and LR scaling", "", "| arm | batch | peak LR | steps | test acc (mean ± sd) |",
+                  "|---|---|---|---|---|"]
+        lines += [f"| {c['arm']} | {c['batch_size']} | {c['lr']:g} | {c['steps']} | {_acc(c['val_acc'], c['val_acc_std'])} |"
+                  for c in result["cells_a"]]
+        lines += ["", "## B. Warm-up at a very large LR", "",
+                  "| arm | batch | peak loss, first 50 steps | test acc (mean ± sd) |", "|---|---|---|---|"]
+        lines += [f"| {c['arm']} | {c['batch_size']} | {_num(c['early_peak_loss'], 2)} | "
+                  f"{_acc(c['val_acc'], c['val_acc_std'])} |" for c in result.get("cells_b", [])]
+        fit = result.get("fit") or {}
+        lines += ["", f"## C. Steps to {result.get('target_acc')} on the held-out split (best LR of the grid)", "",
+                  "| batch | steps | samples | best LR | LRs reaching |", "|---|---|---|---|---|"]
+        lines += [f"| {r['batch_size']} | {_num(r['steps_to_target'])} | {_num(r['samples_to_target'])} | "
+                  f"{_num(r['best_lr'], 4)} | {r['lrs_reaching']}/{r['lrs']} |" for r in result.get("curve", [])]
+        lines += ["", f"Fit (S/S_min − 1)(E/E_min − 1) = 1: S_min {_num(fit.get('s_min'), 1)}, E_min "
+                      f"{_num(fit.get('e_min'), 0)}, B_crit {_num(fit.get('b_crit'), 0)}.", "",
+                  "## D. Noise scale", "",
+                  f"B_simple (two-batch estimator, train mode, separate moving averages) at step "
+                  f"{result.get('reference_steps_to_target')} (C's reference batch reaches the target): "
+                  f"{_num(result.get('b_simple_at_target'), 0)}.", "", "## Claims (as measured, never asserted here)", ""]
+        lines += [f"- **{'holds' if c['holds'] else 'not checked' if c['holds'] is None else 'not seen'}**: "
+                  f"{c['statement']} — {c['evidence']}" for c in result.get("claims", [])]
     else:
-        lines.append("not measured (the run's time budget was spent before this part).")
-    failed = [r for r in result.get("runs", []) if r.get("status") != "completed"]
-    if failed:
-        lines += ["", "Runs that did not complete: " + "; ".join(
-            f"{r['method']} batch {r['batch_size']} seed {r['seed']}: {r.get('status')} {r.get('error') or ''}"
-            for r in failed)]
-    total = result.get("total_s_note") or f"{result.get('total_s', 0):.0f} s"
-    lines += ["", f"Total time {total}. Read by notebook 07 "
-              "(`coursekit.labs.lab07_large_batch.load_recorded`).", ""]
-    return "\n".join(lines)
+        lines += ["Parts A-C did not all run: no analysis. Runs:", ""]
+        lines += [f"- {r.get('part')} {r.get('arm')} B={r.get('batch_size')} seed {r.get('seed')}: {r.get('status')}, "
+                  f"{r.get('val_acc')}" for r in result.get("runs", [])]
+    return "\n".join(lines) + "\n"
 
 
 def write_report(json_path: Path = DEFAULT_JSON, out: Path | None = None) -> Path:

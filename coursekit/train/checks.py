@@ -17,7 +17,7 @@ from coursekit.train.config import CHOICES, TrainConfig
 from coursekit.train.parallel import parallel_problems
 from coursekit.train.precision import precision_problem
 
-IMAGE_MODELS = ("resnet18", "resnet34", "resnet50", "wide_resnet")
+IMAGE_MODELS = ("resnet18", "resnet34", "resnet50", "wide_resnet", "airbench")
 IMAGE_DATASETS = ("synthetic", "generated", "jpeg_folder", "cifar10", "fashion-mnist", "imagefolder")
 DATA_DIR_DATASETS = ("jpeg_folder", "cifar10", "imagefolder")
 OPTIONAL_DATA_DIR_DATASETS = ("fashion-mnist",)  # without --data-dir: Debian's copy (/usr/share/datasets)
@@ -28,7 +28,7 @@ AT_LEAST_ONE = ("batch_size", "epochs", "steps", "test_steps", "accumulation_ste
                 "prefetch_factor", "ghost_batch_size", "seq_len", "vocab_size", "gpt_layers", "gpt_dim",
                 "gpt_heads", "tp", "pp", "microbatches", "val_every_epochs")
 AT_LEAST_ZERO = ("workers", "grad_noise_batches", "weight_decay", "warmup_epochs", "stage_delay_ms",
-                 "trust_ratio_every")
+                 "trust_ratio_every", "holdout_samples", "noise_every")
 
 
 def static_problems(cfg: TrainConfig) -> list[str]:
@@ -45,6 +45,9 @@ def static_problems(cfg: TrainConfig) -> list[str]:
         problems.append(f"bucket_cap_mb={cfg.bucket_cap_mb} must be a positive number of MiB (DDP's default: 25)")
     if not 0 <= cfg.momentum < 1:
         problems.append(f"momentum={cfg.momentum} must be in [0, 1)")
+    if cfg.warmup_steps is not None and cfg.warmup_steps < 0:
+        problems.append(f"warmup_steps={cfg.warmup_steps} must not be negative")
+    problems += device_data_problems(cfg)
     if cfg.warmup_start_factor is not None and not 0 < cfg.warmup_start_factor <= 1:
         problems.append(f"warmup_start_factor={cfg.warmup_start_factor} must be in (0, 1]")
     if not cfg.trust_coefficient > 0:
@@ -104,6 +107,28 @@ def static_problems(cfg: TrainConfig) -> list[str]:
     if cfg.resume:
         if cfg.out is None and default_run_dir() is None:
             problems.append("resume needs the run folder: give --out (the folder of the run to continue)")
+    return problems
+
+
+def device_data_problems(cfg: TrainConfig) -> list[str]:
+    """Problems of --device-data, --holdout-samples and --noise-every (coursekit/train/data/device.py, noise.py)."""
+    from coursekit.train.data.device import DEVICE_DATASETS
+
+    problems = []
+    if cfg.device_data and cfg.dataset not in DEVICE_DATASETS:
+        problems.append(f"device_data holds {', '.join(DEVICE_DATASETS)} on the device, not dataset={cfg.dataset!r}")
+    if cfg.holdout_samples and not cfg.device_data:
+        problems.append(f"holdout_samples={cfg.holdout_samples} needs --device-data (it splits the device-held set)")
+    if cfg.noise_every and cfg.accumulation_steps < 2:
+        problems.append(f"noise_every={cfg.noise_every} needs --accumulation-steps >= 2: the micro-batches of one "
+                        "step are the small batches of the two-batch estimator")
+    if cfg.noise_every and cfg.grad_noise_batches:
+        problems.append("noise_every and grad_noise_batches are two noise probes; use one of them")
+    if cfg.nesterov and (cfg.optimizer != "sgd" or cfg.momentum <= 0):
+        problems.append(f"nesterov applies to optimizer 'sgd' with momentum > 0 (got optimizer={cfg.optimizer!r}, "
+                        f"momentum={cfg.momentum})")
+    if not 0 <= cfg.noise_ema < 1:
+        problems.append(f"noise_ema={cfg.noise_ema} must be in [0, 1)")
     return problems
 
 

@@ -13,12 +13,13 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, get_args, get_origin
 
-MODELS = ("linear", "mlp", "mlp_bn", "resnet18", "resnet34", "resnet50", "wide_resnet", "pointnet", "gpt")
+MODELS = ("linear", "mlp", "mlp_bn", "resnet18", "resnet34", "resnet50", "wide_resnet", "airbench", "pointnet",
+          "gpt")
 DATASETS = ("synthetic", "generated", "line", "jpeg_folder", "cifar10", "fashion-mnist", "imagefolder", "pointclouds",
             "tokens")
 OPTIMIZERS = ("sgd", "adamw", "lars", "lamb")
 LR_SCALINGS = ("none", "linear", "sqrt")
-SCHEDULES = ("constant", "step", "cosine", "onecycle")
+SCHEDULES = ("constant", "step", "cosine", "onecycle", "linear")
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 DEVICES = ("auto", "cpu", "cuda")
 PROGRESS_MODES = ("auto", "on", "off")
@@ -52,6 +53,12 @@ class TrainConfig:
                 "/usr/share/datasets/fashion-mnist)"})
     download: bool = field(default=False, metadata={"help": "download CIFAR-10 into data_dir (login node only)"})
     gpu_resident: bool = field(default=False, metadata={"help": "keep synthetic data on the GPU"})
+    device_data: bool = field(default=False, metadata={
+        "help": "fashion-mnist, cifar10, generated: hold the whole data set on the device (uint8), augment there "
+                "(reflect-pad 2 + random crop, flip), no DataLoader (coursekit/train/data/device.py)"})
+    holdout_samples: int = field(default=0, metadata={
+        "help": "--device-data: the last N training images are the validation set (a held-out split; the test "
+                "set is not used)"})
     num_samples: int | None = field(default=None, metadata={"help": "size of a generated dataset; cifar10, fashion-mnist: the first N training images"})
     val_fraction: float = field(default=0.2, metadata={"help": "share of a generated dataset kept for validation"})
     num_classes: int = field(default=10, metadata={"help": "classes of a generated dataset"})
@@ -71,11 +78,14 @@ class TrainConfig:
     # optimisation
     lr: float = field(default=0.1, metadata={"help": "base learning rate (before scaling)"})
     momentum: float = field(default=0.9, metadata={"help": "momentum (sgd, lars) or beta1 (adamw, lamb)"})
+    nesterov: bool = field(default=False, metadata={"help": "sgd: Nesterov momentum"})
     weight_decay: float = field(default=5e-4, metadata={"help": "weight decay"})
     optimizer: str = field(default="sgd", metadata={"help": f"one of {', '.join(OPTIMIZERS)}"})
     lr_scaling: str = field(default="none", metadata={"help": "scale lr with global batch: none, linear, sqrt"})
     base_batch: int = field(default=256, metadata={"help": "global batch at which lr is the base lr"})
     warmup_epochs: float = field(default=0.0, metadata={"help": "linear warmup length in epochs"})
+    warmup_steps: int | None = field(default=None, metadata={
+        "help": "linear warmup length in optimiser steps (overrides --warmup-epochs)"})
     warmup_start_factor: float | None = field(default=None, metadata={
         "help": "warmup starts at lr * this factor (default: base lr / scaled lr, or 1 / warmup steps)"})
     trust_coefficient: float = field(default=0.001, metadata={"help": "LARS trust coefficient eta"})
@@ -140,6 +150,10 @@ class TrainConfig:
     log_params: bool = field(default=False, metadata={"help": "put the parameters in step records (tiny models)"})
     grad_noise_batches: int = field(default=0, metadata={
         "help": "measure mini-batch gradient variance and the noise scale B_simple over N batches"})
+    noise_every: int = field(default=0, metadata={
+        "help": "two-batch noise scale B_simple in train mode every N steps (needs --accumulation-steps >= 2: the "
+                "micro-batch gradients give |g_small|^2, the step's |g_big|^2; coursekit/train/noise.py)"})
+    noise_ema: float = field(default=0.95, metadata={"help": "--noise-every: decay of the moving averages"})
     trust_ratio_every: int = field(default=0, metadata={
         "help": "put per-layer weight and gradient norms (trust ratios) in a step record every N steps"})
     progress: str = field(default="auto", metadata={"help": "progress bar: auto, on, off"})

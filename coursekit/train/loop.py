@@ -30,6 +30,7 @@ from coursekit.train.checkpoint import (
     save_sharded,
     set_rng_state,
 )
+from coursekit.train.noise import TwoBatchNoise
 from coursekit.train.parallel import SHARDED_STRATEGIES
 from coursekit.train.parallel.measure import gradient_bytes
 from coursekit.train.parallel.process_group import DistContext, no_sync, reduce_values, unwrap_model
@@ -94,6 +95,8 @@ class Trainer:
         self.train_loss_fn = partial(classification_loss, label_smoothing=smoothing) \
             if self.classification and smoothing else self.loss_fn  # validation and probes: the plain loss
         self.trust_ratios: list[dict[str, Any]] | None = None  # --trust-ratio-every: for the next step record
+        self.noise = TwoBatchNoise(self.model, cfg.noise_every, cfg.noise_ema) \
+            if getattr(cfg, "noise_every", 0) else None  # --noise-every: B_simple from the micro-batches
         self.timer = StepTimer(self.device)
         self.generators = loader_generators(data.train_loader)
         self.trace = TraceRecorder(run_dir, cfg.profile_steps, self.device.type == "cuda") \
@@ -223,6 +226,8 @@ class Trainer:
             pieces = [(x, y) for x, y in zip(inputs.tensor_split(parts), targets.tensor_split(parts), strict=True)
                       if len(x)]
         total = len(inputs)
+        noise = self.noise if self.noise is not None and self.noise.due(self.pos.step) and len(pieces) > 1 \
+            and self.pipeline_step is None else None
         for index, (x, y) in enumerate(pieces):
             skip_sync = index < len(pieces) - 1 and not self.cfg.sync_every_micro_batch
             with no_sync(self.run_model, skip_sync=skip_sync):
@@ -234,6 +239,8 @@ class Trainer:
                         output = self.run_model(x)
                     loss = self.train_loss_fn(output, y)
                     self.precision.backward(loss if len(pieces) == 1 else loss * (len(x) / total))
+                    if noise is not None:
+                        noise.micro_batch_done(len(x) / total)
             if loss is None or not self.counts_samples:
                 continue
             batch_loss = loss.detach().double() * len(x)
@@ -245,6 +252,9 @@ class Trainer:
         if every and (self.pos.step + 1) % every == 0:  # this step's gradients, before the optimizer uses them
             scale = self.precision.loss_scale() if self.precision.scaler is not None else None
             self.trust_ratios = layer_norms(self.model, float(scale) if scale else 1.0)
+        if noise is not None:
+            scale = self.precision.loss_scale() if self.precision.scaler is not None else None
+            noise.step_done(total, float(scale) if scale else 1.0)
         if self.sync_gradients is not None:
             self.sync_gradients()
         if self.pos.step + 1 >= self.total_steps:
@@ -280,6 +290,8 @@ class Trainer:
                 self.model, self._train_dataset(), self.loss_fn, self.cfg.batch_size, self.cfg.grad_noise_batches,
                 self.device, seed=self.cfg.seed + self.pos.step, to_device=self._to_device, chunk=self.cfg.batch_size,
                 autocast=self.precision.autocast if self.precision.scaler is None else contextlib.nullcontext))
+        if self.noise is not None:
+            record.update(self.noise.record())
         if self.trust_ratios is not None:
             record["trust_ratios"], self.trust_ratios = self.trust_ratios, None
         self.writer.write("step", **record)

@@ -7,8 +7,9 @@ The LR at step ``s`` is ``lr * lr_factor(s)`` (``lr`` = the optimizer's, already
   ``start`` (``warmup_start_factor``) defaults to ``cfg.lr / lr``, the unscaled base LR, when LR
   scaling raised the LR (Goyal et al. 2017: from eta to k * eta; with linear scaling and the base
   batch on each GPU this is NVIDIA DLI's ``LinearLR(start_factor=1 / num_gpus)``), else to ``1 / W``;
+``--warmup-steps`` gives ``W`` in steps directly;
 - then, with ``p = (s - W) / (total_steps - W)`` the progress after warmup:
-  ``constant``: 1; ``step``: ``step_gamma ** floor(epoch / step_every_epochs)`` with
+  ``constant``: 1; ``linear``: ``1 - p``, a straight line down to 0 at the last step (lab 07's one shape); ``step``: ``step_gamma ** floor(epoch / step_every_epochs)`` with
   ``epoch = s / steps_per_epoch`` counted from step 0; ``cosine``: ``(1 + cos(pi * p)) / 2``;
   ``onecycle``: torch's ``OneCycleLR`` LR shape (cosine up from ``1 / ONECYCLE_DIV_FACTOR`` over the
   first ``ONECYCLE_PCT_START`` of the steps, then cosine down to
@@ -58,6 +59,8 @@ def lr_factor(step: int, *, schedule: str, steps_per_epoch: int, total_steps: in
         return step_gamma ** math.floor(step / steps_per_epoch / step_every_epochs)
     if schedule == "cosine":
         return _cosine(1.0, 0.0, after / length)
+    if schedule == "linear":
+        return max(0.0, 1.0 - after / length)
     if schedule == "onecycle":
         return onecycle_factor(min(after, length - 1), length)
     raise ValueError(f"schedule={schedule!r} is unknown; choose one of {', '.join(SCHEDULES)}")
@@ -85,6 +88,8 @@ def build_scheduler(optimizer: Optimizer, cfg: Any, steps_per_epoch: int, total_
         raise ValueError(f"step schedule needs step_every_epochs >= 1 (got {cfg.step_every_epochs}) "
                          f"and step_gamma > 0 (got {cfg.step_gamma})")
     warmup_steps = round(cfg.warmup_epochs * steps_per_epoch)
+    if getattr(cfg, "warmup_steps", None) is not None:
+        warmup_steps = cfg.warmup_steps
     if warmup_start_factor is None:
         warmup_start_factor = getattr(cfg, "warmup_start_factor", None)
     if warmup_start_factor is None:

@@ -12,71 +12,41 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 
 import large_batch_gpu  # noqa: E402
+import report_large_batch  # noqa: E402
 
-from coursekit.labs.lab07_large_batch import load_recorded  # noqa: E402
-
-pytestmark = pytest.mark.xdist_group("large_batch_smoke")  # one worker: the smoke record below is made once
-
-
-@pytest.fixture(scope="module")
-def smoke_record(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One --cpu-smoke run (about 25 s on 2 cores), shared by the tests below."""
-    out = tmp_path_factory.mktemp("large-batch") / "large_batch_gpu.json"
-    assert large_batch_gpu.main(["--cpu-smoke", "--out", str(out)]) == 0
-    return out
+pytestmark = pytest.mark.xdist_group("large_batch_smoke")
 
 
-def test_cpu_smoke_writes_the_record_the_report_and_what_the_notebook_reads(smoke_record: Path) -> None:
-    out, tmp_path = smoke_record, smoke_record.parent
-    result = json.loads(out.read_text())
-    methods = len(result["methods"])
-    assert len(result["runs"]) == methods * 2 * len(large_batch_gpu.SEEDS)
-    assert all(c["seeds"] == len(large_batch_gpu.SEEDS) for c in result["cells"])
-    assert [r["batch_size"] for r in result["throughput"]] == [result["small_batch"], result["large_batch"]]
-    assert all(r["images_per_s"] > 0 for r in result["throughput"])  # the runs had timed windows
-    report = (tmp_path / "REPORT-large-batch.md").read_text()
-    assert "not a measurement" in report and "stand-in" in report and "not CIFAR-10's" in report
-    table, where = load_recorded(out)
-    assert len(table) == 2 * methods and "not CIFAR-10" in where
+def test_cpu_smoke_of_two_parts_writes_the_record_and_the_report(tmp_path: Path) -> None:
+    out = tmp_path / "large_batch_gpu.json"
+    assert large_batch_gpu.main(["--cpu-smoke", "--parts", "BD", "--out", str(out)]) == 0
+    record = json.loads(out.read_text())
+    assert record["smoke"] and {r["part"] for r in record["runs"]} == {"B", "D"}
+    spikes = [r for r in record["runs"] if r["part"] == "B"]
+    assert spikes and all(r["losses"] and r["losses"][0][0] == 1 for r in spikes)  # every step's loss
+    assert "no analysis" in (tmp_path / "REPORT-large-batch.md").read_text()
 
 
-def test_without_a_gpu_the_real_run_refuses(capsys) -> None:
-    import torch
+def test_the_report_of_a_full_record_has_every_part_and_the_claims() -> None:
+    record = {"device": "H100", "date": "2026-11-27", "command": "python bench/large_batch_gpu.py", "total_s": 300.0,
+              "model": "airbench", "target_acc": 0.9, "base_lr": 0.1, "base_batch": 256,
+              "cells_a": [{"arm": "reference B=256", "batch_size": 256, "lr": 0.1, "steps": 2340, "val_acc": 0.9426,
+                           "val_acc_std": 0.0006}],
+              "cells_b": [{"arm": "lr 12.8, no warm-up", "batch_size": 4096, "early_peak_loss": 12.0, "val_acc": 0.80,
+                           "val_acc_std": 0.01}],
+              "curve": [{"batch_size": 64, "steps_to_target": 1135, "samples_to_target": 72640, "best_lr": 0.0125,
+                         "lrs_reaching": 3, "lrs": 3}],
+              "fit": {"s_min": 120.0, "e_min": 90000.0, "b_crit": 750.0}, "reference_steps_to_target": 363,
+              "b_simple_at_target": 900.0, "claims": [{"statement": "a gap", "holds": True, "evidence": "+0.04"}]}
+    text = report_large_batch.report_text(record)
+    for part in ("## A.", "## B.", "## C.", "## D.", "## Claims"):
+        assert part in text
+    assert "| reference B=256 | 256 | 0.1 | 2340 | 0.9426 ± 0.0006 |" in text and "B_crit 750" in text
+    assert "**holds**: a gap" in text and "at step 363" in text
 
-    if torch.cuda.is_available():
-        return
+
+def test_no_gpu_and_no_smoke_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
+    if large_batch_gpu.torch.cuda.is_available():
+        pytest.skip("a GPU is here")
     assert large_batch_gpu.main([]) == 2
     assert "--cpu-smoke" in capsys.readouterr().err
-
-
-def test_report_of_a_cut_run_counts_seeds_against_the_plan_and_names_what_did_not_start() -> None:
-    import report_large_batch
-
-    record = json.loads((ROOT / "bench" / "results" / "large_batch_gpu.json").read_text())
-    cut = {**record, "runs": [r for r in record["runs"] if not (r["method"] == "sgd" and r["seed"] == 2)],
-           "throughput": []}
-    cut["cells"] = [{**c, "seeds": 2, "completed": 2} if c["method"] == "sgd" else c for c in record["cells"]]
-    text = report_large_batch.report_text(cut)
-    planned = len(record["seeds"])
-    assert f"| 2/{planned}, 2/{planned} |" in text
-    assert f"sgd batch {record['small_batch']} seed 2; sgd batch {record['large_batch']} seed 2" in text
-    assert "images/s |" not in text and "not measured" in text
-
-
-def test_complete_keeps_an_earlier_records_runs_and_throughput_and_runs_the_rest(smoke_record: Path,
-                                                                                 tmp_path: Path) -> None:
-    record = json.loads(smoke_record.read_text())
-    # a record whose time budget ran out: the last seed's runs of one method and the large batch's rate missing
-    missing = [(r["method"], r["batch_size"], r["seed"]) for r in record["runs"]
-               if r["method"] == "sgd" and r["seed"] == large_batch_gpu.SEEDS[-1]]
-    cut = {**record, "runs": [r for r in record["runs"] if (r["method"], r["batch_size"], r["seed"]) not in missing],
-           "throughput": record["throughput"][:1]}
-    (tmp_path / "cut.json").write_text(json.dumps(cut))
-    whole = tmp_path / "whole.json"
-    assert large_batch_gpu.main(["--cpu-smoke", "--complete", str(tmp_path / "cut.json"), "--out", str(whole)]) == 0
-    second = json.loads(whole.read_text())
-    assert second["completed_from"] == str(tmp_path / "cut.json") and "--complete" in second["command"]
-    assert [r["batch_size"] for r in second["throughput"]] == [r["batch_size"] for r in record["throughput"]]
-    assert second["throughput"][0] == record["throughput"][0]  # kept, not measured again
-    kept = [r for r in second["runs"] if (r["method"], r["batch_size"], r["seed"]) not in missing]
-    assert kept == cut["runs"] and len(second["runs"]) == len(record["runs"])  # only the missing ones ran

@@ -64,3 +64,40 @@ def test_exercises_strip_cleanly(name, tmp_path):
     assert exercises.BEGIN not in text and exercises.END not in text
     assert text.count(exercises.PLACEHOLDER_RAISE) == report.code_blocks
     nbformat.validate(nb)
+
+
+def _last_expression_is_a_figure(source: str) -> bool:
+    """Does the cell end in an expression that is a figure (``figure``, ``x.something_figure(...)``)?"""
+    import ast
+
+    code = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!")))
+    try:
+        body = ast.parse(code).body
+    except SyntaxError:
+        return False
+    if not body or not isinstance(body[-1], ast.Expr):
+        return False
+    value = body[-1].value
+    target = value.func if isinstance(value, ast.Call) else value
+    name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
+    return "figure" in name.lower()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_figure_a_cell_ends_in_is_shown_as_an_image(name):
+    """A plot function's Figure displays only as the cell's last expression, without a trailing ``;``; the
+    executed notebook then holds its image (an image-less figure cell is a figure nobody sees)."""
+    for index, cell in enumerate(load(name).cells):
+        if cell.cell_type != "code" or not _last_expression_is_a_figure(cell.source):
+            continue
+        assert not cell.source.rstrip().endswith(";"), f"cell {index}: a ';' hides the figure: {cell.source[-80:]}"
+        images = [o for o in cell.outputs if "image/png" in o.get("data", {})]
+        assert images, f"cell {index} ends in a figure but its executed output holds no image: {cell.source[-80:]}"
+
+
+def test_a_figure_cell_is_recognised_by_its_last_expression():
+    assert _last_expression_is_a_figure("# %matplotlib inline\nx = 1\nlb.spike_figure(table)")
+    assert _last_expression_is_a_figure("figure = plots.line(t)\nfigure")
+    assert _last_expression_is_a_figure("lb.accuracy_figure(summary);")  # shown? no: the ';' test catches it
+    assert not _last_expression_is_a_figure("figure = lb.accuracy_figure(summary)")  # assigned: never shown
+    assert not _last_expression_is_a_figure("summary")

@@ -14,6 +14,8 @@
 - ``fashion-mnist``: Fashion-MNIST's IDX files from ``data_dir`` (or Debian's ``/usr/share/datasets/fashion-mnist``),
   made CIFAR-10-shaped, with CIFAR-10's augmentation on tensors (``fashion_mnist.py``): real images, no download;
 - ``pointclouds``: generated tree point clouds with species classes (``pointclouds.py``);
+- ``--device-data`` (fashion-mnist, cifar10, generated): the whole set held on the device as uint8 and
+  augmented there, no DataLoader (``device.py``);
 - ``tokens``: ``num_samples`` (2048) token sequences of ``seq_len`` over ``vocab_size`` tokens whose next
   token follows a hidden seeded rule (``make_tokens``): a language-model task the ``gpt`` learns in a
   few dozen steps; targets are the next tokens (``(seq_len,)`` per sample).
@@ -386,4 +388,14 @@ def build_data(cfg: Any, ctx: RankInfo) -> DataBundle:
         raise ValueError(f"gpu_decode applies to JPEG folders (jpeg_folder, imagefolder), not {cfg.dataset!r}")
     if cfg.num_samples is not None and cfg.num_samples < 1:
         raise ValueError(f"num_samples={cfg.num_samples} must be >= 1")
+    if getattr(cfg, "device_data", False):  # the whole set on the device, no DataLoader (device.py)
+        from coursekit.train.data.device import build_device_data
+
+        generated = make_generated_images(cfg.num_samples or GENERATED_SAMPLES, cfg.num_classes, cfg.image_size,
+                                          data_seed(cfg)) if cfg.dataset == "generated" else None
+        train, val, num_classes, shape = build_device_data(cfg, ctx, generated)
+        if len(train) == 0:
+            raise ValueError(f"the {cfg.dataset} train set gives no full batch of batch_size={cfg.batch_size}; "
+                             "lower --batch-size or drop --drop-last")
+        return DataBundle(train, val, num_classes, shape, "classification", train, len(train))  # type: ignore[arg-type]
     return BUILDERS[cfg.dataset](cfg, ctx)

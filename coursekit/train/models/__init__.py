@@ -9,6 +9,7 @@
 - ``resnet18/34/50``: torchvision's models (``weights=None``). Images of at least ``CIFAR_STEM_BELOW``
   pixels get torchvision's standard model unchanged (so GPU benchmarks compare with a plain
   torchvision loop); smaller images get the CIFAR stem (3x3 stride-1 conv, no max-pool);
+- ``airbench``: an airbench94-style CNN (~2 M parameters, batch norm; lab 07), see ``airbench.py``;
 - ``wide_resnet``: WRN-16-4 (~2.7 M parameters) for small images, see ``wide_resnet.py``;
 - ``pointnet``: a PointNet classifier for ``(num_points, 3)`` clouds, see ``pointnet.py``;
 - ``gpt``: a small GPT for token sequences ``(seq_len,)`` (``--gpt-layers/--gpt-dim/--gpt-heads``),
@@ -41,6 +42,8 @@ from torchvision.models import resnet18, resnet34, resnet50
 from torchvision.models.resnet import BasicBlock, Bottleneck
 
 from coursekit.train.config import MODELS
+from coursekit.train.models.airbench import MIN_SIDE as AIRBENCH_MIN_SIDE
+from coursekit.train.models.airbench import AirbenchNet
 from coursekit.train.models.gpt import GPT, block_tp_plan, split_gpt
 from coursekit.train.models.pointnet import PointNet
 from coursekit.train.models.wide_resnet import WideResNet
@@ -99,6 +102,14 @@ def _wide_resnet(num_classes: int, input_shape: tuple[int, ...]) -> nn.Module:
     return WideResNet(num_classes, depth=WRN_DEPTH, widen_factor=WRN_WIDEN_FACTOR, in_channels=channels)
 
 
+def _airbench(num_classes: int, input_shape: tuple[int, ...]) -> nn.Module:
+    channels, height, width = _require_images("airbench", input_shape)
+    if min(height, width) < AIRBENCH_MIN_SIDE:
+        raise ValueError(f"model='airbench' pools three times: images need at least {AIRBENCH_MIN_SIDE} pixels a "
+                         f"side, not {height} x {width}; raise --image-size")
+    return AirbenchNet(num_classes, channels)
+
+
 def _pointnet(num_classes: int, input_shape: tuple[int, ...]) -> nn.Module:
     if len(input_shape) != 2 or input_shape[-1] != 3:
         raise ValueError(f"model='pointnet' needs point clouds of shape (num_points, 3) but the dataset gives "
@@ -139,6 +150,7 @@ MODEL_SPECS: dict[str, ModelSpec] = {spec.name: spec for spec in (
     ModelSpec("mlp_bn", lambda cfg, n, shape: _mlp(n, shape, batchnorm=True)),
     *(ModelSpec(name, lambda cfg, n, shape, name=name: _resnet(name, n, shape)) for name in TORCHVISION_RESNETS),
     ModelSpec("wide_resnet", lambda cfg, n, shape: _wide_resnet(n, shape)),
+    ModelSpec("airbench", lambda cfg, n, shape: _airbench(n, shape)),
     ModelSpec("pointnet", lambda cfg, n, shape: _pointnet(n, shape)),
     ModelSpec("gpt", _gpt, tp_plan=block_tp_plan, split=split_gpt, blocks=_gpt_blocks),
 )}

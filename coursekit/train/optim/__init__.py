@@ -83,7 +83,8 @@ def build_optimizer(model: nn.Module, cfg: Any, global_batch: int) -> torch.opti
     if name == "sgd":
         for g in groups:
             g.pop("layer_adaptation")
-        return torch.optim.SGD(groups, lr=lr, momentum=cfg.momentum, foreach=foreach_allowed(groups))
+        return torch.optim.SGD(groups, lr=lr, momentum=cfg.momentum, foreach=foreach_allowed(groups),
+                               nesterov=bool(getattr(cfg, "nesterov", False)))
     if name == "adamw":
         for g in groups:
             g.pop("layer_adaptation")
