@@ -6,8 +6,8 @@ inherits this process's environment, so setting it here is enough. The pseudonym
 take the one chosen in lab 00, which nbval runs separately; a set ``$COURSEKIT_PSEUDONYM`` is never written
 to the user's config).
 
-Notebooks 00 and 06 run under nbval against the real Slurm (tests/integration/test_notebooks_on_slurm.py,
-which CI always runs: it fails when Slurm is not up); a run of the whole folder on the local site leaves them
+Notebooks 00 and 06 run against the real Slurm in CI (tests/integration/test_notebooks_on_slurm.py names
+where: 00 in a JupyterHub server, 06 in the browser; they fail when Slurm is not up); a run of the whole folder on the local site leaves them
 to that test rather than execute them twice (CI's budget). Named on the command line, they run here too.
 """
 
@@ -24,7 +24,9 @@ SITE_ENV = "COURSEKIT_SITE"
 COURSE_DIR_ENV = "COURSEKIT_COURSE_DIR"
 PSEUDONYM_ENV = "COURSEKIT_PSEUDONYM"  # labs 01-09 take the pseudonym chosen in lab 00; nbval runs each alone
 _created: list[str] = []
-ON_SLURM = ("00_cluster_from_the_notebook.ipynb", "06_data_parallelism.ipynb")  # = test_notebooks_on_slurm's
+# run against the local Slurm, not by the local nbval run: 00 in a JupyterHub server (tests/hub/test_hub_browser.py),
+# 06 as a participant's copy in the browser (tests/browser/test_participant_ddp.py)
+ON_SLURM = ("00_cluster_from_the_notebook.ipynb", "06_data_parallelism.ipynb")
 
 
 def pytest_configure(config: object) -> None:
@@ -44,7 +46,7 @@ def pytest_unconfigure(config: object) -> None:
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    """00 and 06 are left to the run against Slurm, unless this run is that one or names them."""
+    """00 and 06 are left to their runs against Slurm, unless this run is one of them or names them."""
     if collection_path.name not in ON_SLURM or os.environ.get(SITE_ENV) != "local":
         return None
     named = {Path(arg.split("::")[0]).resolve() for arg in config.args}

@@ -1,0 +1,46 @@
+"""The hub tests: JupyterHub on the local Slurm (``bash slurm/hub.sh start``), driven by headless chromium.
+
+Every test here is marked ``slurm`` (the Slurm test group: one worker, one test at a time, never beside the
+controller-stop tests) and ``browser``. When the hub, the cluster or chromium is missing they FAIL, never
+skip: CI starts the hub (``.ci/run``).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "browser"))  # lab_page: what the browser tests ask a JupyterLab page
+
+from hub_helpers import HUB_SCRIPT, PARTICIPANT_PYTHON, PASSWORDS_FILE  # noqa: E402
+
+START_HINT = "install and start it: `bash slurm/hub.sh install && bash slurm/hub.sh start` (as root)"
+CHROMIUM_NAMES = ("chromium", "chromium-browser")
+STATUS_TIMEOUT_S = 30
+
+
+@pytest.fixture(scope="session")
+def hub() -> str:
+    """The hub answers (``slurm/hub.sh status``) and its passwords and participants' Python are there."""
+    done = subprocess.run(["bash", str(HUB_SCRIPT), "status"], capture_output=True, text=True,
+                          timeout=STATUS_TIMEOUT_S)
+    if done.returncode != 0:
+        pytest.fail(f"the JupyterHub is not up: {done.stdout.strip()} {done.stderr.strip()}; {START_HINT}")
+    for needed in (PASSWORDS_FILE, PARTICIPANT_PYTHON):
+        if not needed.exists():
+            pytest.fail(f"{needed} is missing; {START_HINT}")
+    return done.stdout
+
+
+@pytest.fixture(scope="session")
+def chromium_path() -> str:
+    for name in CHROMIUM_NAMES:
+        found = shutil.which(name)
+        if found:
+            return found
+    pytest.fail(f"no chromium on PATH (looked for {', '.join(CHROMIUM_NAMES)}): `apt-get install -y chromium`")
