@@ -170,6 +170,18 @@ labs.horovod_table(my_script)
 # the whole batch: N processes at batch B take exactly the steps one process takes at batch N·B, up to
 # the order of float additions. The job below trains a small classifier both ways in each of its
 # processes (DDP on its shard, and alone on the global batch) and compares the weights.
+#
+# That equality holds for this classifier because it has no BatchNorm. A BatchNorm layer under DDP
+# normalises with the statistics of its own process's batch, not the global one: DDP without
+# `SyncBatchNorm` is *ghost batch norm* with a ghost batch of the per-GPU batch (lab 07 meets it again),
+# and DDP copies rank 0's running statistics to the others at each forward (`broadcast_buffers=True`).
+# For small per-GPU batches, `torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)` normalises over the
+# global batch, at the price of an all-reduce per BatchNorm layer.
+#
+# One more detail of the validation: `DistributedSampler` pads the set with repeated samples until it
+# divides by the number of processes, and those repeats count in the all-reduced accuracy (here 256
+# images on 2 processes: nothing is repeated). For exact figures, validate on one rank or count only
+# each rank's real samples.
 
 # %% tags=["nbval-ignore-output"]
 equivalence_job = coursekit.submit_function(dp.ddp_equivalence, n_gpu=s.n_processes,

@@ -105,8 +105,9 @@ print(f"ZeRO-3: {zero3_gpus} GPUs; DDP: {ddp_gpus} (a full copy of 1.1 TB never 
 # The engine measures the bubble on every stage: 1 − (time the stage computed) / (wall time of the
 # schedule). **On a CPU the stage compute is emulated**: two cores shared by two processes would
 # distort any timing, so with `--stage-delay-ms X` every stage's forward *sleeps* X ms and its backward
-# 2X ms per micro-batch (the ratio the theory assumes) — the schedule, the send/receive of activations
-# and the measurement are real. On GPUs nothing sleeps. The sweep over m runs in section 4, with the
+# 2X ms per micro-batch (a realistic ratio; the bubble (p−1)/(m+p−1) of GPipe and 1F1B does not depend on
+# it: each stage idles (p−1) forward-plus-backward times of the (m+p−1) its step lasts) — the schedule,
+# the send/receive of activations and the measurement are real. On GPUs nothing sleeps. The sweep over m runs in section 4, with the
 # lab's other runs.
 #
 # What 1F1B saves is memory: the activations a stage keeps waiting for their backward. Counted with
@@ -126,7 +127,12 @@ labs.ResultsTable([mp.in_flight_activations(s.base, s.bubble["stages"], m) for m
 # Attention is split the same way, whole heads per rank. `--parallel tensor` applies this plan with
 # `torch.distributed.tensor.parallel.parallelize_module` (`ColwiseParallel`, `RowwiseParallel`).
 # The price: an all-reduce of the activations after each attention and each MLP, forward and
-# backward — on the critical path, which is why tensor parallelism stays inside a node:
+# backward — on the critical path, which is why tensor parallelism stays inside a node. At this lab's
+# width (1024) it does not pay even there: the recorded 2-GPU run is several times *slower* than one GPU,
+# and the all-reduces are only a few ms of its step. The rest is the eager overhead of DTensor (every
+# operation dispatched on sharded tensors) and an optimizer that cannot use its fused multi-tensor path
+# on a mix of DTensors and plain tensors; tensor parallelism pays for matrices many times wider, where
+# each GPU's share of a matrix product still fills it:
 
 # %%
 comm = mp.tp_allreduce_bytes(s.base)
@@ -177,6 +183,11 @@ figure
 
 # %% [markdown]
 # ZeRO with more processes (`s.zero_n`): the sharded parts shrink as 1/N, the replicated ones stay.
+#
+# The formula here is not the table's of section 1. That table uses the bf16 convention (2-byte weights
+# and gradients beside fp32 master weights and Adam moments: k = 12); these jobs train under
+# `torch.autocast`, which keeps the weights, gradients and optimizer state in fp32 (4 + 4 + 8 bytes per
+# parameter with AdamW), so the measurement is compared with that fp32 formula.
 #
 # One subtlety: FSDP2's ZeRO-2 (`fully_shard(reshard_after_forward=False)`) is not DeepSpeed's. It keeps
 # the gathered weights from a block's forward until its backward — during that window it holds what the

@@ -119,7 +119,8 @@ HOROVOD_TO_DDP: tuple[HorovodStep, ...] = (
     HorovodStep("hvd.DistributedOptimizer(optimizer)", "done by DDP: backward averages the gradients (in buckets, "
                 "overlapping the backward pass); the optimizer stays plain", calls_imported("DistributedDataParallel")),
     HorovodStep("hvd.broadcast_optimizer_state(optimizer, root_rank=0)",
-                "nothing: every rank builds its optimizer from the same weights", builds_optimizer),
+                "nothing at a fresh start: every rank builds its optimizer from the same weights (when resuming, load "
+                "the checkpoint's optimizer state on every rank)", builds_optimizer),
     HorovodStep("lr = base_lr * hvd.size()", "--lr is the global batch's rate; the global batch is "
                 "batch × world size (scale the rate yourself if you grow it)", scales_by_world_size),
     HorovodStep("hvd.allreduce(metric) (an average)", "dist.all_reduce of the sums (loss, correct, total), then divide",
