@@ -2,13 +2,14 @@
 
 Bytes per trainable parameter, by convention (``convention=``):
 
-``"hipergator"`` (default; the rule of thumb of the UF HiPerGator workshop, "fp32 + Adam = 24 B
+``"hipergator"`` (the rule of thumb of the UF HiPerGator workshop, "fp32 + Adam = 24 B
 per parameter"): weights 4 + gradients 4 + optimizer state (sgd and lars: momentum 4; adamw and
 lamb: m and v, 8) + a master copy 8 (fp32 weights 4 + fp32 gradients 4, the copies that
 mixed-precision training keeps; counted for every precision, so the figure is an upper bound that
 does not depend on the precision). fp32 + Adam: 4 + 4 + (8 + 8) = 24 B; SGD: 20 B.
 
-``"pytorch"`` (what ``torch.amp`` actually allocates): fp32 weights 4 (they are the master copy:
+``"pytorch"`` (default: what ``torch.amp`` actually allocates; nobody keeps fp32 master copies of fp32
+weights, so the 24 B rule overcounts fp32 training by half): fp32 weights 4 (they are the master copy:
 autocast never changes the parameters' dtype) + fp32 gradients 4 + optimizer state (4 or 8) and,
 for fp16/bf16, the 2-byte weight copies autocast casts and caches during the forward (under
 ``master_copy_bytes``). fp32 + Adam: 16 B; bf16 + Adam: 18 B.
@@ -187,7 +188,7 @@ def has_convolutions(model: nn.Module) -> bool:
 
 
 def estimate_memory(model: nn.Module, optimizer: str, precision: str, batch_size: int,
-                    input_shape: tuple[int, ...], *, convention: str = "hipergator",
+                    input_shape: tuple[int, ...], *, convention: str = "pytorch",
                     momentum: float = 0.9, input_batches: int = 1, cudnn_benchmark: bool = False) -> MemoryEstimate:
     """Estimate the training memory of ``model`` (see the module docstring for the conventions and terms).
 

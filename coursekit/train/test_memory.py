@@ -15,13 +15,18 @@ def small_mlp() -> nn.Module:
 
 
 def test_hipergator_convention_is_24_bytes_per_parameter_for_adam():
-    est = estimate_memory(small_mlp(), "adamw", "fp32", batch_size=8, input_shape=(10,))
+    est = estimate_memory(small_mlp(), "adamw", "fp32", batch_size=8, input_shape=(10,), convention="hipergator")
     assert est.num_parameters == PARAMS
     assert est.parameters_bytes == 4 * PARAMS and est.gradients_bytes == 4 * PARAMS
     assert est.optimizer_state_bytes == 8 * PARAMS and est.master_copy_bytes == 8 * PARAMS
     assert est.bytes_per_parameter == 24
-    sgd = estimate_memory(small_mlp(), "sgd", "bf16", batch_size=8, input_shape=(10,))
+    sgd = estimate_memory(small_mlp(), "sgd", "bf16", batch_size=8, input_shape=(10,), convention="hipergator")
     assert sgd.optimizer_state_bytes == 4 * PARAMS and sgd.bytes_per_parameter == 20
+
+
+def test_the_default_convention_counts_what_torch_allocates():
+    """fp32 training keeps no master copies: the default must not quote the 24 B rule of thumb for it."""
+    assert estimate_memory(small_mlp(), "adamw", "fp32", 8, (10,)).bytes_per_parameter == 16
 
 
 @pytest.mark.parametrize("optimizer, precision, per_param", [

@@ -76,9 +76,12 @@ figure
 #   two moments for Adam/AdamW (8 bytes).
 #
 # That is 12 bytes per parameter for SGD with momentum and 16 for AdamW. The "24 bytes per parameter"
-# often quoted for Adam also counts the fp32 *master copies* of weights and gradients that
-# mixed-precision training keeps: an upper bound. The engine's calculator knows both conventions
-# (`convention="pytorch"`, `"hipergator"`).
+# often quoted for Adam (in the UF HiPerGator workshop, for one) adds fp32 *master copies* of weights and
+# gradients, but fp32 training has no master copies: its weights are the fp32 copy. Mixed precision
+# (ZeRO's accounting) keeps 2-byte weights and gradients beside fp32 weights and Adam's two moments:
+# 2 + 2 + 4 + 4 + 4 = 16 bytes (20 with fp32 gradients, as `torch.autocast` keeps them). So 24 bytes is an
+# upper bound nobody allocates. The engine's calculator counts what PyTorch allocates by default
+# (`convention="pytorch"`) and the rule of thumb on request (`"hipergator"`).
 #
 # Then there are the **activations**: the intermediate results of the forward pass that autograd
 # keeps because the backward pass needs them. They grow with the batch.
