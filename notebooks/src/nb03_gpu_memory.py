@@ -79,8 +79,9 @@ figure
 # often quoted for Adam (in the UF HiPerGator workshop, for one) adds fp32 *master copies* of weights and
 # gradients, but fp32 training has no master copies: its weights are the fp32 copy. Mixed precision
 # (ZeRO's accounting) keeps 2-byte weights and gradients beside fp32 weights and Adam's two moments:
-# 2 + 2 + 4 + 4 + 4 = 16 bytes (20 with fp32 gradients, as `torch.autocast` keeps them). So 24 bytes is an
-# upper bound nobody allocates. The engine's calculator counts what PyTorch allocates by default
+# 2 + 2 + 4 + 4 + 4 = 16 bytes; `torch.autocast` keeps fp32 weights and gradients and caches 2-byte copies
+# of the weights during the forward: 4 + 4 + 8 + 2 = 18 bytes. So 24 bytes is an upper bound nobody
+# allocates. The engine's calculator counts what PyTorch allocates by default
 # (`convention="pytorch"`) and the rule of thumb on request (`"hipergator"`).
 #
 # Then there are the **activations**: the intermediate results of the forward pass that autograd
