@@ -12,6 +12,7 @@ folders and its registry. The ground floor of coursekit: this module imports not
 from __future__ import annotations
 
 import os
+import pwd
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,6 +90,21 @@ def course_relative(path: str | os.PathLike) -> Path:
 def course_path(key: str, default: str) -> Path:
     """A path setting of the course (``course_setting``), ``$VARS`` and ``~`` expanded, relative to the course."""
     return course_relative(course_setting(key) or default)
+
+
+def user_name(uid: int) -> str:
+    """The Unix user name of ``uid`` (``uid1234`` when the system has no name for it)."""
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid{uid}"
+
+
+def own_runs_path(board: Path | None = None) -> Path:
+    """Where this Unix user posts lab 09's runs: ``<user>.jsonl`` in the folder of the leaderboard setting
+    (``board``; by default the course's), one file per user (``labs/lab09_race/leaderboard.py``)."""
+    board = Path(board or course_path(LEADERBOARD_SETTING, DEFAULT_LEADERBOARD))
+    return board.parent / f"{user_name(os.geteuid())}.jsonl"
 
 
 # ---------------------------------------------------------------- argument > environment > toml > default

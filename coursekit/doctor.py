@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import os
 import shutil
+import stat
 import sys
 import tempfile
 from collections.abc import Callable
@@ -27,6 +28,8 @@ from coursekit.course import (
     course_path,
     data_dir,
     jobs_dir,
+    own_runs_path,
+    user_name,
 )
 from coursekit.sites import load_site, site_names
 
@@ -102,20 +105,34 @@ def check_data() -> Check:
 
 
 def check_leaderboard() -> Check:
-    """Lab 09 appends to the leaderboard file: its folder must be writable by every participant."""
+    """Lab 09 appends to this user's own file of the leaderboard's folder (``<folder>/<user>.jsonl``): the user
+    must be able to create it there (or own it already), and in a shared folder nobody else may remove it."""
     board = course_path(LEADERBOARD_SETTING, DEFAULT_LEADERBOARD)
-    folder = board.parent
+    folder, mine = board.parent, own_runs_path(board)
+    what = f"lab 09's leaderboard {board}"
+    fix = f"make {folder} writable by every participant, sticky: chmod 1777 {folder}"
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=folder):
-            pass
+        if mine.is_symlink() or mine.exists():
+            info = mine.lstat()
+            if info.st_uid != os.geteuid() or not stat.S_ISREG(info.st_mode):
+                return Check("fail", what, f"your runs file {mine} belongs to {user_name(info.st_uid)} (or is a "
+                             "link): your posts would be refused", f"ask the instructor to remove {mine}")
+            if not os.access(mine, os.W_OK):
+                return Check("fail", what, f"your runs file {mine} is not writable by you", f"chmod u+w {mine}")
+        else:
+            with tempfile.NamedTemporaryFile(dir=folder):
+                pass
     except OSError as error:
-        return Check("fail", f"lab 09's leaderboard {board}", f"its folder is not writable: {error}",
-                     f"make {folder} writable by every participant (e.g. chmod 1777, or a group they share)")
-    shared = folder.stat().st_mode & 0o002 or folder.stat().st_mode & 0o020
-    return Check("ok" if shared else "warn", f"lab 09's leaderboard {board}",
-                 "writable by you" + ("" if shared else "; others cannot write its folder: fine for one "
-                                      "participant, not for a room (chmod 1777 it, or g+w for a shared group)"))
+        return Check("fail", what, f"its folder is not writable: {error}", fix)
+    mode = folder.stat().st_mode
+    shared = mode & 0o002 or mode & 0o020
+    if shared and not mode & stat.S_ISVTX:
+        return Check("warn", what, f"writable by you, but {folder} is not sticky: any participant can delete or "
+                     "replace another's runs file", fix)
+    return Check("ok" if shared else "warn", what,
+                 f"you post to {mine.name}" + ("" if shared else "; others cannot write its folder: fine for one "
+                                                "participant, not for a room (chmod 1777 it)"))
 
 
 def check_site(site_name: str | None) -> tuple[Check, Any]:

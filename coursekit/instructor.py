@@ -7,6 +7,7 @@
     coursekit instructor jobs [--all]              every participant's jobs of this course (by its job prefix)
     coursekit instructor cancel --course           cancel every active job of this course
     coursekit instructor results [--out F.csv]     each participant's lab results in one CSV table
+    coursekit instructor room [--csv F.csv]        who is at which lab, whose jobs failed and why
 
 The course's job prefix (``job_prefix`` in its coursekit.toml) starts every job name of its participants
 (``<prefix>-<pseudonym>-<experiment>``, ``labs.job_name``): on a cluster the instructor finds the room's
@@ -16,17 +17,30 @@ jobs in Slurm by it. On the local site (no Slurm) the course's own job registry 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import getpass
 import json
 import os
 import pwd
 import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from coursekit import slurm_cli
-from coursekit.course import COURSE_CONFIG_FILE, COURSE_DIR_ENV, course_dir, course_setting
+from coursekit.course import (
+    COURSE_CONFIG_FILE,
+    COURSE_DIR_ENV,
+    JOBS_SUBDIR,
+    REGISTRY_FILE,
+    course_dir,
+    course_setting,
+)
+from coursekit.jobs.logs import job_logs, job_output, looks_like_job_id
 from coursekit.sites import load_site, site_jobs_dir
 
 REPO_NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
@@ -54,7 +68,7 @@ def course_toml(site: str, account: str | None, data_dir: str, leaderboard: str,
     q = toml_string
     lines = ["# written by `coursekit instructor setup`; every participant's notebook reads it",
              f"site = {q(site)}", f"data_dir = {q(data_dir)}          # CIFAR-10 and lab 05's JPEG tree, shared",
-             f"leaderboard = {q(leaderboard)}    # lab 09's race: a JSON-lines file every participant can append to",
+             f"leaderboard = {q(leaderboard)}    # lab 09's race: its folder holds one runs file per user",
              f"job_prefix = {q(job_prefix)}          # starts every job name: `coursekit instructor jobs` finds them"]
     if profile:
         lines.append(f"profile = {q(profile)}")
@@ -83,7 +97,7 @@ def setup(folder: Path, site: str, account: str | None, data_dir: str | None, le
     print(f"participants' notebooks (no solutions): {len(reports)} files in {folder / PARTICIPANT_NOTEBOOKS}")
     print(f"data folder: {data} (stage it: coursekit instructor data cifar10 --dir {data}; "
           f"coursekit instructor data jpeg --dir {data}; offline: coursekit instructor data fashion-mnist --dir {data})")
-    print(f"leaderboard: {board} (participants need write access to its folder)")
+    print(f"leaderboard: {board} (each participant posts to their own file in its folder: chmod 1777 it)")
     if not doctor:
         return EXIT_OK
     from coursekit.doctor import doctor as run_doctor
@@ -273,6 +287,380 @@ def write_results(rows: list[dict[str, Any]], out: Path) -> None:
         writer.writerows({key: _cell(value) for key, value in row.items()} for row in rows)
 
 
+# ------------------------------------------------------------------------------------------ room
+
+ROOM_FIELDS = ("pseudonym", "user", "lab", "needs_help", "submitted", "pending", "running", "failed",
+               "last_failed_job", "last_failed_state", "last_stderr", "last_activity", "idle_min")
+FAILED_STATES = frozenset({"FAILED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL", "DEADLINE"})
+PENDING_STATES = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "CONFIGURING"})
+RUNNING_STATES = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT"})
+STDERR_LINES = 5  # the last lines of a failed job's stderr shown by default
+TAIL_SCAN_FACTOR = 4  # read this many times the lines wanted: submitit's and srun's own lines are dropped
+ROOM_TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
+RoomColumn = Callable[["Participant"], dict[str, Any]]
+# Extra columns of the room (exit-ticket scores, pooled-sweep completeness, ...): name -> a function of one
+# participant giving its cells; their keys are added after ROOM_FIELDS in the terminal, the CSV and the widget.
+ROOM_COLUMNS: dict[str, RoomColumn] = {}
+
+
+@dataclass
+class RoomJob:
+    """One job of the room, as the registry, its folder and the scheduler tell it."""
+
+    job_id: str
+    name: str
+    pseudonym: str
+    state: str
+    submitted_at: float | None = None
+    lab: str | None = None
+    folder: Path | None = None
+    user: str = ""
+    ended_at: float | None = None
+    record: dict[str, Any] | None = None  # its registry record (None: found by its folder or by Slurm)
+
+
+@dataclass
+class Participant:
+    """One participant of the room: their jobs and the course folders they were read from (where later
+    columns, such as exit tickets, find their files)."""
+
+    pseudonym: str
+    users: set[str] = field(default_factory=set)
+    jobs: list[RoomJob] = field(default_factory=list)
+    course_folders: set[Path] = field(default_factory=set)
+
+    def ordered(self) -> list[RoomJob]:
+        return sorted(self.jobs, key=lambda j: (j.submitted_at or 0.0, _id_key(j.job_id)))
+
+    @property
+    def lab(self) -> str:
+        """The latest lab they submitted a job for ("" when no job recorded its lab)."""
+        labs = [j.lab for j in self.ordered() if j.lab]
+        return labs[-1] if labs else ""
+
+    @property
+    def failures(self) -> list[RoomJob]:
+        return [j for j in self.ordered() if j.state in FAILED_STATES]
+
+    @property
+    def needs_help(self) -> bool:
+        """Their latest job (cancelled ones aside) failed: they have not got past it yet."""
+        kept = [j for j in self.ordered() if j.state != "CANCELLED"]
+        return bool(kept) and kept[-1].state in FAILED_STATES
+
+    @property
+    def last_activity(self) -> float | None:
+        stamps = [t for j in self.jobs for t in (j.submitted_at, j.ended_at) if t is not None]
+        return max(stamps, default=None)
+
+
+@dataclass
+class Room:
+    """The room: one ``Participant`` per pseudonym, and what could not be read (each said once)."""
+
+    participants: list[Participant]
+    warnings: list[str]
+    stderr_lines: int = STDERR_LINES
+
+
+def _id_key(job_id: str) -> list[int]:
+    return [int(p) if p.isdigit() else 0 for p in job_id.split("_")]
+
+
+def _owner(path: Path) -> str:
+    """The Unix user owning ``path`` ("" when unknown)."""
+    try:
+        return pwd.getpwuid(path.stat().st_uid).pw_name
+    except (OSError, KeyError):
+        return ""
+
+
+def _jobs_root(given: Path) -> Path:
+    """A participant's jobs folder from what ``--jobs-dir`` gave: the jobs folder or the course folder."""
+    if not (given / REGISTRY_FILE).exists() and (given / JOBS_SUBDIR).is_dir():
+        return given / JOBS_SUBDIR
+    return given
+
+
+def _pseudonym(name: str, prefix: str) -> str | None:
+    """The pseudonym in ``<prefix>-<pseudonym>-<experiment>``; None for another course's or a malformed name."""
+    from coursekit.labs.kit.participant import check_pseudonym
+
+    if not name.startswith(prefix + "-"):
+        return None
+    who, _ = participant_of(name, prefix)
+    try:
+        return check_pseudonym(who)
+    except ValueError:
+        return None
+
+
+def _timestamp(text: str) -> float | None:
+    """Slurm's ``2026-11-27T06:30:00`` (local time) -> seconds since the epoch; None when absent."""
+    try:
+        return datetime.fromisoformat(text).timestamp() if text and text[:1].isdigit() else None
+    except ValueError:
+        return None
+
+
+def _read_root(root: Path, prefix: str, warnings: list[str]) -> list[RoomJob]:
+    """The jobs one participant's jobs folder holds: its registry's, then job folders it does not list."""
+    from coursekit.jobs import registry
+
+    try:
+        with os.scandir(root) as entries:
+            names = [e for e in entries if e.is_dir()]
+    except FileNotFoundError:
+        warnings.append(f"{root}: no such folder (check --jobs-dir)")
+        return []
+    except OSError as error:
+        warnings.append(f"{root}: cannot read it ({error.strerror or error}); its jobs are not shown")
+        return []
+    jobs, problems, foreign = [], [], 0
+    path = root / REGISTRY_FILE
+    try:
+        records = registry.merged_records(path, problems)
+    except OSError as error:
+        warnings.append(f"{path}: cannot read it ({error.strerror or error}); its jobs are not shown")
+        records = []
+    owner = _owner(path)
+    for record in records:
+        name, job_id = record.get("name"), str(record["job_id"])
+        if not isinstance(name, str) or not looks_like_job_id(job_id):
+            problems.append(f"job {job_id!r}: no valid name or id")
+            continue
+        who = _pseudonym(name, prefix)
+        if who is None:
+            foreign += 1
+            continue
+        submitted = record.get("submitted_at")
+        lab = record.get("lab")
+        jobs.append(RoomJob(job_id, name, who, str(record.get("final_state") or ""),
+                            float(submitted) if isinstance(submitted, (int, float)) else None,
+                            lab if isinstance(lab, str) else None,
+                            Path(record["folder"]) if isinstance(record.get("folder"), str) else None, owner,
+                            record=record))
+    if problems:
+        warnings.append(f"{path}: {len(problems)} malformed record(s) skipped ({'; '.join(problems[:3])}"
+                        f"{'; ...' if len(problems) > 3 else ''})")
+    if foreign:
+        warnings.append(f"{path}: {foreign} job(s) not named {prefix}-<pseudonym>-<experiment> (another "
+                        "course's) skipped")
+    known = {(j.name, j.job_id) for j in jobs}
+    bad_folders = []
+    for entry in sorted(names, key=lambda e: e.name):
+        who = _pseudonym(entry.name, prefix)
+        if who is None:
+            continue
+        try:
+            with os.scandir(entry.path) as inner:
+                folders = sorted(e.name for e in inner if e.is_dir())
+        except OSError as error:
+            warnings.append(f"{entry.path}: cannot read it ({error.strerror or error})")
+            continue
+        for job_id in folders:
+            if not looks_like_job_id(job_id):
+                bad_folders.append(f"{entry.name}/{job_id}")
+            elif (entry.name, job_id) not in known:
+                folder = Path(entry.path) / job_id
+                with contextlib.suppress(OSError):  # gone since it was listed: nothing to show
+                    jobs.append(RoomJob(job_id, entry.name, who, "", folder.stat().st_mtime, None, folder,
+                                        _owner(folder)))
+    if bad_folders:
+        warnings.append(f"{root}: {len(bad_folders)} folder(s) that are not job folders skipped "
+                        f"({', '.join(bad_folders[:3])}{', ...' if len(bad_folders) > 3 else ''})")
+    return jobs
+
+
+def _settle_states(jobs: list[RoomJob], slurm_rows: dict[str, dict[str, str]]) -> None:
+    """Each job's state: the scheduler's (the room's one batched query), else the registry's final state,
+    else what its folder tells; and when it last showed activity (its logs' modification time)."""
+    from coursekit.jobs.handle import Job
+
+    for job in jobs:
+        row = slurm_rows.get(job.job_id)
+        if row is not None and row["name"] == job.name:  # a local job's id (a pid) may be a Slurm job's too
+            job.state = row["state"]
+            job.ended_at = _timestamp(row.get("end_time", ""))
+            job.user = job.user or row.get("user", "")
+        elif not job.state and job.folder is not None:
+            try:
+                handle = Job.from_record(job.record) if job.record is not None else Job.from_folder(job.folder)
+                if handle.scheduler == "local":  # the backend, not Job.state: nothing is written anywhere
+                    job.state = handle.backend.state()
+                else:  # Slurm's job, not in the room's query: what its folder tells
+                    job.state = handle.state_from_disk() or "UNKNOWN"
+            except (OSError, TypeError, ValueError, KeyError):  # a record with fields of the wrong type
+                job.state = "UNKNOWN"
+        job.state = job.state or "UNKNOWN"
+        if job.folder is not None:
+            stamps = []
+            for stream in ("out", "err"):
+                for log in job_logs(job.folder, stream)[:1]:
+                    with contextlib.suppress(OSError):
+                        stamps.append(log.stat().st_mtime)
+            if stamps:
+                job.ended_at = max(stamps + [job.ended_at or 0.0])
+
+
+def last_stderr(job: RoomJob, n: int = STDERR_LINES) -> list[str]:
+    """The job's own last ``n`` stderr lines (submitit's and srun's notes left out): the first task whose log
+    holds some, task 0 first."""
+    from coursekit.jobs.handle import tail_lines
+
+    if job.folder is None:
+        return []
+    for log in job_logs(job.folder, "err"):
+        try:
+            lines = job_output(tail_lines(log, n * TAIL_SCAN_FACTOR))
+        except OSError:
+            continue
+        lines = [line.rstrip() for line in lines if line.strip()]
+        if lines:
+            return lines[-n:]
+    return []
+
+
+def gather_room(roots: list[Path], prefix: str, *, slurm: bool | None = None,
+                stderr_lines: int = STDERR_LINES) -> Room:
+    """The room from participants' jobs folders (or course folders) ``roots`` and, on a Slurm site, ONE
+    batched squeue + sacct of the course's jobs (``course_jobs``): Slurm's states, and jobs whose folders
+    the instructor cannot read."""
+    if isinstance(stderr_lines, bool) or not isinstance(stderr_lines, int) or stderr_lines < 0:
+        raise ValueError(f"stderr_lines={stderr_lines!r}: give a number of lines, 0 or more")
+    from coursekit.labs.kit.participant import check_pseudonym
+
+    check_pseudonym(prefix, what="prefix")
+    warnings: list[str] = []
+    jobs: list[RoomJob] = []
+    folders: dict[int, Path] = {}
+    seen: set[tuple[str, str]] = set()
+    for root in dict.fromkeys(_jobs_root(Path(r).expanduser()) for r in roots):
+        for job in _read_root(root, prefix, warnings):
+            if (job.name, job.job_id) not in seen:  # a job listed by two roots counts once
+                seen.add((job.name, job.job_id))
+                folders[id(job)] = root.parent if root.name == JOBS_SUBDIR else root
+                jobs.append(job)
+    on_slurm = (not load_site().is_local) if slurm is None else slurm
+    slurm_rows: dict[str, dict[str, str]] = {}
+    if on_slurm:
+        try:
+            slurm_rows = {r["job_id"]: r for r in course_jobs(prefix, finished=True)}
+        except slurm_cli.SlurmError as error:
+            warnings.append(f"Slurm did not answer ({error.message}): states are the registries' and the logs'")
+        known = {j.job_id for j in jobs}
+        for job_id, row in slurm_rows.items():
+            who = _pseudonym(row["name"], prefix)
+            if job_id not in known and who is not None:
+                jobs.append(RoomJob(job_id, row["name"], who, "", _timestamp(row.get("submit_time", "")),
+                                    user=row.get("user", "")))
+    _settle_states(jobs, slurm_rows)
+    people: dict[str, Participant] = {}
+    for job in jobs:
+        person = people.setdefault(job.pseudonym, Participant(job.pseudonym))
+        person.jobs.append(job)
+        if job.user:
+            person.users.add(job.user)
+        if id(job) in folders:
+            person.course_folders.add(folders[id(job)])
+    return Room(sorted(people.values(), key=_help_first), warnings, stderr_lines)
+
+
+def _help_first(person: Participant) -> tuple[Any, ...]:
+    """Who needs help first: latest job failed, then most failures, then behind in the labs, then idle longest."""
+    return (not person.needs_help, -len(person.failures), person.lab or "99", person.last_activity or 0.0,
+            person.pseudonym)
+
+
+def participant_row(person: Participant, stderr_lines: int = STDERR_LINES, now: float | None = None) -> dict[str, Any]:
+    """One row of the room (ROOM_FIELDS, then every ROOM_COLUMNS column): integers and strings only."""
+    now = time.time() if now is None else now
+    states = [j.state for j in person.jobs]
+    failed = person.failures
+    last = failed[-1] if failed else None
+    active = person.last_activity
+    row: dict[str, Any] = {
+        "pseudonym": person.pseudonym, "user": ",".join(sorted(person.users)), "lab": person.lab,
+        "needs_help": "yes" if person.needs_help else "",
+        "submitted": len(states), "pending": sum(s in PENDING_STATES for s in states),
+        "running": sum(s in RUNNING_STATES for s in states), "failed": len(failed),
+        "last_failed_job": last.job_id if last else "", "last_failed_state": last.state if last else "",
+        "last_stderr": "\n".join(last_stderr(last, stderr_lines)) if last and stderr_lines else "",
+        "last_activity": time.strftime(ROOM_TIME_FORMAT, time.localtime(active)) if active else "",
+        "idle_min": max(0, round((now - active) / 60)) if active else "",
+    }
+    for name, column in ROOM_COLUMNS.items():
+        try:
+            row.update(column(person))
+        except Exception as error:  # noqa: BLE001 - one column's failure must not hide the room
+            row[name] = f"? ({error})"
+    return row
+
+
+def room_table(roots: list[str | os.PathLike] | None = None, prefix: str | None = None, *,
+               stderr_lines: int = STDERR_LINES, warnings: list[str] | None = None) -> list[dict[str, Any]]:
+    """The room, one row per participant, those needing help first (``coursekit instructor room``; a
+    notebook widget shows it with ``show_room``). ``roots``: participants' jobs or course folders (default
+    this course's); ``prefix``: the course's job prefix (default its coursekit.toml's); what could not be read
+    is appended to ``warnings`` (when a list is given), never raised."""
+    if roots is not None and (isinstance(roots, (str, os.PathLike)) or not all(
+            isinstance(r, (str, os.PathLike)) for r in roots)):
+        raise ValueError(f"roots={roots!r}: give a list of folders, e.g. ['/home/ada/dl-course/jobs']")
+    default = [course_dir() / JOBS_SUBDIR, site_jobs_dir()]  # the registry's folder, the site's job folders
+    default = [p for p in default if p.is_dir()] or default[:1]
+    room = gather_room([Path(r) for r in roots] if roots else default, job_prefix(prefix), stderr_lines=stderr_lines)
+    if warnings is not None:
+        warnings += room.warnings
+    return [participant_row(p, room.stderr_lines) for p in room.participants]
+
+
+def room_fields(rows: list[dict[str, Any]]) -> list[str]:
+    """ROOM_FIELDS, then the extra columns the rows hold."""
+    return [*ROOM_FIELDS, *dict.fromkeys(k for r in rows for k in r if k not in ROOM_FIELDS)]
+
+
+def write_room(rows: list[dict[str, Any]], out: Path) -> None:
+    """The room as CSV (floats rounded as in the results table)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=room_fields(rows))
+        writer.writeheader()
+        writer.writerows({key: _cell(value) for key, value in row.items()} for row in rows)
+
+
+def print_room(rows: list[dict[str, Any]], prefix: str) -> None:
+    """The room in the terminal: one line per participant, a failed job's last stderr lines under it."""
+    shown = [f for f in room_fields(rows) if f != "last_stderr"]
+    table = [tuple(shown)] + [tuple(str(_cell(r.get(f, ""))) for f in shown) for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(shown))]
+    for i, line in enumerate(table):
+        print("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip())
+        if i and rows[i - 1].get("last_stderr"):
+            for text in str(rows[i - 1]["last_stderr"]).splitlines():
+                print(f"    | {text}")
+    helped = sum(1 for r in rows if r["needs_help"])
+    print(f"{len(rows)} participant(s) of course prefix {prefix!r}, {helped} needing help")
+
+
+def show_room(roots: list[str | os.PathLike] | None = None, prefix: str | None = None,
+              stderr_lines: int = STDERR_LINES) -> Any:
+    """The room as an HTML table for a notebook (those needing help first, highlighted); returns it."""
+    from html import escape
+
+    from IPython.display import HTML
+
+    notes: list[str] = []
+    rows = room_table(roots, prefix, stderr_lines=stderr_lines, warnings=notes)
+    fields = room_fields(rows)
+    head = "".join(f"<th>{escape(f)}</th>" for f in fields)
+    body = "".join(
+        "<tr" + (' style="background:#fde2e2"' if r["needs_help"] else "") + ">"
+        + "".join(f"<td><pre style='margin:0'>{escape(str(r.get(f, '')))}</pre></td>" if f == "last_stderr"
+                  else f"<td>{escape(str(_cell(r.get(f, ''))))}</td>" for f in fields) + "</tr>" for r in rows)
+    notes_html = "".join(f"<p>&#9888; {escape(n)}</p>" for n in notes)
+    return HTML(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{notes_html}")
+
+
 # ------------------------------------------------------------------------------------------ the CLI
 
 
@@ -311,6 +699,26 @@ def cmd_results(args: argparse.Namespace) -> int:
     people = sorted({r["participant"] for r in rows})
     print(f"{len(rows)} run(s) of {len(people)} participant(s) ({', '.join(people) or '-'}) -> {out}")
     return EXIT_OK
+
+
+def cmd_room(args: argparse.Namespace) -> int:
+    prefix = job_prefix(args.prefix)
+    notes: list[str] = []
+    rows = room_table(args.jobs_dir or None, prefix, stderr_lines=args.lines, warnings=notes)
+    print_room(rows, prefix)
+    for note in notes:
+        print(f"warning: {note}", file=sys.stderr)
+    if args.csv:
+        write_room(rows, args.csv)
+        print(f"-> {args.csv}")
+    return EXIT_OK
+
+
+def _lines(text: str) -> int:
+    """``--lines``: a count of lines, 0 or more."""
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"--lines {text!r}: give a number of lines, 0 or more")
+    return int(text)
 
 
 def add_parser(commands: Any) -> None:
@@ -357,3 +765,14 @@ def add_parser(commands: Any) -> None:
                    help="job folders to read, one or more (default the course's): e.g. /home/*/dl-course/jobs")
     r.add_argument("--prefix", help="only jobs with this prefix (default: the course's job_prefix)")
     r.set_defaults(handler=cmd_results)
+
+    m = sub.add_parser("room", help="one row per participant: their lab, jobs, last failure and its stderr; "
+                       "those needing help first")
+    m.add_argument("--jobs-dir", action="extend", nargs="+", default=[],
+                   help="participants' jobs (or course) folders, one or more (default the course's): "
+                   "e.g. /home/*/dl-course")
+    m.add_argument("--csv", type=Path, help="also write the room to this CSV file")
+    m.add_argument("--lines", type=_lines, default=STDERR_LINES,
+                   help=f"last stderr lines of each participant's last failed job (default {STDERR_LINES})")
+    m.add_argument("--prefix", help="job prefix (default: job_prefix of the course's coursekit.toml)")
+    m.set_defaults(handler=cmd_room)

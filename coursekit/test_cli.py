@@ -4,6 +4,7 @@ real local cluster)."""
 from __future__ import annotations
 
 import io
+import os
 import signal
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from coursekit import cli, doctor
+from coursekit.course import own_runs_path
 from coursekit.jobs import registry
 from coursekit.jobs.handle import Job, get_job
 
@@ -69,6 +71,25 @@ def test_doctor_lists_staged_data_and_fails_on_a_leaderboard_nobody_can_write(
     assert cli.main(["doctor", "--site", "local"]) == 1
     out = capsys.readouterr().out
     assert "✗ lab 09's leaderboard /proc/no-such-folder/leaderboard.jsonl" in out and "not writable" in out
+
+
+def test_doctor_checks_the_users_own_leaderboard_file(course: Path) -> None:
+    """Lab 09 posts to <race folder>/<user>.jsonl: a shared folder must be sticky, the file the user's own."""
+    board = course / "race-open"
+    board.mkdir()
+    board.chmod(0o777)  # shared but not sticky: anyone may delete another's runs file
+    (course / "coursekit.toml").write_text(f'leaderboard = "{board}/leaderboard.jsonl"\n')
+    check = doctor.check_leaderboard()
+    assert check.status == "warn" and "not sticky" in check.detail and "chmod 1777" in check.fix
+    board.chmod(0o1777)
+    check = doctor.check_leaderboard()
+    assert check.status == "ok" and own_runs_path(board / "leaderboard.jsonl").name in check.detail
+    if os.geteuid() == 0:  # another user made "my" file first: posting would be refused
+        squatted = own_runs_path(board / "leaderboard.jsonl")
+        squatted.touch()
+        os.chown(squatted, 60402, 60402)
+        check = doctor.check_leaderboard()
+        assert check.status == "fail" and "belongs to uid60402" in check.detail and str(squatted) in check.fix
 
 
 def test_doctor_unknown_site_fails_with_a_fix(course: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -27,7 +27,7 @@ def course(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return folder
 
 
-@pytest.mark.parametrize("argv", [[], ["setup"], ["data"], ["jobs"], ["cancel"], ["results"]])
+@pytest.mark.parametrize("argv", [[], ["setup"], ["data"], ["jobs"], ["cancel"], ["results"], ["room"]])
 def test_every_command_has_help(argv: list[str], capsys: pytest.CaptureFixture) -> None:
     with pytest.raises(SystemExit) as done:
         cli.main(["instructor", *argv, "--help"])

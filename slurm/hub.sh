@@ -153,11 +153,11 @@ install_course_template() {
         --no-doctor >"$LOG_DIR/course-setup.log" 2>&1 \
         || { cat "$LOG_DIR/course-setup.log" >&2; die "coursekit instructor setup failed"; }
     mkdir -p "$HUB_ROOT/data" "$HUB_ROOT/race"
-    chmod 1777 "$HUB_ROOT/race"             # everyone appends to the leaderboard, nobody removes another's file
-    # made here, not by the first participant to post (their server's umask 027 would keep the others out)
-    touch "$HUB_ROOT/race/leaderboard.jsonl"
-    chown "$INSTRUCTOR:$INSTRUCTOR" "$HUB_ROOT/race/leaderboard.jsonl"
-    chmod 0666 "$HUB_ROOT/race/leaderboard.jsonl"
+    # lab 09's race: each user posts to their own <user>.jsonl here (made by them, mode 0644) and claims a
+    # pseudonym with <pseudonym>.claim; sticky: nobody removes or replaces another's file. No shared file:
+    # a leaderboard.jsonl of an earlier install (mode 0666, anyone could forge it) is kept read-only
+    chmod 1777 "$HUB_ROOT/race"
+    if [[ -f $HUB_ROOT/race/leaderboard.jsonl ]]; then chmod go-w "$HUB_ROOT/race/leaderboard.jsonl"; fi
     chmod -R a+rX "$COURSE_TEMPLATE" "$HUB_ROOT/data"
     say "course template: $COURSE_TEMPLATE (job prefix $JOB_PREFIX)"
 }

@@ -97,12 +97,13 @@ class Job:
                  command: str = "", kind: str = "command", n_gpu: int = 1, num_tasks: int = 1,
                  submitted_at: float | None = None, time_limit_min: int | None = None, pid: int | None = None,
                  pid_start: str | None = None, final_state: str | None = None, submitit_job: Any = None,
-                 **_ignored: Any) -> None:
+                 lab: str | None = None, **_ignored: Any) -> None:
         self.job_id, self.name, self.folder = str(job_id), name, Path(folder)
         self.site, self.scheduler, self.command, self.kind = site, scheduler, command, kind
         self.n_gpu, self.num_tasks = n_gpu, num_tasks
         self.submitted_at = submitted_at if submitted_at is not None else time.time()
         self.time_limit_min, self.pid, self.pid_start = time_limit_min, pid, pid_start
+        self.lab = lab  # the lab ("00" ... "09") the notebook that submitted it was at, when known
         self._final = final_state if final_state not in UNCACHED_TERMINAL else None
         self.last_error: SlurmError | None = None
         self.state_reason = ""  # why the state is what it is (Slurm's pending reason, or why UNKNOWN)
@@ -115,7 +116,8 @@ class Job:
         return {"event": "submitted", "job_id": self.job_id, "name": self.name, "folder": str(self.folder),
                 "site": self.site, "scheduler": self.scheduler, "command": self.command, "kind": self.kind,
                 "n_gpu": self.n_gpu, "num_tasks": self.num_tasks, "submitted_at": self.submitted_at,
-                "time_limit_min": self.time_limit_min, "pid": self.pid, "pid_start": self.pid_start}
+                "time_limit_min": self.time_limit_min, "pid": self.pid, "pid_start": self.pid_start,
+                **({"lab": self.lab} if self.lab else {})}
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> Job:

@@ -153,7 +153,7 @@ def _handle(submitted: Any, site: Site, options: plan.Options, paths: CoursePath
     job = Job(job_id, options.name, paths.job_folder(options.name, job_id), site=site.name, scheduler=site.scheduler, command=command,
               kind=kind, n_gpu=shape.n_gpu, num_tasks=shape.tasks_per_node * shape.nodes,
               submitted_at=time.time(), time_limit_min=options.time_min, submitit_job=submitted,
-              **_backend(site).process_ids(job_id))
+              lab=registry.current_lab(), **_backend(site).process_ids(job_id))
     registry.append(job.record())
     return job
 

@@ -17,6 +17,7 @@ import re
 from collections.abc import Iterator, Mapping
 from types import ModuleType
 
+from coursekit.jobs.registry import set_current_lab
 from coursekit.labs.kit.claims import check_claim, loglog_slope, saturates, share_of_increases, time_to_target
 from coursekit.labs.kit.datasets import on_standin
 from coursekit.labs.kit.experiments import (
@@ -70,10 +71,13 @@ def _check_lab(lab: str) -> str:
 
 
 def lab_settings(lab: str, profile: str) -> Settings:
-    """The settings of ``lab`` ("00" ... "09") in ``profile`` ("cpu" or "gpu")."""
+    """The settings of ``lab`` ("00" ... "09") in ``profile`` ("cpu" or "gpu"). Every notebook asks for its
+    lab's settings first: the jobs this kernel submits from then on record that lab (the instructor's room
+    view shows who is at which lab)."""
     _check_lab(lab)
     if profile not in PROFILE_NAMES:
         raise ValueError(f"profile={profile!r} is not a profile: use one of {', '.join(PROFILE_NAMES)}")
+    set_current_lab(lab)
     return Settings(lab, profile, LABS[lab].settings(profile))
 
 

@@ -21,6 +21,7 @@ COURSE_TEMPLATE = Path("/opt/coursekit-hub/course")
 COURSE_SUBDIR = "course"
 NODES = ("node1", "node2")
 RUNUSER = "/usr/sbin/runuser"
+USER_PATH = "/usr/local/bin:/usr/bin:/bin"  # a login's PATH: the users' Python is called by its absolute path
 COMMAND_TIMEOUT_S = 60
 POLL_S = 0.5
 API_TIMEOUT_S = 30
@@ -70,9 +71,11 @@ def run(command: list[str], timeout_s: float = COMMAND_TIMEOUT_S, check: bool = 
 
 
 def as_user(user: str, command: list[str], **kwargs: Any) -> subprocess.CompletedProcess:
-    """``command`` run as ``user`` (``runuser -u user --``; no sudo on the image), in the user's home."""
+    """``command`` run as ``user`` (``runuser -u user --``; no sudo on the image), in the user's home, with a
+    login's environment only: nothing of the test process (its ``COURSEKIT_*`` course folder, say) leaks in."""
     home = home_of(user)
-    return run([RUNUSER, "-u", user, "--", "env", f"--chdir={home}", f"HOME={home}", *command], **kwargs)
+    login = [f"HOME={home}", f"USER={user}", f"LOGNAME={user}", f"PATH={USER_PATH}", "LANG=C.UTF-8"]
+    return run([RUNUSER, "-u", user, "--", "env", "-i", f"--chdir={home}", *login, *command], **kwargs)
 
 
 def home_of(user: str) -> Path:

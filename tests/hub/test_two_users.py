@@ -1,18 +1,26 @@
 """Two participants of the workshop hub (slurm/hub.sh: ada and bob, real Unix users) and the instructor:
 bob cannot cancel ada's job, read its log, or write into her course folder (registry, job folders); the
-instructor reads all of it; what the hub's first spawn copies into a course folder belongs to its participant.
+instructor reads all of it; what the hub's first spawn copies into a course folder belongs to its participant;
+bob cannot pass runs off as ada's on lab 09's leaderboard (a sticky race folder, one runs file per user).
 
 No browser and no hub server: the jobs are submitted with sbatch as the users (runuser), the way the servers
 do. Marked ``slurm`` (the Slurm group), they need slurm/hub.sh install (the users and their homes)."""
 
 from __future__ import annotations
 
+import json
+import pwd
+import shutil
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hub_helpers import as_user, course_of, home_of, run
+from hub_helpers import PARTICIPANT_PYTHON, REPO, as_user, course_of, home_of, run
+
+from coursekit.labs import lab09_race as race
+from coursekit.train.config import TrainConfig
 
 pytestmark = pytest.mark.slurm
 
@@ -78,3 +86,85 @@ def test_homes_keep_participants_apart() -> None:
         assert mode == ["2750", user, INSTRUCTOR], f"{user}'s home: {mode} (want 2750 {user} {INSTRUCTOR})"
     assert as_user(ADA, ["ls", str(home_of(BOB))], check=False).returncode != 0, "ada listed bob's home"
 
+
+
+# --- lab 09's leaderboard: one runs file per user in a sticky folder, a run is its file owner's -------------
+
+RACE_CONFIG = TrainConfig(model="mlp", dataset="generated", num_samples=2000, num_classes=4, image_size=16,
+                          batch_size=50, epochs=10, lr=0.05, target_acc=0.6, eval_every=5, data_seed=0,
+                          progress="off", device="cpu")
+RACE_RULES = race.Rules("two users", RACE_CONFIG, models=("mlp",), max_parameters=300_000)
+# as a participant, with a hub server's umask: post rows (job_id, summary) through the kit's API
+POST_AS = ("import json, os, sys; os.umask(0o027); from pathlib import Path; "
+           "from coursekit.labs.lab09_race import post_entry; "
+           "post_entry(sys.argv[2], sys.argv[3], json.loads(sys.argv[4]), Path(sys.argv[1]))")
+READ_AS = ("import json, sys; from pathlib import Path; from coursekit.labs.lab09_race import read_board; "
+           "print(json.dumps(read_board(Path(sys.argv[1])), default=str))")
+
+
+def _rows(tag: str, seconds: float) -> list[dict]:
+    """Three finished seeds of the race's task, as ``labs.run_sweep`` rows."""
+    summary = {"status": "completed", "target_reached": True, "time_to_target_s": seconds, "steps_to_target": 10,
+               "config": RACE_CONFIG.to_dict(), "code_hash": race.code_hash(), "val_hash": "v", "val_samples": 400,
+               "device_name": "cpu", "config_hash": "c", "num_parameters": 1000}
+    return [{"job_id": f"{tag}{seed}", "summary": {**summary, "seed": seed}} for seed in range(3)]
+
+
+@pytest.fixture
+def race_folder() -> Iterator[Path]:
+    """A race folder as ``slurm/hub.sh install`` makes it (root's, mode 1777), that ada and bob can reach."""
+    for user in (ADA, BOB, INSTRUCTOR):
+        try:
+            pwd.getpwnam(user)
+        except KeyError:
+            pytest.fail(f"no Unix user {user}: `bash slurm/hub.sh install` (as root) makes ada, bob, instructor")
+    if not PARTICIPANT_PYTHON.exists():
+        pytest.fail(f"{PARTICIPANT_PYTHON} is missing: `bash slurm/hub.sh install` (as root)")
+    folder = Path(tempfile.mkdtemp(prefix="coursekit-race-", dir="/tmp"))
+    folder.chmod(0o1777)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder)
+
+
+def test_bob_cannot_post_as_ada_on_the_race_leaderboard(race_folder: Path) -> None:
+    board = race_folder / "leaderboard.jsonl"
+    # this checkout's coursekit (the participants' Python may hold another editable install)
+    python = ["env", f"PYTHONPATH={REPO}", str(PARTICIPANT_PYTHON)]
+    said = as_user(ADA, [*python, "-c", POST_AS, str(board), ADA, "fast", json.dumps(_rows("a", 2.0))]).stdout
+    assert "ada/fast: posted 3 run(s)" in said and "MARKED" not in said, said
+    hers = race_folder / f"{ADA}.jsonl"
+    assert run(["stat", "-c", "%U %a", str(hers)]).stdout.split() == [ADA, "644"]  # the instructor reads it
+
+    # bob, through the kit's API, under ada's pseudonym and her submission, faster and with her job ids
+    said = as_user(BOB, [*python, "-c", POST_AS, str(board), ADA, "fast", json.dumps(_rows("a", 0.5))]).stdout
+    assert "posted 3 run(s)" in said and f"belongs to Unix user {ADA}" in said, said
+    # bob, by hand: into ada's file, over it, around it, and a forged line in his own file
+    forged = {**_rows("f", 0.1)[0]["summary"], "seed": 5, "participant": ADA, "submission": "fast",
+              "job_id": "f5", "user": ADA, "not_theirs": None, "posted": 0.0}  # "hers", "posted first"
+    line = json.dumps(forged) + "\n"
+    for attempt in (["sh", "-c", 'printf %s "$1" >> "$2"', "sh", line, str(hers)],
+                    ["sh", "-c", ': > "$1"', "sh", str(hers)],
+                    ["rm", "-f", str(hers)],
+                    ["rm", "-f", str(race_folder / f"{ADA}.claim")],
+                    ["mv", "-f", str(race_folder / f"{BOB}.jsonl"), str(hers)]):
+        done = as_user(BOB, attempt, check=False)
+        assert done.returncode != 0, f"bob could: {attempt} ({done.stderr.strip()})"
+    as_user(BOB, ["sh", "-c", 'printf %s "$1" >> "$2"', "sh", line, str(race_folder / f"{BOB}.jsonl")])
+    as_user(BOB, ["sh", "-c", 'printf "not json\\n" >> "$1"', "sh", str(race_folder / "junk.jsonl")])
+    assert len(run(["cat", str(hers)]).stdout.splitlines()) == 3, "ada's file changed"
+
+    # the instructor reads all of it; a run is the owner's of the file it came from
+    runs, problems = json.loads(as_user(INSTRUCTOR, [*python, "-c", READ_AS, str(board)]).stdout)
+    assert any("junk.jsonl line 1: not a run" in problem for problem in problems), problems
+    assert sorted((r["user"], r["participant"]) for r in runs) == [(ADA, ADA)] * 3 + [(BOB, ADA)] * 4
+    table = race.entries(runs, RACE_RULES, race.code_hash(), problems)
+    (her_entry,) = [r for r in table if r["user"] == ADA]
+    (his_entry,) = [r for r in table if r["user"] == BOB]
+    assert her_entry["participant"] == his_entry["participant"] == ADA
+    assert her_entry["counts"] and her_entry["rank"] == 1 and her_entry["time_to_target_s"] == 2.0, her_entry["marks"]
+    assert sorted(run["job_id"] for run in her_entry["runs"]) == ["a0", "a1", "a2"]
+    assert not his_entry["counts"] and his_entry["rank"] is None
+    assert f"pseudonym of another user: 'ada' belongs to Unix user {ADA}, posted by {BOB}" in his_entry["marks"]
+    assert sorted(run["job_id"] for run in his_entry["runs"]) == ["a0", "a1", "a2", "f5"]  # his, and the forged

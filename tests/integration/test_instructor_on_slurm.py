@@ -50,3 +50,36 @@ def test_instructor_follows_cancels_and_gathers_the_course_on_slurm(course: Path
     rows = list(csv.DictReader(open(course / "results.csv")))
     assert [(r["participant"], r["experiment"], r["status"], r["job_id"]) for r in rows] == [
         ("bob", "mlp", "completed", run.job_id)]
+
+
+def test_instructor_room_shows_the_failed_job_and_its_stderr_asking_slurm_once(course: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch,
+                                                                               capsys: pytest.CaptureFixture) -> None:
+    from coursekit import slurm_cli
+    from coursekit.labs import lab_settings
+
+    assert cli.main(["instructor", "setup", str(course), "--site", "slurm", "--job-prefix", PREFIX, "--force",
+                     "--no-doctor"]) == 0
+    lab_settings("01", "cpu")  # the notebook's `profile.settings("01")`: its jobs record lab 01
+    bad = coursekit.submit_jobs("-c 'import sys; print(\"planted room failure\", file=sys.stderr); sys.exit(3)'",
+                                name=f"{PREFIX}-ada-gd", time_max="00:05:00")[0]
+    lab_settings("02", "cpu")
+    good = coursekit.submit_jobs("-c 'print(1)'", name=f"{PREFIX}-bob-bs", time_max="00:05:00")[0]
+    assert bad.wait(END_S) == "FAILED" and good.wait(END_S) == "COMPLETED"
+    asked: list[str] = []
+    real_run = slurm_cli.run
+
+    def counted(command: list[str], timeout: float = slurm_cli.COMMAND_TIMEOUT_S) -> str:
+        asked.append(" ".join(command))
+        return real_run(command, timeout)
+
+    monkeypatch.setattr(slurm_cli, "run", counted)
+    capsys.readouterr()
+    assert cli.main(["instructor", "room", "--csv", str(course / "room.csv")]) == 0
+    out = capsys.readouterr().out
+    room = [a for a in asked if " -S now " not in a + " "]  # accounting_enabled's ping is cached, not the room's
+    assert [a.split()[0] for a in room] == ["squeue", "sacct"], asked  # one batched query for the room
+    rows = list(csv.DictReader(open(course / "room.csv")))
+    assert [(r["pseudonym"], r["lab"], r["needs_help"], r["failed"], r["last_failed_job"]) for r in rows] == [
+        ("ada", "01", "yes", "1", bad.job_id), ("bob", "02", "", "0", "")]
+    assert "planted room failure" in rows[0]["last_stderr"] and "    | planted room failure" in out

@@ -1,8 +1,8 @@
 """Lab 09's race: a fixed task, timed and verified by the engine, and a leaderboard with no keys.
 
 - ``rules.py``: what is fixed and what is free; ``Rules.problems(config)`` names every broken rule;
-- ``leaderboard.py``: the file-locked JSON-lines file (path from the course's coursekit.toml), posted
-  to from finished runs only;
+- ``leaderboard.py``: file-locked JSON-lines files in the race folder (from the course's coursekit.toml),
+  one per Unix user, posted to from finished runs only; a run is attributed to the owner of its file;
 - ``verify.py``: entries = mean ± std of time-to-target over the seeds, marked when they break a rule,
   use another validation set or code, miss the target with a seed, or ran on other hardware;
 - ``view.py``: the live leaderboard widget and its plot.
@@ -23,9 +23,12 @@ from coursekit.labs.lab09_race.leaderboard import (
     failures,
     has_baseline,
     has_entry,
+    is_theirs,
     leaderboard_path,
+    own_runs_path,
     post_entry,
     post_runs,
+    read_board,
     read_runs,
     run_record,
 )
@@ -36,9 +39,9 @@ from coursekit.train.config import TrainConfig
 from coursekit.train.target import code_hash, config_hash
 
 __all__ = ["BASELINE", "DEFAULT_SEEDS", "LeaderboardView", "Rules", "append_run", "code_hash", "config_hash",
-           "entries", "entry_name", "failures", "has_baseline", "has_entry", "leaderboard_path", "live_leaderboard",
-           "marks_of", "plot_leaderboard", "post_entry", "post_runs", "read_runs", "run_record", "settings",
-           "standings"]
+           "entries", "entry_name", "failures", "has_baseline", "has_entry", "is_theirs", "leaderboard_path",
+           "live_leaderboard", "marks_of", "own_runs_path", "plot_leaderboard", "post_entry", "post_runs",
+           "read_board", "read_runs", "run_record", "settings", "standings"]
 
 
 GPUS = 1  # GPUs the notebook needs at once in the gpu profile: the race is run on one GPU

@@ -11,19 +11,32 @@ and the marks of the verification (``verify.py``): an entry is ranked only when 
 again under the same submission replaces its earlier run (the latest counts): re-running a notebook, or a
 second attempt under the same name, never piles runs onto one entry. ``entry_name(config)`` names a
 submission after its settings, so a changed configuration is a new entry and the same one replaces itself.
+
+Several Unix users (a JupyterHub) share the race folder (mode 1777: sticky, so nobody deletes or replaces
+another's file). The setting names a file; its folder is the race folder. Each user appends only to
+``<race folder>/<unix user>.jsonl`` (created by them, mode 0644), and readers merge every ``*.jsonl`` of the
+folder (the setting's own file too: a course from before). A run is attributed to the **owner of the file**
+it came from (``run["user"]``), never to a field of the line. A pseudonym belongs to the user who claimed it
+first: posting creates ``<pseudonym>.claim`` in the folder (``O_EXCL``: the kernel decides who was first;
+without a claim, the user of the earliest run). Runs of a pseudonym posted by another user, or read from a
+file other users can write, keep a ``not_theirs`` reason: shown and marked, never ranked. A line that is
+not a run, a link or an unreadable file is reported (``read_board``) and skipped, never fatal.
 """
 
 from __future__ import annotations
 
 import fcntl
 import json
+import os
+import re
+import stat
 import statistics
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
-from coursekit.course import DEFAULT_LEADERBOARD, LEADERBOARD_SETTING, course_path
-from coursekit.jobs.registry import append_line
+from coursekit.course import DEFAULT_LEADERBOARD, LEADERBOARD_SETTING, course_path, own_runs_path, user_name
 from coursekit.labs.kit.participant import check_pseudonym
 from coursekit.train.config import TrainConfig
 from coursekit.train.target import config_hash
@@ -42,33 +55,193 @@ def leaderboard_path() -> Path:
     return course_path(LEADERBOARD_SETTING, DEFAULT_LEADERBOARD)
 
 
+RUNS_SUFFIX, CLAIM_SUFFIX = ".jsonl", ".claim"  # <unix user>.jsonl: a writer's runs; <pseudonym>.claim
+RUN_FILE_MODE = 0o644  # the owner writes, everyone (the instructor, the other participants) reads
+READER_FIELDS = ("user", "not_theirs")  # set by the reader from the file, never taken from a line
+CLAIMABLE = re.compile(r"[a-z][a-z0-9]*")  # pseudonyms (and "baseline") that may have a claim file
+
+
+def _open_own(path: Path, flags: int) -> int:
+    """Open ``path`` (never through a link) and check it is this user's own regular file."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, RUN_FILE_MODE)
+    except FileExistsError:
+        raise  # a claim made first by someone: the caller asks whose
+    except OSError as error:
+        try:
+            holder = user_name(os.lstat(path).st_uid)
+        except OSError:
+            raise PermissionError(f"{path}: cannot write it ({error.strerror or error}): the race folder "
+                                  f"{path.parent} must let every participant create a file (chmod 1777)") from error
+        raise PermissionError(f"{path} belongs to {holder}, not to you ({user_name(os.geteuid())}), or is a link: "
+                              "ask the instructor to remove it, then post again") from error
+    info = os.fstat(fd)
+    if info.st_uid != os.geteuid() or not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise PermissionError(f"{path} belongs to {user_name(info.st_uid)}, not to you "
+                              f"({user_name(os.geteuid())}): ask the instructor to remove it, then post again")
+    if stat.S_IMODE(info.st_mode) != RUN_FILE_MODE:
+        os.fchmod(fd, RUN_FILE_MODE)  # readable by all (a umask of 027 would hide it), writable by you only
+    return fd
+
+
+def claim(participant: str, path: Path | None = None) -> str:
+    """Claim ``participant`` for this Unix user (first come: ``<pseudonym>.claim`` made with ``O_EXCL``);
+    returns the user it belongs to (you, or whoever claimed it first)."""
+    folder = Path(path or leaderboard_path()).parent
+    if not CLAIMABLE.fullmatch(participant):
+        raise ValueError(f"participant {participant!r}: lower-case letters and digits, starting with a letter")
+    claim_path = folder / f"{participant}{CLAIM_SUFFIX}"
+    me = user_name(os.geteuid())
+    try:
+        fd = _open_own(claim_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    except FileExistsError:
+        return claim_owner(claim_path) or me
+    try:
+        os.write(fd, f"{me}\n".encode())
+    finally:
+        os.close(fd)
+    return me
+
+
+def claim_owner(claim_path: Path) -> str | None:
+    """The user who claimed a pseudonym (the owner of its regular claim file), None without one."""
+    try:
+        info = os.lstat(claim_path)
+    except OSError:
+        return None
+    return user_name(info.st_uid) if stat.S_ISREG(info.st_mode) else None
+
+
 def append_run(record: dict[str, Any], path: Path | None = None) -> None:
-    """Append one run (one ``write`` under ``flock``: concurrent writers never interleave)."""
-    path = Path(path or leaderboard_path())
-    path.parent.mkdir(parents=True, exist_ok=True)
-    append_line(path, (json.dumps(record, sort_keys=True, default=str) + "\n").encode())
+    """Append one run to this Unix user's own file of the race folder (one ``write`` under ``flock``:
+    concurrent writers never interleave), after claiming its pseudonym (first come)."""
+    runs_path = own_runs_path(path)
+    runs_path.parent.mkdir(parents=True, exist_ok=True)
+    participant = record.get("participant")
+    if isinstance(participant, str) and CLAIMABLE.fullmatch(participant):
+        claim(participant, runs_path)
+    line = {k: v for k, v in record.items() if k not in READER_FIELDS}
+    fd = _open_own(runs_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            os.write(fd, (json.dumps(line, sort_keys=True, default=str) + "\n").encode())
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def _read_file(path: Path, problems: list[str]) -> tuple[os.stat_result, list[str]] | None:
+    """The lines of one regular file of the folder (under a shared lock); None, with a problem, otherwise."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError as error:
+        problems.append(f"{path}: not read ({error.strerror or error}): skipped")
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            problems.append(f"{path}: not a regular file: skipped")
+            return None
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        try:
+            chunks = []
+            while chunk := os.read(fd, 1 << 20):
+                chunks.append(chunk)
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    except OSError as error:
+        problems.append(f"{path}: not read ({error.strerror or error}): skipped")
+        return None
+    finally:
+        os.close(fd)
+    return info, b"".join(chunks).decode("utf-8", errors="replace").splitlines()
+
+
+def read_board(path: Path | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every run of the race folder and what was skipped: ``(runs, problems)``. Runs are oldest first, each
+    with ``user`` (the owner of its file) and ``not_theirs`` (why it is not that user's to post, or None)."""
+    board = Path(path or leaderboard_path())
+    folder = board.parent
+    if not folder.is_dir():
+        return [], []
+    names = sorted({p.name for p in folder.glob(f"*{RUNS_SUFFIX}")} | ({board.name} if board.exists() else set()))
+    runs: list[dict[str, Any]] = []
+    problems: list[str] = []
+    seen: set[tuple[int, int]] = set()
+    for name in names:
+        found = _read_file(folder / name, problems)
+        if found is None:
+            continue
+        info, lines = found
+        if (info.st_dev, info.st_ino) in seen:
+            problems.append(f"{folder / name}: a second link to a file already read: skipped")
+            continue
+        seen.add((info.st_dev, info.st_ino))
+        owner = user_name(info.st_uid)
+        shared = info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+        bad = 0
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                record = None
+            if not (isinstance(record, dict) and isinstance(record.get("participant"), str) and record["participant"]
+                    and isinstance(record.get("submission"), str) and record["submission"]):
+                bad += 1
+                if bad == 1:
+                    problems.append(f"{folder / name} line {number}: not a run of the race: skipped")
+                continue
+            record["user"] = owner
+            record["not_theirs"] = (f"posted in {name}, a file other users can write (mode "
+                                    f"{stat.S_IMODE(info.st_mode):o}): not attributable" if shared else None)
+            runs.append(record)
+        if bad > 1:
+            problems.append(f"{folder / name}: {bad} lines in all are not runs of the race: skipped")
+    runs.sort(key=_posted)  # stable: a file's own order is kept
+    _mark_pseudonyms(runs, folder)
+    return runs, problems
+
+
+def _posted(run: dict[str, Any]) -> float:
+    value = run.get("posted")
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else float("inf")
+
+
+def _mark_pseudonyms(runs: list[dict[str, Any]], folder: Path) -> None:
+    """Mark the runs of a pseudonym posted by another user than its owner (its claim's owner, else the
+    user of its earliest attributable run)."""
+    owners: dict[str, str] = {}
+    for run in runs:
+        participant = run["participant"]
+        if participant not in owners:
+            claimed = claim_owner(folder / f"{participant}{CLAIM_SUFFIX}") if CLAIMABLE.fullmatch(participant) else None
+            if claimed is not None:
+                owners[participant] = claimed
+            elif run["not_theirs"] is None:
+                owners[participant] = run["user"]
+        owner = owners.get(participant)
+        if run["not_theirs"] is None and owner is not None and owner != run["user"]:
+            run["not_theirs"] = (f"pseudonym of another user: {participant!r} belongs to Unix user {owner}, "
+                                 f"posted by {run['user']}")
 
 
 def read_runs(path: Path | None = None) -> list[dict[str, Any]]:
-    """Every complete run, oldest first (a torn or foreign line is skipped)."""
-    path = Path(path or leaderboard_path())
-    if not path.is_file():
-        return []
-    runs = []
-    with open(path, "rb") as handle:
-        fcntl.flock(handle, fcntl.LOCK_SH)
-        try:
-            lines = handle.read().decode("utf-8", errors="replace").splitlines()
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-    for line in lines:
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(record, dict) and record.get("participant") and record.get("submission"):
-            runs.append(record)
+    """Every complete run of the race folder, oldest first, attributed to the owner of its file (``user``);
+    what was skipped (a torn or foreign line, a foreign file) is reported as a warning."""
+    runs, problems = read_board(path)
+    for problem in problems:
+        warnings.warn(f"leaderboard: {problem}", stacklevel=2)
     return runs
+
+
+def is_theirs(run: dict[str, Any]) -> bool:
+    """Is the run its file owner's to post (their pseudonym, in a file only they can write)?"""
+    return not run.get("not_theirs")
 
 
 def run_record(participant: str, submission: str, summary: dict[str, Any], job_id: str | None = None,
@@ -87,7 +260,8 @@ def run_record(participant: str, submission: str, summary: dict[str, Any], job_i
 def post_runs(participant: str, submission: str, rows: Any, path: Path | None = None, round_: int = 1) -> int:
     """Post the finished runs of a submission (rows of ``labs.run_sweep``: ``job_id`` and ``summary``);
     a run already posted (same job id) is not posted twice. Returns how many were posted."""
-    known = {(r.get("job_id"), r.get("participant")) for r in read_runs(path) if r.get("job_id")}
+    me = user_name(os.geteuid())
+    known = {(r.get("job_id"), r.get("participant")) for r in read_runs(path) if r.get("job_id") and r["user"] == me}
     posted = 0
     for row in rows:
         if not row.get("summary"):
@@ -128,6 +302,11 @@ def post_entry(participant: str, submission: str, rows: Any, path: Path | None =
     that failed, why (its job's last error lines). Returns how many runs were posted."""
     posted = post_runs(participant, submission, rows, path, round_)
     print(f"{participant}/{submission}: posted {posted} run(s)")
+    me = user_name(os.geteuid())
+    owner = claim_owner(Path(path or leaderboard_path()).parent / f"{participant}{CLAIM_SUFFIX}")
+    if owner is not None and owner != me:
+        print(f"  MARKED: the pseudonym {participant!r} belongs to Unix user {owner}: your runs are shown, never "
+              "ranked; choose a pseudonym of your own")
     for line in failures(rows):
         print(f"  FAILED {line}")
     return posted
@@ -136,20 +315,22 @@ def post_entry(participant: str, submission: str, rows: Any, path: Path | None =
 def has_entry(participant: str, submission: str, path: Path | None = None, round_: int = 1) -> bool:
     """Has ``participant`` posted runs of ``submission`` in this round?"""
     return any((r["participant"], r["submission"], int(r.get("round") or 1)) == (participant, submission, round_)
-               for r in read_runs(path))
+               and is_theirs(r) for r in read_runs(path))
 
 
 def has_baseline(path: Path | None = None, round_: int = 1) -> bool:
     """Has the baseline of this round been posted (by the instructor, on the room's hardware)?"""
-    return any(r["participant"] == BASELINE and int(r.get("round") or 1) == round_ for r in read_runs(path))
+    return any(r["participant"] == BASELINE and int(r.get("round") or 1) == round_ and is_theirs(r)
+               for r in read_runs(path))
 
 
-def group_runs(runs: list[dict[str, Any]]) -> dict[tuple[str, str, int], list[dict[str, Any]]]:
-    """Runs by (participant, submission, round), in posting order; a seed posted again replaces its
-    earlier run (the latest counts)."""
-    latest: dict[tuple[str, str, int], dict[Any, dict[str, Any]]] = {}
+def group_runs(runs: list[dict[str, Any]]) -> dict[tuple[str, str, int, str], list[dict[str, Any]]]:
+    """Runs by (participant, submission, round, Unix user), in posting order; a seed posted again by the same
+    user replaces its earlier run (the latest counts): another user's runs never replace or join them."""
+    latest: dict[tuple[str, str, int, str], dict[Any, dict[str, Any]]] = {}
     for run in runs:
-        seeds = latest.setdefault((run["participant"], run["submission"], int(run.get("round") or 1)), {})
+        key = (run["participant"], run["submission"], int(run.get("round") or 1), str(run.get("user") or "?"))
+        seeds = latest.setdefault(key, {})
         seeds.pop(run.get("seed"), None)  # re-inserted last: the group keeps posting order
         seeds[run.get("seed")] = run
     return {key: list(seeds.values()) for key, seeds in latest.items()}

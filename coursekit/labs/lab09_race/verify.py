@@ -7,16 +7,20 @@ An entry (one participant's submission in one round) counts when it has no mark.
 - fewer seeds than the rules ask, a seed used twice, or seeds run with different configurations;
 - a seed did not reach the target (or did not finish);
 - the runs ran on another GPU model (or CPU) than the baseline of the same round (a comparison needs the same
-  GPUs; how many of them is the participant's choice within ``max_gpus``).
+  GPUs; how many of them is the participant's choice within ``max_gpus``);
+- the runs are not their poster's: the pseudonym belongs to another Unix user, or the file they came from
+  can be written by others (``leaderboard.read_board``). Entries are grouped by the Unix user who posted them
+  too: another user's runs under your pseudonym never join or replace yours.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from coursekit.labs.kit.results import ResultsTable
-from coursekit.labs.lab09_race.leaderboard import BASELINE, group_runs, mean_std
+from coursekit.labs.lab09_race.leaderboard import BASELINE, group_runs, is_theirs, mean_std
 from coursekit.labs.lab09_race.rules import Rules
 
 
@@ -38,7 +42,7 @@ def device_kind(run: dict[str, Any]) -> str:
 def marks_of(runs: list[dict[str, Any]], rules: Rules, kit_code_hash: str,
              reference: dict[str, Any] | None) -> list[str]:
     """Every reason why these runs (one entry) do not count."""
-    marks: list[str] = []
+    marks: list[str] = sorted({str(r["not_theirs"]) for r in runs if r.get("not_theirs")})
     seeds = [r.get("seed") for r in runs]
     if len(runs) < rules.seeds:
         marks.append(f"{len(runs)} seed(s) posted, the rules ask for {rules.seeds}")
@@ -73,20 +77,22 @@ def marks_of(runs: list[dict[str, Any]], rules: Rules, kit_code_hash: str,
 def baseline_reference(runs: list[dict[str, Any]], round_: int) -> dict[str, Any] | None:
     """The first baseline run of the round (its validation set and hardware are the reference)."""
     for run in runs:
-        if run["participant"] == BASELINE and int(run.get("round") or 1) == round_:
+        if run["participant"] == BASELINE and int(run.get("round") or 1) == round_ and is_theirs(run):
             return run
     return None
 
 
-def entries(runs: list[dict[str, Any]], rules: Rules, kit_code_hash: str) -> ResultsTable:
-    """One row per (participant, submission, round): time-to-target mean ± std, the marks, the rank."""
+def entries(runs: list[dict[str, Any]], rules: Rules, kit_code_hash: str,
+            problems: Sequence[str] = ()) -> ResultsTable:
+    """One row per (participant, submission, round, Unix user): time-to-target mean ± std, the marks, the rank;
+    ``table.problems``: what the reader skipped (``problems``: lines or files that are not runs)."""
     rows = []
-    for (participant, submission, round_), group in group_runs(runs).items():
+    for (participant, submission, round_, user), group in group_runs(runs).items():
         times = [r["time_to_target_s"] for r in group if r.get("target_reached") and r.get("time_to_target_s") is not None]
         steps = [r["steps_to_target"] for r in group if r.get("target_reached") and r.get("steps_to_target") is not None]
         mean, std = mean_std(times)
         marks = marks_of(group, rules, kit_code_hash, baseline_reference(runs, round_))
-        rows.append({"participant": participant, "submission": submission, "round": round_,
+        rows.append({"participant": participant, "submission": submission, "round": round_, "user": user,
                      "seeds": len(group), "reached": len(times), "time_to_target_s": mean, "std_s": std,
                      "steps_to_target": mean_std(steps)[0], "hardware": hardware(group[0]),
                      "counts": not marks, "marks": "; ".join(marks) or "-", "runs": group})
@@ -97,4 +103,6 @@ def entries(runs: list[dict[str, Any]], rules: Rules, kit_code_hash: str) -> Res
         row["rank"] = (rank := rank + 1) if row["counts"] else None
     columns = ["rank", "participant", "submission", "round", "seeds", "reached", "time_to_target_s", "std_s",
                "steps_to_target", "hardware", "counts", "marks"]
-    return ResultsTable(rows, columns=columns, title=f"Leaderboard — {rules.name} (target {rules.target_acc:.1%})")
+    table = ResultsTable(rows, columns=columns, title=f"Leaderboard — {rules.name} (target {rules.target_acc:.1%})")
+    table.problems = list(problems)  # type: ignore[attr-defined]
+    return table

@@ -3,13 +3,20 @@ and a plot of time-to-target with error bars per entry, the baseline marked."""
 
 from __future__ import annotations
 
+import html
 import threading
 from pathlib import Path
 from typing import Any
 
 from coursekit.labs.kit.plots import RECORDED_COLOR, new_figure
 from coursekit.labs.kit.results import ResultsTable
-from coursekit.labs.lab09_race.leaderboard import BASELINE, leaderboard_path, read_runs
+from coursekit.labs.lab09_race.leaderboard import (
+    BASELINE,
+    CLAIM_SUFFIX,
+    RUNS_SUFFIX,
+    leaderboard_path,
+    read_board,
+)
 from coursekit.labs.lab09_race.rules import Rules
 from coursekit.labs.lab09_race.verify import entries
 
@@ -19,8 +26,22 @@ COUNTS_COLOR, MARKED_COLOR, BASELINE_COLOR = "tab:blue", "tab:red", "tab:gray"
 
 
 def standings(rules: Rules, kit_code_hash: str, path: Path | None = None) -> ResultsTable:
-    """The leaderboard now: every entry, ranked when it counts, marked and explained when it does not."""
-    return entries(read_runs(path), rules, kit_code_hash)
+    """The leaderboard now: every entry, ranked when it counts, marked and explained when it does not;
+    ``table.problems``: the lines and files of the race folder that are not runs (skipped)."""
+    runs, problems = read_board(path)
+    return entries(runs, rules, kit_code_hash, problems)
+
+
+def folder_state(path: Path) -> tuple[tuple[str, int, int], ...]:
+    """What changes when anyone posts: the name, mtime and size of every runs and claim file of the folder."""
+    found = []
+    for name in sorted(p.name for p in path.parent.glob("*") if p.name.endswith((RUNS_SUFFIX, CLAIM_SUFFIX))):
+        try:
+            info = (path.parent / name).lstat()
+        except OSError:
+            continue  # removed while listing
+        found.append((name, info.st_mtime_ns, info.st_size))
+    return tuple(found)
 
 
 class LeaderboardView:
@@ -38,18 +59,20 @@ class LeaderboardView:
         self.widget = ipywidgets.HTML(value="<i>loading the leaderboard…</i>")
         self.table: ResultsTable | None = None
         self._stop = threading.Event()
-        self._seen: tuple[float, int] | None = None
+        self._seen: tuple[tuple[str, int, int], ...] | None = None
         self.thread = threading.Thread(target=self._run, name="coursekit-leaderboard", daemon=True)
 
     def refresh(self) -> None:
-        """Re-read the file when it changed and redraw."""
-        stat = self.path.stat() if self.path.exists() else None
-        seen = (stat.st_mtime, stat.st_size) if stat else (0.0, 0)
+        """Re-read the race folder when a file of it changed and redraw."""
+        seen = folder_state(self.path) if self.path.parent.is_dir() else ()
         if seen == self._seen:
             return
         self._seen = seen
         self.table = standings(self.rules, self.kit_code_hash, self.path)
-        self.widget.value = self.table.to_html() + f"<div style='color:#57606a'>{self.path}</div>"
+        skipped = "".join(f"<div style='color:#9a6700'>skipped: {html.escape(problem)}</div>"
+                          for problem in getattr(self.table, "problems", []))
+        self.widget.value = (self.table.to_html() + skipped
+                             + f"<div style='color:#57606a'>{html.escape(str(self.path))}</div>")
 
     def _run(self) -> None:
         waited = 0.0
