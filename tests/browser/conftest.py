@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import shutil
 import socket
 import subprocess
 import sys
@@ -21,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from lab_page import CHROMIUM_NAMES, find_chromium
 
 HERE = Path(__file__).resolve().parent
-CHROMIUM_NAMES = ("chromium", "chromium-browser")
 INSTALL_HINT = "install it: `apt-get install -y chromium` and `pip install -e '.[test]'` (playwright)"
 SERVER_START_TIMEOUT_S = 60.0
 SERVER_POLL_S = 0.25
@@ -59,11 +58,10 @@ class Lab:
 
 @pytest.fixture(scope="session")
 def chromium_path() -> str:
-    for name in CHROMIUM_NAMES:
-        found = shutil.which(name)
-        if found:
-            return found
-    pytest.fail(f"no chromium on PATH (looked for {', '.join(CHROMIUM_NAMES)}): {INSTALL_HINT}")
+    found = find_chromium()
+    if found is None:
+        pytest.fail(f"no chromium on PATH (looked for {', '.join(CHROMIUM_NAMES)}): {INSTALL_HINT}")
+    return found
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,17 @@ import subprocess
 import time
 
 import pytest
-from lab_page import ALL_RUN, CELL_TEXTS, ERROR_OUTPUTS, MS, NOTEBOOK_READY, NOTEBOOKS
+from lab_page import (
+    ALL_RUN,
+    CELL_TEXTS,
+    ERROR_OUTPUTS,
+    MS,
+    NOTEBOOK_READY,
+    NOTEBOOKS,
+    OUTPUT_COUNT,
+    PLACEHOLDER_CELLS,
+    SOURCE_OF,
+)
 
 from coursekit.labs.kit import exercises
 
@@ -64,22 +74,6 @@ loss_sum, steps, correct, total = totals.tolist()""",
 dist.barrier()
 dist.destroy_process_group()""",
 )
-PLACEHOLDER_CELL = """(placeholder) => {
-    const cells = window.jupyterapp.shell.currentWidget.content.model.cells;
-    const found = [];
-    for (let i = 0; i < cells.length; i++) {
-        const cell = cells.get(i);
-        if (cell.type === 'code' && cell.sharedModel.getSource().includes(placeholder)) found.push(i);
-    }
-    return found;
-}"""
-SOURCE_OF = "(i) => window.jupyterapp.shell.currentWidget.content.model.cells.get(i).sharedModel.getSource()"
-OUTPUT_COUNT = """() => {
-    const cells = window.jupyterapp.shell.currentWidget.content.model.cells;
-    let n = 0;
-    for (let i = 0; i < cells.length; i++) { const c = cells.get(i); if (c.type === 'code') n += c.outputs.length; }
-    return n;
-}"""
 EDITOR_READY = """() => {
     const widget = window.jupyterapp && window.jupyterapp.shell.currentWidget;
     return Boolean(widget && widget.context && widget.context.isReady && document.querySelector('.jp-FileEditor .cm-content'));
@@ -158,7 +152,7 @@ def test_participant_copy_of_lab_06_runs_on_slurm_with_a_ddp_script_of_its_own(p
     page.goto(jupyter_lab.notebook_url(NOTEBOOK))
     page.wait_for_function(NOTEBOOK_READY, timeout=OPEN_TIMEOUT_S * MS)
     assert page.evaluate(OUTPUT_COUNT) == 0, "the participant copy shows outputs of the solved notebook"
-    cells = page.evaluate(PLACEHOLDER_CELL, exercises.PLACEHOLDER_RAISE)
+    cells = page.evaluate(PLACEHOLDER_CELLS, exercises.PLACEHOLDER_RAISE)
     assert len(cells) == 1, f"exercise cells: {cells}"
     _answer_the_exercise(page, cells[0], page.evaluate(SOURCE_OF, cells[0]))
     assert NOTEBOOK_ANSWER in page.evaluate(SOURCE_OF, cells[0])

@@ -12,7 +12,17 @@ from __future__ import annotations
 import json
 import time
 
-from lab_page import ALL_RUN, CELL_TEXTS, ERROR_OUTPUTS, MS, NOTEBOOK_READY, NOTEBOOKS
+from lab_page import (
+    ALL_RUN,
+    CELL_TEXTS,
+    ERROR_OUTPUTS,
+    MS,
+    NOTEBOOK_READY,
+    NOTEBOOKS,
+    OUTPUT_COUNT,
+    PLACEHOLDER_CELLS,
+    SOURCE_OF,
+)
 
 from coursekit.labs.kit import exercises
 
@@ -23,22 +33,6 @@ PLACEHOLDER = exercises.PLACEHOLDER_RAISE
 # what the exercise text asks for, typed as a participant types it (the cpu profile: batch size and LR help)
 ANSWERS = {"mine = ": "mine = s.baseline.replace(batch_size=100, lr=0.1)",
            "timed_share": 'timed_share = my_run["train_time_s"] / my_run["total_time_s"]'}
-EXERCISE_CELLS = """(placeholder) => {
-    const cells = window.jupyterapp.shell.currentWidget.content.model.cells;
-    const found = [];
-    for (let i = 0; i < cells.length; i++) {
-        const cell = cells.get(i);
-        if (cell.type === 'code' && cell.sharedModel.getSource().includes(placeholder)) found.push(i);
-    }
-    return found;
-}"""
-SOURCE_OF = "(i) => window.jupyterapp.shell.currentWidget.content.model.cells.get(i).sharedModel.getSource()"
-OUTPUT_COUNT = """() => {
-    const cells = window.jupyterapp.shell.currentWidget.content.model.cells;
-    let n = 0;
-    for (let i = 0; i < cells.length; i++) { const c = cells.get(i); if (c.type === 'code') n += c.outputs.length; }
-    return n;
-}"""
 CLEAR_PROMPTS = "() => window.jupyterapp.commands.execute('notebook:clear-all-cell-outputs')"
 
 
@@ -73,7 +67,7 @@ def test_participant_copy_of_lab_09_runs_twice_and_the_entry_counts(page, jupyte
     page.wait_for_function(NOTEBOOK_READY, timeout=OPEN_TIMEOUT_S * MS)
     assert page.evaluate(OUTPUT_COUNT) == 0, "the participant copy shows outputs of the solved notebook"
 
-    cells = page.evaluate(EXERCISE_CELLS, PLACEHOLDER)
+    cells = page.evaluate(PLACEHOLDER_CELLS, PLACEHOLDER)
     assert len(cells) == len(ANSWERS), f"exercise cells: {cells}"
     for index in cells:
         _type_answer(page, index, page.evaluate(SOURCE_OF, index))

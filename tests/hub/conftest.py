@@ -7,7 +7,6 @@ skip: CI starts the hub (``.ci/run``).
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,9 +17,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "browser"))  # lab_page: what the browser tests ask a JupyterLab page
 
 from hub_helpers import HUB_SCRIPT, PARTICIPANT_PYTHON, PASSWORDS_FILE  # noqa: E402
+from lab_page import CHROMIUM_NAMES, find_chromium  # noqa: E402
 
 START_HINT = "install and start it: `bash slurm/hub.sh install && bash slurm/hub.sh start` (as root)"
-CHROMIUM_NAMES = ("chromium", "chromium-browser")
 STATUS_TIMEOUT_S = 30
 
 
@@ -39,8 +38,7 @@ def hub() -> str:
 
 @pytest.fixture(scope="session")
 def chromium_path() -> str:
-    for name in CHROMIUM_NAMES:
-        found = shutil.which(name)
-        if found:
-            return found
-    pytest.fail(f"no chromium on PATH (looked for {', '.join(CHROMIUM_NAMES)}): `apt-get install -y chromium`")
+    found = find_chromium()
+    if found is None:
+        pytest.fail(f"no chromium on PATH (looked for {', '.join(CHROMIUM_NAMES)}): `apt-get install -y chromium`")
+    return found
