@@ -31,7 +31,8 @@ END_S = 90  # no tiny job here needs longer
 # Slurm signals a 1-minute job 15 to ~45 s in, then requeues it; it may also signal at once (CI 2026-11-26: the
 # first start was requeued 0.5 s in, before Python ran, and held 120 s): each hold is shortened, one more start
 REQUEUE_END_S = 210
-REQUEUE_SIGNAL_DELAY_S = 45
+REQUEUE_TIME_MIN = 2  # a 1-minute limit failed once: the signal came late and the kill cut the requeue
+REQUEUE_SIGNAL_DELAY_S = 105  # USR2 due 15 s after the start, so ≥ 75 s are left after a late signal
 REQUEUE_RESTART_S = 5  # a requeued job may start again this long after the requeue (Slurm: 120 s)
 REBUMP_AFTER_S = 3 * REQUEUE_RESTART_S  # a job still held this long after its hold was shortened: a new hold
 SHOW_ENV = ("-c 'import json, os; print(json.dumps({k: os.environ.get(k) for k in "
@@ -150,9 +151,10 @@ def test_cancel_ends_the_job_promptly(course: Path) -> None:
 
 def test_timeout_requeues_a_checkpointable_job_which_resumes(course: Path) -> None:
     state_file = course / "runs.txt"
-    # --time=1 (Slurm's minimum); USR2 is due 15 s after the start (slurmctld sends it at its next time
-    # check, up to ~30 s later): long enough for a loaded machine to start Python and submitit's handler
-    job = coursekit.submit_function(slurm_helpers.CountRuns(), str(state_file), time_max=1,
+    # --time=2; USR2 is due 15 s after the start (slurmctld sends it at its next time check, up to ~30 s
+    # later): long enough for a loaded machine to start Python and submitit's handler, and the time limit
+    # is still more than a minute away when submitit's handler calls `scontrol requeue`
+    job = coursekit.submit_function(slurm_helpers.CountRuns(), str(state_file), time_max=REQUEUE_TIME_MIN,
                                     signal_delay_s=REQUEUE_SIGNAL_DELAY_S, name="requeue")
     seen, deadline, last_bump = set(), time.monotonic() + REQUEUE_END_S, -math.inf
     # the test asks squeue itself: the handle's watcher slows down for old jobs (30 s), as a room needs
