@@ -1,13 +1,13 @@
 """``coursekit instructor ...``: set up a course, stage its data once, follow and clean up the room's jobs.
 
-    coursekit instructor setup COURSE_DIR [--site S] [--account A] [--data-dir D] [--leaderboard F] [--job-prefix P]
+    coursekit instructor setup COURSE_DIR [--site S] [--account A] [--data-dir D] [--leaderboard F] [--pools D] [--job-prefix P]
     coursekit instructor data cifar10 --dir D      download + verify CIFAR-10 once for everyone (login node)
     coursekit instructor data jpeg --dir D         lab 05's synthetic JPEG tree, written once in a shared folder
     coursekit instructor data fashion-mnist --dir D  copy + verify Debian's Fashion-MNIST (no internet needed)
     coursekit instructor jobs [--all]              every participant's jobs of this course (by its job prefix)
     coursekit instructor cancel --course           cancel every active job of this course
     coursekit instructor results [--out F.csv]     each participant's lab results in one CSV table
-    coursekit instructor room [--csv F.csv]        who is at which lab, whose jobs failed and why
+    coursekit instructor room [--csv F.csv]        who is at which lab, whose jobs failed and why, exit tickets
 
 The course's job prefix (``job_prefix`` in its coursekit.toml) starts every job name of its participants
 (``<prefix>-<pseudonym>-<experiment>``, ``labs.job_name``): on a cluster the instructor finds the room's
@@ -63,13 +63,15 @@ def toml_string(value: str) -> str:
 
 
 def course_toml(site: str, account: str | None, data_dir: str, leaderboard: str, job_prefix: str,
-                profile: str | None) -> str:
+                profile: str | None, pools: str | None = None) -> str:
     """The course's coursekit.toml."""
     q = toml_string
     lines = ["# written by `coursekit instructor setup`; every participant's notebook reads it",
              f"site = {q(site)}", f"data_dir = {q(data_dir)}          # CIFAR-10 and lab 05's JPEG tree, shared",
              f"leaderboard = {q(leaderboard)}    # lab 09's race: its folder holds one runs file per user",
              f"job_prefix = {q(job_prefix)}          # starts every job name: `coursekit instructor jobs` finds them"]
+    if pools:
+        lines.append(f"pools = {q(pools)}          # the room's pooled results (lab 06's team sweeps), one file per user")
     if profile:
         lines.append(f"profile = {q(profile)}")
     if account:
@@ -78,9 +80,10 @@ def course_toml(site: str, account: str | None, data_dir: str, leaderboard: str,
 
 
 def setup(folder: Path, site: str, account: str | None, data_dir: str | None, leaderboard: str | None,
-          job_prefix: str, profile: str | None, doctor: bool, force: bool) -> int:
+          job_prefix: str, profile: str | None, doctor: bool, force: bool, pools: str | None = None) -> int:
     from coursekit.labs.kit.exercises import strip_folder
     from coursekit.labs.kit.participant import check_pseudonym
+    from coursekit.labs.kit.pool import make_shared_folder
 
     check_pseudonym(job_prefix, what="job_prefix")  # the same rules: short, safe in a job name
     folder = folder.expanduser().resolve()
@@ -90,14 +93,18 @@ def setup(folder: Path, site: str, account: str | None, data_dir: str | None, le
     folder.mkdir(parents=True, exist_ok=True)
     data = data_dir or str(folder / "data")
     board = leaderboard or str(folder / "race" / "leaderboard.jsonl")
-    config.write_text(course_toml(site, account, data, board, job_prefix, profile))
+    shared_pools = pools or str(folder / "pools")
+    config.write_text(course_toml(site, account, data, board, job_prefix, profile, shared_pools))
     Path(board).parent.mkdir(parents=True, exist_ok=True)
+    make_shared_folder(Path(shared_pools))  # 1777 where this setup creates it
     reports = strip_folder(REPO_NOTEBOOKS, folder / PARTICIPANT_NOTEBOOKS)
     print(f"wrote {config}")
     print(f"participants' notebooks (no solutions): {len(reports)} files in {folder / PARTICIPANT_NOTEBOOKS}")
     print(f"data folder: {data} (stage it: coursekit instructor data cifar10 --dir {data}; "
           f"coursekit instructor data jpeg --dir {data}; offline: coursekit instructor data fashion-mnist --dir {data})")
     print(f"leaderboard: {board} (each participant posts to their own file in its folder: chmod 1777 it)")
+    print(f"pooled results: {shared_pools} (lab 06's team sweeps; every participant must be able to create "
+          "files in it: chmod 1777)")
     if not doctor:
         return EXIT_OK
     from coursekit.doctor import doctor as run_doctor
@@ -597,6 +604,17 @@ def participant_row(person: Participant, stderr_lines: int = STDERR_LINES, now: 
     return row
 
 
+def exit_ticket_cells(person: Participant) -> dict[str, Any]:
+    """The room's exit-ticket column: each lab's latest score ("01 4/4, 02 3/5"), read from the course
+    folders of their jobs (``labs.exit_ticket``'s files, attributed to the Unix users owning them)."""
+    from coursekit.labs.kit.ticket import room_scores, scores_text
+
+    return {"exit_tickets": scores_text(room_scores(person.course_folders, person.users, person.pseudonym))}
+
+
+ROOM_COLUMNS["exit_tickets"] = exit_ticket_cells
+
+
 def room_table(roots: list[str | os.PathLike] | None = None, prefix: str | None = None, *,
                stderr_lines: int = STDERR_LINES, warnings: list[str] | None = None) -> list[dict[str, Any]]:
     """The room, one row per participant, those needing help first (``coursekit instructor room``; a
@@ -628,6 +646,17 @@ def write_room(rows: list[dict[str, Any]], out: Path) -> None:
         writer.writerows({key: _cell(value) for key, value in row.items()} for row in rows)
 
 
+def team_lines() -> list[str]:
+    """Lab 06's team sweeps, one line per team: who holds each part and how many runs they pooled."""
+    from coursekit.labs.lab06_data_parallel.team import team_progress
+
+    teams: dict[str, list[str]] = {}
+    for row in team_progress():
+        who = f"{row['pseudonym'] or row['holder']} ({row['cells']} runs)" if row["holder"] else "nobody yet"
+        teams.setdefault(row["team"], []).append(f"part {row['part']} {who}")
+    return [f"lab 06 team {team}: " + ", ".join(parts) for team, parts in teams.items()]
+
+
 def print_room(rows: list[dict[str, Any]], prefix: str) -> None:
     """The room in the terminal: one line per participant, a failed job's last stderr lines under it."""
     shown = [f for f in room_fields(rows) if f != "last_stderr"]
@@ -640,6 +669,8 @@ def print_room(rows: list[dict[str, Any]], prefix: str) -> None:
                 print(f"    | {text}")
     helped = sum(1 for r in rows if r["needs_help"])
     print(f"{len(rows)} participant(s) of course prefix {prefix!r}, {helped} needing help")
+    for line in team_lines():
+        print(line)
 
 
 def show_room(roots: list[str | os.PathLike] | None = None, prefix: str | None = None,
@@ -658,7 +689,8 @@ def show_room(roots: list[str | os.PathLike] | None = None, prefix: str | None =
         + "".join(f"<td><pre style='margin:0'>{escape(str(r.get(f, '')))}</pre></td>" if f == "last_stderr"
                   else f"<td>{escape(str(_cell(r.get(f, ''))))}</td>" for f in fields) + "</tr>" for r in rows)
     notes_html = "".join(f"<p>&#9888; {escape(n)}</p>" for n in notes)
-    return HTML(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{notes_html}")
+    teams_html = "".join(f"<p>{escape(line)}</p>" for line in team_lines())
+    return HTML(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{teams_html}{notes_html}")
 
 
 # ------------------------------------------------------------------------------------------ the CLI
@@ -666,7 +698,7 @@ def show_room(roots: list[str | os.PathLike] | None = None, prefix: str | None =
 
 def cmd_setup(args: argparse.Namespace) -> int:
     return setup(args.course_dir, args.site, args.account, args.data_dir, args.leaderboard, args.job_prefix,
-                 args.profile, doctor=not args.no_doctor, force=args.force)
+                 args.profile, doctor=not args.no_doctor, force=args.force, pools=args.pools)
 
 
 def cmd_data(args: argparse.Namespace) -> int:
@@ -733,6 +765,8 @@ def add_parser(commands: Any) -> None:
     s.add_argument("--account", help="Slurm account of the course (site_defaults.account)")
     s.add_argument("--data-dir", help="shared data folder (default COURSE_DIR/data)")
     s.add_argument("--leaderboard", help="lab 09's leaderboard file (default COURSE_DIR/race/leaderboard.jsonl)")
+    s.add_argument("--pools", help="folder of the room's pooled results, e.g. lab 06's team sweeps "
+                                   "(default COURSE_DIR/pools)")
     s.add_argument("--job-prefix", default="ck", help="starts every participant's job name (1-5 letters/digits)")
     s.add_argument("--profile", choices=("cpu", "gpu"), help="force the labs' profile (default: chosen per kernel)")
     s.add_argument("--no-doctor", action="store_true", help="skip the doctor's checks of the site")
@@ -766,8 +800,8 @@ def add_parser(commands: Any) -> None:
     r.add_argument("--prefix", help="only jobs with this prefix (default: the course's job_prefix)")
     r.set_defaults(handler=cmd_results)
 
-    m = sub.add_parser("room", help="one row per participant: their lab, jobs, last failure and its stderr; "
-                       "those needing help first")
+    m = sub.add_parser("room", help="one row per participant: their lab, jobs, last failure and its stderr, "
+                       "exit-ticket scores; those needing help first")
     m.add_argument("--jobs-dir", action="extend", nargs="+", default=[],
                    help="participants' jobs (or course) folders, one or more (default the course's): "
                    "e.g. /home/*/dl-course")

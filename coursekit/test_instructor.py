@@ -49,6 +49,12 @@ def test_setup_writes_the_course_and_notebooks_without_solutions(course: Path, c
 
     assert job_name("ada", "bs") == "dl9-ada-bs" and data_dir() == str(course.parent / "shared")
     assert leaderboard_path() == course / "race" / "leaderboard.jsonl" and leaderboard_path().parent.is_dir()
+    from coursekit.labs.kit import (
+        pool,  # the room's pools: shared, named with an absolute path for the copies
+    )
+
+    assert f'pools = "{course / "pools"}"' in text and pool.pool_folder("x") == course / "pools" / "x"
+    assert (course / "pools").stat().st_mode & 0o7777 == pool.SHARED_FOLDER_MODE
     assert cli.main(["instructor", "setup", str(course), "--no-doctor"]) == 1
     assert "--force" in capsys.readouterr().err
     assert cli.main(["instructor", "setup", str(course), "--job-prefix", "bad-prefix", "--force", "--no-doctor"]) == 1

@@ -16,12 +16,17 @@ import pytest
 
 import coursekit
 from coursekit import cli, instructor, slurm_cli
+from coursekit.instructor import team_lines
 from coursekit.jobs import registry
 from coursekit.jobs.local_process import process_start_time
+from coursekit.labs.kit import pool
+from coursekit.labs.lab06_data_parallel import team
 
 PLANTED_ERROR = ["Traceback (most recent call last):", '  File "amp.py", line 12, in <module>',
                  "RuntimeError: planted: GradScaler not stepped"]
 END_S = 60
+TEAM_BATCHES, TEAM_GPUS, TEAM_BOB_UID = [32, 64, 128, 256], [1, 2, 4, 8], 60421  # lab 06's sweep, a teammate
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="making files of other users needs root (chown)")
 
 
 @pytest.fixture
@@ -152,6 +157,20 @@ def test_room_extra_columns_come_after_the_fixed_ones(course: Path, room: dict[s
     assert rows[0]["ticket_02"] == 1 and rows[0]["broken"].startswith("? (")
 
 
+def test_room_shows_each_participants_exit_ticket_scores(course: Path, room: dict[str, Path],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 26: the scores ada's notebooks stored in her course folder; bob has none yet."""
+    from coursekit import labs
+
+    monkeypatch.setenv("COURSEKIT_PSEUDONYM", "ada")
+    for lab, right in (("01", 4), ("02", 3)):
+        ticket = labs.exit_ticket(lab, {f"q{i}": labs.Question(f"question {i}?", i) for i in range(4)}, quiet=True)
+        ticket.grade({f"q{i}": i for i in range(right)}, course=room["ada"], quiet=True)
+    rows = instructor.room_table([room["ada"], room["bob"]], "ck")
+    assert {r["pseudonym"]: r["exit_tickets"] for r in rows} == {"ada": "01 4/4, 02 3/4", "bob": ""}
+    assert "exit_tickets" in instructor.room_fields(rows)
+
+
 def test_room_on_slurm_asks_once_for_the_whole_room(course: Path, room: dict[str, Path],
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """Slurm's answers faked: one squeue and one sacct for any number of jobs; a job whose folder cannot be
@@ -202,3 +221,24 @@ def test_a_submission_records_the_lab_its_notebook_is_at(course: Path) -> None:
         registry.set_current_lab("3")
     rows = instructor.room_table(None, "ck")
     assert [(r["pseudonym"], r["lab"], r["submitted"], r["failed"]) for r in rows] == [("ada", "03", 1, 0)]
+
+
+def team_rows(batches: list[int]) -> list[dict]:
+    return [{"n_gpu": n, "batch_size": b, "images_per_s_median": 100.0 * n, "state": "COMPLETED"}
+            for b in batches for n in TEAM_GPUS]
+
+
+@as_root
+def test_the_instructor_sees_each_teams_parts_and_what_they_pooled(course: Path) -> None:
+    team.take_part(None, "solo", TEAM_BATCHES, TEAM_GPUS, 4)  # alone: no team to show
+    mine = team.take_part("red", "ada", TEAM_BATCHES, TEAM_GPUS, 4)
+    team.post_part(mine, "ada", team_rows([32]))
+    folder = pool.pool_folder(team.pool_name("red"))
+    (folder / team.PART_CLAIM.format(2)).write_text("bob\n")
+    os.chown(folder / team.PART_CLAIM.format(2), TEAM_BOB_UID, TEAM_BOB_UID)
+    me = pool.user_name(os.geteuid())
+    assert team.team_progress() == [
+        {"team": "red", "part": 1, "holder": me, "pseudonym": "ada", "cells": 4},
+        {"team": "red", "part": 2, "holder": "", "pseudonym": "", "cells": 0},
+        {"team": "red", "part": 3, "holder": "uid60421", "pseudonym": "", "cells": 0}]
+    assert team_lines() == ["lab 06 team red: part 1 ada (4 runs), part 2 nobody yet, part 3 uid60421 (0 runs)"]

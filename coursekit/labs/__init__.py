@@ -32,16 +32,19 @@ from coursekit.labs.kit.experiments import (
     wait_until_training,
 )
 from coursekit.labs.kit.participant import choose_pseudonym, job_name
+from coursekit.labs.kit.predict import predict, reveal
 from coursekit.labs.kit.profiles import PROFILE_NAMES, Profile, choose_profile, register_lab_settings
 from coursekit.labs.kit.recorded import load_recording
 from coursekit.labs.kit.results import ResultsTable
 from coursekit.labs.kit.settings import Settings
+from coursekit.labs.kit.ticket import Question, exit_ticket
 from coursekit.labs.lab06_data_parallel.horovod import horovod_table
 
-__all__ = ["LABS", "Profile", "ResultsTable", "Sweep", "check_claim", "check_ddp_script", "choose_profile",
-           "choose_pseudonym", "collect", "engine_command", "horovod_table", "is_oom", "job_name", "lab_gpus",
-           "lab_settings", "load_recording", "loglog_slope", "on_standin", "run_sweep", "saturates", "share_of_increases",
-           "submit_sweep", "summarize_run", "time_to_target", "wait_all", "wait_until_training"]
+__all__ = ["LABS", "Profile", "Question", "ResultsTable", "Sweep", "check_claim", "check_ddp_script", "choose_profile",
+           "choose_pseudonym", "collect", "engine_command", "exit_ticket", "horovod_table", "is_oom", "job_name",
+           "lab_gpus", "lab_settings", "load_recording", "loglog_slope", "on_standin", "predict", "reveal", "run_sweep",
+           "saturates", "share_of_increases", "submit_sweep", "summarize_run", "time_to_target", "wait_all",
+           "wait_until_training"]
 
 LAB_MODULE = re.compile(r"lab(\d\d)_\w+")  # a lab is a numbered module or folder: lab02_batch_size
 LAB_MODULES = {m[1]: m[0] for m in map(LAB_MODULE.fullmatch, sorted(i.name for i in pkgutil.iter_modules(__path__)))
@@ -89,7 +92,10 @@ def lab_gpus(lab: str) -> int:
     return int(LABS[_check_lab(lab)].GPUS)
 
 
-_LAZY = {"check_ddp_script": "coursekit.labs.lab06_data_parallel.ddp_check"}  # imports torch: only when it is used
+_LAZY = {"check_ddp_script": "coursekit.labs.lab06_data_parallel.ddp_check",  # import torch: only when used
+         "check_amp_script": "coursekit.labs.lab04_mixed_precision.amp_check",
+         "check_large_batch_rules": "coursekit.labs.lab07_large_batch.rules_check",
+         "check_fsdp_script": "coursekit.labs.lab08_model_parallel.fsdp_check"}
 
 
 def __getattr__(name: str) -> object:

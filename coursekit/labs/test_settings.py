@@ -54,11 +54,14 @@ def test_gpu_configs_pass_the_static_engine_checks(lab, tmp_path):
         validate(config.replace(data_dir=str(tmp_path)) if needs_folder else config)
 
 
-@pytest.mark.parametrize("lab", ["00", "01", "02", "03", "04", "05"])
+@pytest.mark.parametrize("lab", sorted(LABS))
 def test_gpu_labs_fit_a_room_sharing_a_partition(lab):
+    """Every lab's gpu profile states its GPU-minutes per participant; a room of ROOM must fit the partition
+    in the lab's slot (lab 06 fits only with its sweep run once per team: test_team.py)."""
     from coursekit.labs.kit.settings import GPU_MINUTES_PER_PARTICIPANT, ROOM
 
     s = lab_settings(lab, "gpu")
+    assert "budget" in s, f"lab {lab}'s gpu settings state no workshop budget (kit.settings.workshop_budget)"
     budget = s.budget
     assert budget["participants"] == ROOM and budget["jobs"] > 0
     assert 0 < budget["gpu_minutes_per_participant"] <= GPU_MINUTES_PER_PARTICIPANT

@@ -184,18 +184,24 @@ print(f"raw slope {slope:.2f}, corrected slope {corrected_slope:.2f}")
 # ### Exercise 1 — predict, then measure
 #
 # With *B = 1* the factor is 1, so the measured variance at *B = 1* is tr Σ. Use it to **predict** the
-# variance at *B = 32* (store it in `predicted_32`), then **measure** it: submit one more job of
-# `s.noise_base` with batch size 32 and read its `grad_noise_var` (store it in `measured_32`).
+# variance at *B = 32* (store it in `predicted_32`: `labs.predict` saves it), then **measure** it: submit
+# one more job of `s.noise_base` with batch size 32 and read its `grad_noise_var` (store it in
+# `measured_32`: `labs.reveal` sets it beside your prediction).
 
 # %% tags=["nbval-ignore-output", "exercise"]
 ### BEGIN SOLUTION
 trace_sigma = noise.one(batch_size=1)["grad_noise_var"]
 predicted_32 = trace_sigma / 32 * gd.without_replacement_factor(32, s.points)
+### END SOLUTION
+labs.predict("var_32", "What is the variance of the mini-batch gradient at B = 32?", value=predicted_32)
+
+# %% tags=["nbval-ignore-output", "exercise"]
+### BEGIN SOLUTION
 extra = gd.noise_rows(labs.run_sweep([s.noise_base.replace(batch_size=32)], name=labs.job_name(pseudo, "b32"),
                                      **s.job, timeout_s=s.timeout_s))
 measured_32 = extra[0]["grad_noise_var"]
 ### END SOLUTION
-print(f"B = 32: predicted {predicted_32:.3f}, measured {measured_32:.3f}")
+labs.reveal("var_32", measured_32)
 
 # %% [markdown] tags=["exercise"]
 # ### Exercise 2 — a step is cheap, an epoch is not
@@ -219,7 +225,41 @@ for row in (table.one(batch_size=s.points), table.one(batch_size=1)):
 # that progress while sharing the fixed cost of a step, and they fill a GPU — the subject of lab 02.
 
 # %% [markdown]
-# ## 6. The claims, checked on the runs above
+# ## 6. Exit ticket
+#
+# Four questions on what *you* measured above: the answers are in your own tables and figures, not in a
+# book. The ticket is checked at once, and your score is saved for the instructor.
+
+# %%
+gd_run, sgd_run = table.one(batch_size=s.points), table.one(batch_size=1)
+sgd_ups = labs.share_of_increases(sgd_run["path_loss"])
+gd_epoch_s, sgd_epoch_s = gd_run["step_time_s"], sgd_run["step_time_s"] * s.points  # B = n: one step per epoch
+ticket = labs.exit_ticket("01", {
+    "sgd_ups": labs.Question("On what percentage of the B = 1 steps did the training loss go up?", 100 * sgd_ups,
+                             unit="%", abs_tol=5),
+    "step_ratio": labs.Question(f"How many times longer did one full-batch step (B = {s.points}) take than one "
+                                "B = 1 step?", gd_run["step_time_s"] / sgd_run["step_time_s"], unit="×",
+                                rel_tol=0.2),
+    "slower_epoch": labs.Question("Which run took longer per epoch?",
+                                  "B = 1" if sgd_epoch_s > gd_epoch_s else "full batch", choices=("full batch", "B = 1")),
+    "slope": labs.Question("What corrected log-log slope did you fit to the gradient variance against B?",
+                           corrected_slope, abs_tol=0.05),
+})
+answers = ticket.blank()
+
+# %% [markdown] tags=["exercise"]
+# Write your answers as `answers = {"sgd_ups": ..., "step_ratio": ..., ...}` in place of the two
+# placeholder lines: numbers (or a choice) you read above. A question you leave out counts as not answered.
+
+# %% tags=["exercise"]
+### BEGIN SOLUTION
+answers = {"sgd_ups": 100 * sgd_ups, "step_ratio": gd_run["step_time_s"] / sgd_run["step_time_s"],
+           "slower_epoch": "B = 1" if sgd_epoch_s > gd_epoch_s else "full batch", "slope": corrected_slope}
+### END SOLUTION
+graded = ticket.grade(answers)
+
+# %% [markdown]
+# ## 7. The claims, checked on the runs above
 
 # %%
 gd_run, sgd_run = table.one(batch_size=s.points), table.one(batch_size=1)
@@ -237,3 +277,4 @@ labs.check_claim(
     "corrected)",
     abs(corrected_slope + 1) <= 0.1,
     f"corrected slope {corrected_slope:.2f} (raw {slope:.2f}) over B = {noise.column('batch_size')}")]
+

@@ -40,6 +40,21 @@ configs = [s.base.replace(batch_size=b) for b in s.batch_sizes]
 for config in configs:
     print(labs.engine_command(config))
 
+# %% [markdown] tags=["exercise"]
+# ### Predict, then run
+#
+# The largest batch holds 256 times more images than the smallest. Before you run the sweep: how many
+# times more **images per second** will it process? Replace the two placeholder lines below with your
+# guess, a number, in `my_guess` (or `my_guess = None`, which shows a box to type it in). Section 2 sets
+# it beside the measurement.
+
+# %% tags=["exercise"]
+### BEGIN SOLUTION
+my_guess = 20
+### END SOLUTION
+labs.predict("speedup", f"How many times more images per second will batch {max(s.batch_sizes)} process than "
+             f"batch {min(s.batch_sizes)}?", unit="×", value=my_guess)
+
 # %% tags=["nbval-ignore-output"]
 table = bs.run_sweep(configs, name=labs.job_name(pseudo, "bs"), one_job=profile.is_cpu,
                      **s.job, timeout_s=s.timeout_s, title="batch-size sweep")
@@ -66,6 +81,10 @@ figure = plots.scatter_line(table.add_column("img_s_std", lambda r: r["summary"]
                             "batch_size", "images_per_s_median", logx=True, errors="img_s_std",
                             title=f"throughput against batch size ({profile.name} profile, measured)")
 figure
+
+# %%
+ordered = table.sorted_by("batch_size")
+labs.reveal("speedup", ordered[-1]["images_per_s_median"] / ordered[0]["images_per_s_median"])
 
 # %% [markdown]
 # ## 3. Memory grows with the batch — until it does not fit
@@ -139,7 +158,43 @@ print(f"B={largest} for {longer['summary']['steps']} steps: val_acc {longer['val
 # optimizers of the large-batch lab.
 
 # %% [markdown]
-# ## 5. The claims, checked on this sweep
+# ## 5. Exit ticket
+#
+# Four questions on what *you* measured above: the answers are in your own tables and figures, not in a
+# book. The ticket is checked at once, and your score is saved for the instructor.
+
+# %%
+smallest, largest = ordered[0], ordered[-1]
+fastest = max(ordered, key=lambda r: r["images_per_s_median"])
+reached = [r for r in ordered if r["time_to_target_s"] is not None]
+ticket = labs.exit_ticket("02", {
+    "fastest_batch": labs.Question("Which batch size processed the most images per second?", fastest["batch_size"]),
+    "speedup": labs.Question(f"How many times more images per second than batch {smallest['batch_size']} did it "
+                             "process?", fastest["images_per_s_median"] / smallest["images_per_s_median"],
+                             unit="×", rel_tol=0.1),
+    "largest_steps": labs.Question(f"How many optimiser steps did batch {largest['batch_size']} make in the sweep?",
+                                   largest["summary"]["steps"]),
+    "first_to_target": labs.Question(
+        f"Which batch size reached {s.target_acc:.0%} validation accuracy after the least training time?",
+        min(reached, key=lambda r: r["time_to_target_s"])["batch_size"] if reached else None),
+})
+answers = ticket.blank()
+
+# %% [markdown] tags=["exercise"]
+# Write your answers as `answers = {"fastest_batch": ..., "speedup": ..., ...}` in place of the two
+# placeholder lines: numbers you read above. A question you leave out counts as not answered.
+
+# %% tags=["exercise"]
+### BEGIN SOLUTION
+answers = {"fastest_batch": fastest["batch_size"],
+           "speedup": fastest["images_per_s_median"] / smallest["images_per_s_median"],
+           "largest_steps": largest["summary"]["steps"],
+           "first_to_target": min(reached, key=lambda r: r["time_to_target_s"])["batch_size"] if reached else None}
+### END SOLUTION
+graded = ticket.grade(answers)
+
+# %% [markdown]
+# ## 6. The claims, checked on this sweep
 
 # %%
 ordered = table.sorted_by("batch_size")
@@ -168,3 +223,4 @@ verdicts = [
         f"OOM at batch {[r['batch_size'] for r in memory if r['oom']] if memory is not None else '-'}",
         applies=profile.is_gpu, why_not="no GPU in this profile (the recorded figures above show it)"),
 ]
+

@@ -39,6 +39,20 @@ print(s)
 # node's own cores); in the CPU profile we run the CPU job and set it next to the GPU figure recorded
 # by the engine's benchmark on an H100 (batch 256, fp32).
 
+# %% [markdown] tags=["exercise"]
+# ### Predict, then run
+#
+# Before you run the step: how many times more training images per second will a GPU process than the
+# CPU? Replace the two placeholder lines below with your guess, a number, in `my_guess` (or
+# `my_guess = None`, which shows a box to type it in). The figure below sets it beside the measurement.
+
+# %% tags=["exercise"]
+### BEGIN SOLUTION
+my_guess = 30
+### END SOLUTION
+labs.predict("gpu_vs_cpu", "How many times more ResNet-50 training images per second will a GPU process than "
+             "the CPU?", unit="×", value=my_guess)
+
 # %%
 step_configs = [s.step.replace(device=device, test_steps=steps) for device, steps in s.device_steps.items()]
 for config in step_configs:
@@ -64,6 +78,12 @@ figure = plots.bars([r["device"] for r in steps_table], [r["images_per_s"] for r
                     ylabel="images/s (log scale)", title="ResNet-50 training throughput")
 figure.axes[0].set_yscale("log")
 figure
+
+# %%
+on_cpu = [r["images_per_s"] for r in steps_table if r["state"] != "recorded" and r["config"].device == "cpu"]
+on_gpu = [r["images_per_s"] for r in steps_table if r["state"] == "recorded" or r["config"].device != "cpu"]
+gpu_vs_cpu = on_gpu[0] / on_cpu[0] if on_cpu and on_gpu else None
+labs.reveal("gpu_vs_cpu", gpu_vs_cpu)
 
 # %% [markdown]
 # ## 2. What training keeps in memory
@@ -237,7 +257,44 @@ else:
     print("no GPU in this profile: see section 2 for calculator vs measurement")
 
 # %% [markdown]
-# ## 7. The claims, checked
+# ## 7. Exit ticket
+#
+# Five questions on what *you* measured and computed above: the answers are in your own tables, not in a
+# book. The ticket is checked at once, and your score is saved for the instructor.
+
+# %%
+sgd_small, sgd_large = (measured[0], measured[2]) if len(measured) >= 3 else ({}, {})
+fits = int((0.9 * gpu_gb * 1e9 - fill[0].fixed_bytes) // fill[0].per_sample_bytes)
+ticket = labs.exit_ticket("03", {
+    "gpu_vs_cpu": labs.Question("How many times more training images per second did the GPU process than the CPU?",
+                                gpu_vs_cpu, unit="×", rel_tol=0.1),
+    "bytes_sgd": labs.Question("How many bytes per parameter did training with SGD and momentum keep (activations "
+                               "aside)?", anatomy.bytes_per_parameter(sgd_small) if sgd_small else None, unit="B",
+                               abs_tol=0.5),
+    "activation_growth": labs.Question(f"How many times more activation memory did batch {large} keep than batch "
+                                       f"{small}?", sgd_large["activations_bytes"] / sgd_small["activations_bytes"]
+                                       if sgd_small else None, unit="×", rel_tol=0.05),
+    "no_grad_mb": labs.Question("How many MB did evaluation under torch.no_grad keep for a backward pass?",
+                                sgd_small["no_grad_saved_bytes"] / 1e6 if sgd_small else None, unit="MB", abs_tol=0.5),
+    "largest_batch": labs.Question("By the calculator, what is the largest ResNet-50 batch (AdamW, fp32) that fits "
+                                   "in 90 % of your GPU's memory?", fits, rel_tol=0.05),
+})
+answers = ticket.blank()
+
+# %% [markdown] tags=["exercise"]
+# Write your answers as `answers = {"gpu_vs_cpu": ..., "bytes_sgd": ..., ...}` in place of the two
+# placeholder lines: numbers you read above. A question you leave out counts as not answered.
+
+# %% tags=["exercise"]
+### BEGIN SOLUTION
+answers = {"gpu_vs_cpu": gpu_vs_cpu, "bytes_sgd": anatomy.bytes_per_parameter(sgd_small) if sgd_small else None,
+           "activation_growth": sgd_large["activations_bytes"] / sgd_small["activations_bytes"] if sgd_small else None,
+           "no_grad_mb": sgd_small["no_grad_saved_bytes"] / 1e6 if sgd_small else None, "largest_batch": largest_batch}
+### END SOLUTION
+graded = ticket.grade(answers)
+
+# %% [markdown]
+# ## 8. The claims, checked
 
 # %%
 estimate_sgd = next(e for e in estimates if e.optimizer == "sgd" and e.convention == "pytorch")

@@ -10,7 +10,8 @@
 # 2. explain why fp16 training needs loss scaling, show a gradient that underflows without it, and read
 #    a `GradScaler`'s scale and skipped steps;
 # 3. say what `channels_last` changes in memory and why convolutions on tensor cores like it;
-# 4. read the speed-up ladder fp32 → tf32 → bf16 → + channels_last → + `torch.compile` in images/s and
+# 4. add autocast and a `GradScaler` to a plain training loop, and check that it skips an overflowed step;
+# 5. read the speed-up ladder fp32 → tf32 → bf16 → + channels_last → + `torch.compile` in images/s and
 #    TFLOP/s, with the memory each rung uses.
 #
 # The numbers of sections 1–3 are exact and are computed right here; the training runs are jobs of the
@@ -120,8 +121,55 @@ figure
 # %% [markdown]
 # On a CPU the low precisions change little in speed (there are no tensor cores; bf16 and fp16 may
 # even be slower). What matters here: the three runs learn alike.
+
+# %% [markdown] tags=["exercise"]
+# ## 4. Your turn: mixed precision in a plain training loop
 #
-# ## 4. channels_last
+# The engine did it for you above. Now do it yourself. `lab04_amp/train_fp32.py` is a plain PyTorch
+# loop: a small MLP on generated data, in float32. Your copy of `lab04_amp/train_amp.py` is the same
+# script with a `TODO` where each change goes:
+#
+# 1. a `torch.amp.GradScaler`, enabled for float16 only;
+# 2. the forward pass and the loss under `torch.autocast(device.type, dtype=dtype)`;
+# 3. `scaler.scale(loss).backward()`, then `scaler.step(optimizer)` and `scaler.update()`;
+# 4. the scale, printed every step.
+#
+# What each piece does:
+#
+# - **autocast** runs each operation in the precision that suits it: matrix products in float16 or
+#   bfloat16 (fast on tensor cores), sums like the loss's softmax in float32. The weights stay float32:
+#   autocast casts a low-precision copy of them inside each operation.
+# - **float16 needs a scaler.** Its range is small: gradients below 6·10⁻⁸ become 0. The scaler multiplies
+#   the loss by a large scale before the backward pass, and divides the gradients by it before the step.
+#   If a gradient overflows (inf or NaN), `scaler.step` skips that step and `scaler.update` halves the scale.
+# - **bfloat16 needs none.** It has the range of float32, only less precision: its gradients do not
+#   underflow or overflow more than in float32.
+#
+# Fill in the TODOs, then set `my_script` to the path of your script. `labs.check_amp_script(my_script)`
+# runs it in float16 for a few steps, with the loss of one step made infinite on purpose, beside
+# `train_fp32.py`. It checks:
+#
+# - **run**: the script runs to its end;
+# - **autocast**: the layers really computed in float16, under autocast;
+# - **scaler**: the loss was scaled, and the scale halved at the step whose loss was infinite;
+# - **skipped**: that step was skipped, so the weights stayed finite;
+# - **master_weights**: the weights the optimizer updates, and the saved ones, are float32;
+# - **speed**: the time per step against float32. On a GPU it must be faster; on a CPU it is only shown.
+#
+# `labs.check_amp_script(my_script, dtype="bfloat16")` checks the bfloat16 path.
+
+# %% tags=["exercise", "nbval-ignore-output"]
+### BEGIN SOLUTION
+my_script = s.scripts["amp"]  # the solution: lab04_amp/train_amp.py
+### END SOLUTION
+report = labs.check_amp_script(my_script)
+report
+
+# %%
+print("every check passed" if report.ok else "some checks failed (read the report above)")
+
+# %% [markdown]
+# ## 5. channels_last
 #
 # A batch of images is a 4-d tensor (N, C, H, W). By default the width varies fastest in memory
 # (NCHW). With `channels_last` the channels do (NHWC): the shape is the same, the strides differ. Tensor-
@@ -132,7 +180,7 @@ figure
 numerics.strides_table()
 
 # %% [markdown]
-# ## 5. Multiples of 8
+# ## 6. Multiples of 8
 #
 # Tensor cores work on tiles: a matrix dimension that is a multiple of 8 (for fp16/bf16) fills them;
 # one that is not gets padded or falls back to slower kernels. Batch sizes, channel counts and hidden
@@ -153,7 +201,7 @@ else:
     print("needs a GPU: run this notebook in the gpu profile")
 
 # %% [markdown]
-# ## 6. The speed-up ladder
+# ## 7. The speed-up ladder
 #
 # ResNet-50, 224 × 224 images, batch 256, synthetic data kept on the GPU: each rung adds one change.
 # TFLOP/s = images/s × the FLOPs of one training step per image. In the gpu profile the jobs below
@@ -229,7 +277,7 @@ print({rung: f"{share:.1%}" for rung, share in share_of_peak.items()})
 # large convolutions reach the tensor cores' rate; `torch.compile` helps by fusing the small operations.
 
 # %% [markdown]
-# ## 7. The claims, checked
+# ## 8. The claims, checked
 
 # %%
 underflow = numerics.underflow_table()

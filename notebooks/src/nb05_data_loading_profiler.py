@@ -69,6 +69,21 @@ labels = [loading.loader_label(options) for options in s.loaders]
 for label, config in zip(labels, configs, strict=True):
     print(f"{label:<40} {labs.engine_command(config).replace(str(root), '<jpeg folder>')}")
 
+# %% [markdown] tags=["exercise"]
+# ### Predict, then run
+#
+# Before you run the jobs: with no worker process (`workers=0`), what percentage of each training step
+# will be spent waiting for data? Replace the two placeholder lines below with your guess, a number, in
+# `my_guess` (or `my_guess = None`, which shows a box to type it in). The figure below sets it beside the
+# measurement.
+
+# %% tags=["exercise"]
+### BEGIN SOLUTION
+my_guess = 20
+### END SOLUTION
+labs.predict("wait_no_workers", "With workers=0, what percentage of each step will be spent waiting for data?",
+             unit="%", value=my_guess)
+
 # %% tags=["nbval-ignore-output"]
 profiled = base.replace(workers=0, profile=True, profile_steps=s.profile_steps, epochs=1)  # section 4
 sweep, prof_sweep = loading.submit_sweeps([configs, [profiled]], one_at_a_time=True, one_job=profile.is_cpu,
@@ -98,6 +113,9 @@ left.legend(fontsize="small")
 plots.bars(table.column("loader"), [100 * f for f in table.column("data_fraction")], ax=right,
            ylabel="% of step time waiting for data", title="share waiting for data")
 figure
+
+# %%
+labs.reveal("wait_no_workers", 100 * table[0]["data_fraction"] if table[0]["config"].workers == 0 else None)
 
 # %% [markdown]
 # With no worker, every step waits for its batch to be decoded. A worker decodes the next batch while
@@ -182,7 +200,41 @@ print(f"trace: {from_trace:.2f}, metrics: {from_metrics:.2f}")
 # the profiler adds a little overhead of its own.
 
 # %% [markdown]
-# ## 5. The claims, checked
+# ## 5. Exit ticket
+#
+# Four questions on what *you* measured above: the answers are in your own tables and figures, not in a
+# book. The ticket is checked at once, and your score is saved for the instructor.
+
+# %%
+no_workers = table[0] if table[0]["config"].workers == 0 else None
+least = min(table, key=lambda row: row["data_fraction"])
+ticket = labs.exit_ticket("05", {
+    "wait_no_workers": labs.Question("With workers=0, what percentage of each step was spent waiting for data?",
+                                     100 * no_workers["data_fraction"] if no_workers else None, unit="%", abs_tol=5),
+    "least_waiting": labs.Question("Which loader setting waited least for data?", least["loader"],
+                                   choices=tuple(table.column("loader"))),
+    "trace_share": labs.Question("In the profiler trace, what percentage of the profiled time was spent inside the "
+                                 "DataLoader?", 100 * trace["dataloader_share"] if trace else None, unit="%", abs_tol=5),
+    "profiled_steps": labs.Question("How many steps did the profiler record?", trace["steps"] if trace else None),
+})
+answers = ticket.blank()
+
+# %% [markdown] tags=["exercise"]
+# Write your answers as `answers = {"wait_no_workers": ..., "least_waiting": ..., ...}` in place of the two
+# placeholder lines: numbers (or a loader setting, as the table writes it) you read above. A question you
+# leave out counts as not answered.
+
+# %% tags=["exercise"]
+### BEGIN SOLUTION
+answers = {"wait_no_workers": 100 * no_workers["data_fraction"] if no_workers else None,
+           "least_waiting": least["loader"],
+           "trace_share": 100 * trace["dataloader_share"] if trace else None,
+           "profiled_steps": trace["steps"] if trace else None}
+### END SOLUTION
+graded = ticket.grade(answers)
+
+# %% [markdown]
+# ## 6. The claims, checked
 
 # %%
 import os

@@ -265,12 +265,21 @@ plots.bars(buckets.column("setting"), buckets.column("step_ms"), ylabel="median 
 # gives both: every per-GPU batch on every GPU count (`submit_sweep(configs, n_gpu=[...])`, like
 # `gpu_jobs_submitter(commands, n_gpu=[1, 2, 4, 8])`). Speed-up = images/s ÷ images/s on one GPU;
 # efficiency = speed-up ÷ number of GPUs.
+#
+# **One sweep per team.** The whole sweep on 1, 2, 4 and 8 GPUs costs about 1.5 GPU-hours: a room of 20
+# would need the partition for three times the lab's slot. So a team of four runs it once: each member
+# runs one row (one per-GPU batch on every GPU count) and posts it to the team's shared results; everyone
+# then reads the whole team's table. Set `my_team` to the team name the instructor gave you. Left at
+# `None`, you are a team of one and run every row yourself (what a participant alone does).
 
 # %%
+my_team = None  # your team's name from the instructor, e.g. "red"; None: run the whole sweep yourself
 n_gpus = dp.usable_gpu_counts(s.n_gpus, site)
 batches = dp.scaling_batches(n_gpus, s.batch_per_gpu, s.global_batch)
-configs = [s.scaling_base.replace(batch_size=b) for b in batches]
-print(f"{len(configs)} per-GPU batches {batches} x GPU counts {n_gpus} = {len(configs) * len(n_gpus)} runs")
+part = dp.take_part(my_team, pseudo, batches, n_gpus, s.team_size)
+print(part)
+configs = [s.scaling_base.replace(batch_size=b) for b in part.my_batches]
+print(f"{len(configs)} per-GPU batch(es) {part.my_batches} x GPU counts {n_gpus} = {len(configs) * len(n_gpus)} runs")
 
 # %% tags=["nbval-ignore-output"]
 # one at a time where jobs would share processors: the CPU, or the GPUs of one machine (local site); in the
@@ -278,10 +287,18 @@ print(f"{len(configs)} per-GPU batches {batches} x GPU counts {n_gpus} = {len(co
 sweep = labs.run_sweep(configs, name=labs.job_name(pseudo, "scale"), n_gpu=n_gpus, one_job=profile.is_cpu,
                        one_at_a_time=profile.is_cpu or site.is_local, **s.job, timeout_s=s.timeout_s,
                        title="scaling sweep")
+print(f"posted {dp.post_part(part, pseudo, sweep)} run(s) to the team's results")
 sweep.with_columns("n_gpu", "batch_size", "state", "images_per_s_median", "step_time_s")
 
+# %% [markdown]
+# The team's table: your rows and those your team posted so far. A row not posted yet is named below the
+# table; run this cell again when your teammates are done.
+
 # %% tags=["nbval-ignore-output"]
-strong, weak = dp.scaling_tables(sweep, s.batch_per_gpu, s.global_batch)
+team_sweep, not_yet = dp.team_table(part, title=f"scaling sweep of {part.team}")
+for note in not_yet:
+    print(note)
+strong, weak = dp.scaling_tables(team_sweep, s.batch_per_gpu, s.global_batch)
 unit = "GPUs" if profile.is_gpu else "CPU processes"
 dp.scaling_figure(strong, weak, unit=unit, title=f"scaling ({profile.name} profile, measured here)")
 
@@ -368,9 +385,10 @@ no_sync_rows = {r["no_sync"]: r["step_ms"] for r in buckets if r.get("no_sync") 
 bucket_steps = [r["step_ms"] for r in buckets if r.get("bucket_cap_mb")]
 allreduce_alone = next(r["step_ms"] for r in buckets if r["setting"].startswith("all-reduce only"))
 bucket_spread = (max(bucket_steps) - min(bucket_steps)) / min(bucket_steps)
-strong_last = strong[-1]
+strong_last = strong[-1] if len(strong) else {"speedup": None, "n_gpu": None}  # a team's rows may be missing
 NO_SYNC_VISIBLE = 0.05  # no_sync's saving is measurable when the all-reduce is at least this share of a step
-weak_two = next((r for r in weak if r["n_gpu"] == 2), None)
+# efficiency on 2 GPUs, against the 1-GPU run of the same row (both posted: a team's rows may be missing)
+weak_two = next((r for r in weak if r["n_gpu"] == 2), None) if any(r["n_gpu"] == 1 for r in weak) else None
 verdicts = [
     labs.check_claim(
         f"{first['world_size']} DDP processes give the weights of one process on the global batch (max |dw| <= {s.tolerance:g})",
@@ -413,7 +431,9 @@ verdicts = [
         "two GPUs at a fixed batch per GPU scale with an efficiency of at least 0.9 (weak scaling)",
         weak_two is not None and (weak_two["efficiency"] or 0) >= 0.9,
         f"efficiency {weak_two['efficiency'] if weak_two else None}",
-        applies=profile.is_gpu and weak_two is not None, why_not="no GPU in this profile (recorded figures above)"),
+        applies=profile.is_gpu and weak_two is not None,
+        why_not=("no GPU in this profile (recorded figures above)" if profile.is_cpu else
+                 "the team's 1- and 2-GPU runs at this batch are not both posted yet: re-run the team's table")),
     labs.check_claim(
         "NCCL's log shows the ranks linked GPU to GPU or through host memory (P2P or SHM)",
         bool(nccl.transports.keys() & {"P2P", "SHM"}), f"transports {dict(nccl.transports)}",

@@ -109,7 +109,36 @@ lb.cells(table, "B")
 lb.spike_figure(table)
 
 # %% [markdown]
-# ## 4. C. The critical batch
+# ## 4. Your turn: the rules in code
+#
+# Three rules make a large batch train well: scale the learning rate with the batch, warm up, and, at very
+# large batches, give each layer its own step size. The third is LARS (You, Gitman and Ginsburg 2017). With
+# one learning rate for all layers, a layer whose gradient is large next to its weights takes too big a step,
+# and the run diverges. LARS scales each layer's step by its *trust ratio*
+# `η ‖w‖ / (‖g‖ + weight decay × ‖w‖)`, so that every layer moves by a similar share of its weights.
+#
+# Each rule is a few lines. Open `lab07_rules/my_rules.py` and fill in its four TODOs:
+#
+# 1. `scaled_lr(base_lr, base_batch, batch)`: the linear scaling rule;
+# 2. and 3. `warmup_then_decay(step, warmup_steps, total_steps)`: the factor of the peak learning rate at each
+#    step, warm-up then linear decay, the shape every run of parts A and B used;
+# 4. in `LARS.step`, each layer's local learning rate: the trust ratio, or 1 for biases and batch-norm
+#    parameters.
+#
+# Save the file, then run the cell below. It runs your file and compares it with the training engine: the
+# learning rate at every step of three schedules, and the weights after three LARS steps on a small network.
+# The table under the report shows the local learning rate it finds for each layer.
+
+# %% tags=["nbval-ignore-output"]
+my_rules = "lab07_rules/my_rules.py"  # your copy: fill in the TODOs, save, and run this cell again
+report = labs.check_large_batch_rules(my_rules)
+report
+
+# %%
+print("every check passed" if report.ok else "some checks failed (read the report above)")
+
+# %% [markdown]
+# ## 5. C. The critical batch
 #
 # For each batch: the steps until the accuracy on a **held-out split** of the training set (not the test set)
 # reaches the target, with the best LR of a small grid (¼, ½ and 1 times the linear rule) and a fixed warm-up
@@ -125,7 +154,7 @@ print("fit:", fit)
 curve
 
 # %% [markdown]
-# ## 5. D. The noise scale
+# ## 6. D. The noise scale
 #
 # In a run at the reference batch split into micro-batches (`--accumulation-steps`), each micro-batch's gradient
 # is a small batch and the step's gradient a big one: McCandlish et al.'s two-batch estimator gives |G|² and
@@ -145,7 +174,7 @@ lb.noise_figure(series, fit["b_crit"] if fit else None, at_step)
 lb.critical_figure(curve, fit, b_simple)
 
 # %% [markdown]
-# ## 6. What the measurement supports
+# ## 7. What the measurement supports
 #
 # Read the claims below with both readings in mind. The gap at equal epochs is real on real data (A). Below the
 # critical batch, linear scaling with warm-up wins most of it back: there the gap is a tuning artefact. Beyond

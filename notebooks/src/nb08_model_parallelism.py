@@ -214,6 +214,34 @@ plots.bars(labels, [v or 0 for v in zero.column("formula_mb_per_rank")], ax=axes
            title="formula")
 figure
 
+# %% [markdown] tags=["exercise"]
+# ### Your turn: shard a model with FSDP2
+#
+# The engine's `zero3` is a few lines of `coursekit/train/parallel/fsdp.py`: `fully_shard` on each block, then
+# on the whole model. Write them yourself in `lab08_fsdp/train_fsdp.py`, a plain PyTorch script: a small
+# model of 4 blocks, AdamW, a few steps. Complete its `TODO`s:
+#
+# 1. `fully_shard(block)` for each block: every block becomes an FSDP unit, its weights split over the ranks;
+# 2. `fully_shard(model)`: the layers outside the blocks (input layer, head) join the whole model's unit;
+# 3. the optimizer, built **after** sharding: `fully_shard` replaces the model's parameters by sharded ones;
+# 4. the full weights, gathered on every rank with `get_model_state_dict(..., full_state_dict=True)` and
+#    saved by rank 0 alone.
+#
+# Why each block first? `fully_shard(model)` alone also splits every weight in half, but before the model's
+# forward it gathers all of them at once: for that moment each rank holds the whole model, as without
+# sharding. With one unit per block, a rank gathers one block, computes it and frees it again.
+#
+# `labs.check_fsdp_script` runs your script on 2 processes and the same training on one, then tells you
+# in plain words: are the weights those of one process, which modules became FSDP units, and does each rank
+# hold the training state the ZeRO-3 formula (4 + 4 + 8)Ψ/N of this section gives (fp32 AdamW)?
+
+# %% tags=["nbval-ignore-output"]
+fsdp_report = labs.check_fsdp_script("lab08_fsdp/train_fsdp.py")
+fsdp_report
+
+# %%
+print("every check passed" if fsdp_report.ok else "some checks failed (read the report above)")
+
 # %% [markdown]
 # ## 5. Activation checkpointing
 #

@@ -27,7 +27,8 @@ def test_report_from_the_smoke_result(tmp_path: Path, monkeypatch: pytest.Monkey
 def test_a_short_cpu_race_runs_and_verifies(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COURSEKIT_COURSE_DIR", str(tmp_path))  # run_race would set it for the bench's process
     result = race_gpu.run_race("cpu", seeds=2, time_limit_s=120, work=tmp_path)
-    assert [e["participant"] for e in result["entries"]] and all(e["counts"] for e in result["entries"])
+    assert [e["participant"] for e in result["entries"]] and all(e["counts"] for e in result["entries"]), \
+        [(e["participant"], e.get("marks"), e.get("time_to_target_s")) for e in result["entries"]]
     assert {e["seeds"] for e in result["entries"]} == {2}
     assert "lab 09 (cpu)" in result["rules"]
 

@@ -14,6 +14,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -168,3 +169,58 @@ def test_bob_cannot_post_as_ada_on_the_race_leaderboard(race_folder: Path) -> No
     assert not his_entry["counts"] and his_entry["rank"] is None
     assert f"pseudonym of another user: 'ada' belongs to Unix user {ADA}, posted by {BOB}" in his_entry["marks"]
     assert sorted(run["job_id"] for run in his_entry["runs"]) == ["a0", "a1", "a2", "f5"]  # his, and the forged
+
+
+# --- pooled results: lab 06's team sweep, two members posting at once into a shared pool ------------------
+
+TEAM_BATCHES, TEAM_GPUS, TEAM_SIZE, POSTS_EACH = [32, 64, 128, 256], [1, 2, 4, 8], 2, 10
+# as a participant (a hub server's umask): take a part of team "red", post its rows POSTS_EACH times
+TEAM_AS = ("import json, os, sys; os.umask(0o027); from coursekit.labs import lab06_data_parallel as dp; "
+           "me = sys.argv[1]; b, n, size, times = json.loads(sys.argv[2]); "
+           "part = dp.take_part('red', me, b, n, size); "
+           "rows = [{'n_gpu': g, 'batch_size': x, 'images_per_s_median': 100.0 * g + x, 'state': 'COMPLETED'} "
+           "for x in part.my_batches for g in n]; "
+           "[dp.post_part(part, me, rows) for _ in range(times)]; print(part.part, part.my_batches)")
+TEAM_READ_AS = ("import json, sys; from coursekit.labs import lab06_data_parallel as dp; "
+                "b, n, size = json.loads(sys.argv[1]); part = dp.TeamPart('red', 0, size, tuple(b), tuple(n)); "
+                "table, notes = dp.team_table(part); print(json.dumps([list(table), notes]))")
+
+
+@pytest.fixture
+def shared_course() -> Iterator[Path]:
+    """A course folder every user reads whose pools live in a sticky folder (what an instructor sets up)."""
+    course = Path(tempfile.mkdtemp(prefix="coursekit-pools-", dir="/tmp"))
+    course.chmod(0o755)
+    (course / "pools").mkdir(mode=0o1777)
+    (course / "pools").chmod(0o1777)
+    (course / "coursekit.toml").write_text(f'pools = "{course / "pools"}"\n')
+    try:
+        yield course
+    finally:
+        shutil.rmtree(course)
+
+
+def test_two_members_pool_one_team_sweep_at_once_and_a_forged_row_is_ignored(race_folder: Path,
+                                                                              shared_course: Path) -> None:
+    python = ["env", f"PYTHONPATH={REPO}", f"COURSEKIT_COURSE_DIR={shared_course}", str(PARTICIPANT_PYTHON)]
+    shape = json.dumps([TEAM_BATCHES, TEAM_GPUS, TEAM_SIZE, POSTS_EACH])
+    with ThreadPoolExecutor(2) as both:  # ada and bob post at the same time
+        said = list(both.map(lambda user: as_user(user, [*python, "-c", TEAM_AS, user, shape]).stdout, (ADA, BOB)))
+    parts = sorted(line.split()[0] for line in said)
+    assert parts == ["0", "1"], said  # one part each, whoever came first
+    folder = shared_course / "pools" / "lab06-scaling-red"
+    lines = {user: run(["cat", str(folder / f"{user}.jsonl")]).stdout.splitlines() for user in (ADA, BOB)}
+    assert all(len(found) == POSTS_EACH * 2 * len(TEAM_GPUS) for found in lines.values()), "a post was lost"
+    assert all(json.loads(line)["participant"] == user for user, found in lines.items() for line in found)
+
+    # bob writes a faster run of a row of ada's part into his own file, and a line that is no record
+    ada_batch = next(json.loads(line)["batch_size"] for line in lines[ADA])
+    forged = json.dumps({"participant": BOB, "team": "red", "part": 0, "n_gpu": 8, "batch_size": ada_batch,
+                         "images_per_s_median": 1e9, "state": "COMPLETED"})
+    as_user(BOB, ["sh", "-c", 'printf "%s\\n{torn\\n" "$1" >> "$2"', "sh", forged, str(folder / f"{BOB}.jsonl")])
+    table, notes = json.loads(as_user(INSTRUCTOR, [*python, "-c", TEAM_READ_AS,
+                                                   json.dumps([TEAM_BATCHES, TEAM_GPUS, TEAM_SIZE])]).stdout)
+    assert len(table) == len(TEAM_BATCHES) * len(TEAM_GPUS), notes  # the team's whole sweep
+    cell = next(r for r in table if (r["n_gpu"], r["batch_size"]) == (8, ada_batch))
+    assert cell["participant"] == ADA and cell["images_per_s_median"] == 800.0 + ada_batch
+    assert any("ignored 1 record(s)" in note for note in notes) and any("not a record" in n for n in notes), notes

@@ -145,3 +145,42 @@ def test_participant_copies_hold_no_outputs_of_the_solved_run(tmp_path):
                  and (cell.outputs or cell.execution_count is not None)]
         assert not stale, f"{path.name}: cells {stale} carry outputs of the solved notebook"
         assert "widgets" not in nb.metadata
+
+
+def test_lab08_scripts_equal_their_packaged_copies():
+    """Lab 08's FSDP script exists twice, like lab 06's (tests/notebooks/test_lab06_scripts.py): the participants'
+    copy in notebooks/lab08_fsdp/ and the package's, which check_fsdp_script's tests read from a wheel."""
+    from coursekit.labs import lab08_model_parallel
+
+    packaged = Path(lab08_model_parallel.__file__).parent / "scripts"
+    names = sorted(p.name for p in (NOTEBOOKS / "lab08_fsdp").glob("*.py"))
+    assert names == ["train_fsdp.py"] and sorted(p.name for p in packaged.glob("*.py")) == names
+    for name in names:
+        assert (NOTEBOOKS / "lab08_fsdp" / name).read_text() == (packaged / name).read_text(), (
+            f"notebooks/lab08_fsdp/{name} differs from its packaged copy: cp notebooks/lab08_fsdp/{name} {packaged}/")
+
+
+def test_lab07_rules_equal_their_packaged_copy():
+    """Lab 07's rules file exists twice, like lab 06's scripts: the participants' copy in notebooks/lab07_rules/
+    and the package's (rules_check.SOLUTION), which check_large_batch_rules's tests read from a wheel."""
+    from coursekit.labs import lab07_large_batch
+
+    packaged = Path(lab07_large_batch.__file__).parent / "scripts"
+    names = sorted(p.name for p in (NOTEBOOKS / "lab07_rules").glob("*.py"))
+    assert names == ["my_rules.py"] and sorted(p.name for p in packaged.glob("*.py")) == names
+    for name in names:
+        assert (NOTEBOOKS / "lab07_rules" / name).read_text() == (packaged / name).read_text(), (
+            f"notebooks/lab07_rules/{name} differs from its packaged copy: cp notebooks/lab07_rules/{name} {packaged}/")
+
+
+def test_lab04_scripts_equal_their_packaged_copies():
+    """Lab 04's scripts exist twice, like lab 06's (tests/notebooks/test_lab06_scripts.py): the participants'
+    copies in notebooks/lab04_amp/ and the package's (amp_check.SOLUTION), which check_amp_script's tests read
+    from a wheel."""
+    from coursekit.labs.lab04_mixed_precision import SCRIPTS
+
+    names = sorted(p.name for p in (NOTEBOOKS / "lab04_amp").glob("*.py"))
+    assert names == ["train_amp.py", "train_fp32.py"] and sorted(p.name for p in SCRIPTS.glob("*.py")) == names
+    for name in names:
+        assert (NOTEBOOKS / "lab04_amp" / name).read_text() == (SCRIPTS / name).read_text(), (
+            f"notebooks/lab04_amp/{name} differs from its packaged copy: cp notebooks/lab04_amp/{name} {SCRIPTS}/")

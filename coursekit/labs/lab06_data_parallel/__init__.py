@@ -13,6 +13,8 @@ lab06_data_parallel as dp; dp.sampler_orders(...)``):
 - ``scaling``: :func:`scaling_batches` / :func:`scaling_tables` — strong and weak scaling read from ONE sweep
   of per-GPU batch sizes x GPU counts (``submit_sweep(configs, n_gpu=[1, 2, 4])``).
 - ``ddp_recording``: the GPU figures of ``bench/ddp_gpu.py`` (``labs.load_recording("ddp_gpu")``) as tables.
+- ``team``: :func:`take_part` / :func:`post_part` / :func:`team_table` — the scaling sweep run once per team, each
+  member one row, the results pooled in the course's shared folder (``kit/pool.py``).
 - ``nccl_log``: :func:`parse_nccl_log` — rings, trees and transports from an ``NCCL_DEBUG=INFO`` log.
 - ``ddp_check``, ``horovod``: the participant's DDP script checked, and its Horovod counterpart; the scripts
   themselves (``train_serial.py``, ``train_ddp.py``, ``show_ranks.py``) ship in ``scripts/`` (``SCRIPTS``).
@@ -25,7 +27,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from coursekit.labs.kit.settings import QUIET, job_options
+from coursekit.labs.kit.settings import QUIET, job_options, workshop_budget
 from coursekit.labs.lab06_data_parallel.buckets import (
     FLOAT_BYTES,
     MB,
@@ -56,14 +58,15 @@ from coursekit.labs.lab06_data_parallel.scaling import (
     two_node_options,
     usable_gpu_counts,
 )
+from coursekit.labs.lab06_data_parallel.team import TeamPart, post_part, take_part, team_table
 from coursekit.train.config import TrainConfig
 
 __all__ = ["EQUIVALENCE_TOLERANCE_CPU", "EXAMPLE_NCCL_LOG", "FLOAT_BYTES", "GPUS", "MB", "ONE_BUCKET_MB", "SCRIPTS",
            "NcclReport", "RichTable", "bucket_overlap", "bucket_table", "ddp_equivalence", "describe_recording",
            "equivalence_table", "parse_nccl_log", "recorded_busbw_table", "recorded_nccl_logs",
            "recorded_scaling_table", "recorded_scaling_tables", "rich", "same_order_every_epoch", "sampler_orders",
-           "scaling_batches", "scaling_figure", "scaling_tables", "settings", "two_node_options",
-           "usable_gpu_counts"]
+           "scaling_batches", "scaling_figure", "scaling_tables", "settings", "take_part", "team_table",
+           "two_node_options", "usable_gpu_counts", "post_part", "TeamPart"]
 
 # The lab's scripts as shipped with coursekit (package data); participants work on their copies in the
 # notebook folder (notebooks/lab06_ddp/, the same files: tests/notebooks/test_participant_view.py checks it).
@@ -76,15 +79,18 @@ GPUS = 2  # GPUs the notebook needs at once in the gpu profile: its 2-process jo
 
 
 # Lab 06, gpu profile: what a room of participants costs. Each scaling job is ~1 min of start-up (NCCL,
-# cuDNN autotuning) plus 60 test steps; every per-GPU batch runs on every GPU count (one sweep).
-LAB06_ROOM = 20
+# cuDNN autotuning) plus 60 test steps; every per-GPU batch runs on every GPU count (one sweep), once per
+# team of TEAM_SIZE: each member runs one row of the sweep (team.py), the team pools its results.
 LAB06_MINUTES_PER_JOB = 1.5
+LAB06_OTHER_JOBS = {"ranks, serial/DDP scripts, DDP = serial, buckets, NCCL log (2 GPUs each)": (6, 2 * 1.0)}
+TEAM_SIZE = 4
 
 
-def _lab06_budget(n_gpus: list[int], batches: int, other_gpu_minutes: float) -> dict[str, Any]:
-    per_participant_h = (batches * sum(n_gpus) * LAB06_MINUTES_PER_JOB + other_gpu_minutes) / 60
-    return {"participants": LAB06_ROOM, "gpu_hours_per_participant": round(per_participant_h, 1),
-            "gpu_hours_room": round(LAB06_ROOM * per_participant_h), "largest_job_gpus": max(n_gpus)}
+def _lab06_budget(n_gpus: list[int], batches: int, team_size: int) -> dict[str, Any]:
+    rows_each = -(-batches // team_size)  # the member with the most rows
+    return workshop_budget({**LAB06_OTHER_JOBS, f"scaling sweep, {rows_each} row(s) of {batches} (team of "
+                                                f"{team_size}) on {'+'.join(map(str, n_gpus))} GPUs":
+                            (rows_each, sum(n_gpus) * LAB06_MINUTES_PER_JOB)})
 
 
 def settings(profile: str) -> dict[str, Any]:
@@ -117,10 +123,10 @@ def settings(profile: str) -> dict[str, Any]:
         "tolerance": 1e-5,
         "buckets": buckets,
         "scaling_base": scaling, "n_gpus": n_gpus, "batch_per_gpu": batch_per_gpu, "global_batch": global_batch,
-        "nccl_env": {"NCCL_DEBUG": "INFO"},
+        "nccl_env": {"NCCL_DEBUG": "INFO"}, "team_size": TEAM_SIZE,
         "job": job_options(profile, "00:10:00" if cpu else "00:20:00"), "timeout_s": 300 if cpu else 1800,
     }
     if not cpu:
         batches = len({batch_per_gpu, *(global_batch // n for n in n_gpus)})
-        values["budget"] = _lab06_budget(n_gpus, batches, other_gpu_minutes=12.0)
+        values["budget"] = _lab06_budget(n_gpus, batches, TEAM_SIZE)
     return values

@@ -17,15 +17,11 @@ print ``val_acc <number>`` each epoch and save ``{"model": state_dict}`` (or a b
 
 from __future__ import annotations
 
-import contextlib
-import html
 import importlib.util
 import json
 import math
 import os
 import re
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -38,6 +34,8 @@ from typing import Any
 
 import torch
 
+from coursekit.labs.kit import script_check
+from coursekit.labs.kit.script_check import FAIL, PASS, SKIP, Check, CheckReport, read_text, tail
 from coursekit.labs.lab06_data_parallel import SCRIPTS, ddp_runner
 
 SERIAL_NAME = "train_serial.py"
@@ -47,15 +45,11 @@ WEIGHT_TOLERANCE = 1e-5
 ACCURACY_TOLERANCE = 1e-3  # accuracies print with 4 decimals; one image of 256 weighs 0.0039
 DEFAULT_NPROC = 2
 DEFAULT_TIMEOUT_S = 180.0
-CRASH_GRACE_S = 10.0  # once a rank has failed, the others get this long to end before they are stopped
-STOP_GRACE_S = 3.0
-POLL_S = 0.1
-TAIL_LINES = 12
+CRASH_GRACE_S = script_check.CRASH_GRACE_S  # once a rank has failed, the others get this long to end
+STOP_GRACE_S = script_check.STOP_GRACE_S  # a stopped rank gets this long to end before SIGKILL
 INDICES_SHOWN = 6
 ACCURACY_PATTERN = re.compile(r"val_acc[\s:=]+([0-9]*\.?[0-9]+)")
 SERIAL_API = ("make_datasets", "make_model")
-LAUNCH_PREFIXES = ("SLURM_", "SUBMITIT_", "TORCHELASTIC_", "GROUP_", "ROLE_")
-PASS, FAIL, SKIP = "pass", "FAIL", "not checked"
 CHECK_QUESTIONS = {
     "run": "the script runs on every rank",
     "weights": "same weights as the serial run on the global batch",
@@ -81,19 +75,8 @@ class CheckOptions:
                 "--seed", str(self.seed), "--data-size", str(self.data_size), "--out", str(out)]
 
 
-@dataclass(frozen=True)
-class Check:
-    name: str
-    verdict: str  # PASS | FAIL | SKIP
-    detail: str
-
-    @property
-    def question(self) -> str:
-        return CHECK_QUESTIONS[self.name]
-
-
-@dataclass
-class DDPCheckReport:
+@dataclass(repr=False)  # repr: CheckReport's text table
+class DDPCheckReport(CheckReport):
     """The verdicts, and what was measured (for the notebook to show)."""
 
     script: str
@@ -107,45 +90,10 @@ class DDPCheckReport:
     serial_accuracies: list[float] = field(default_factory=list)  # the serial run's val_acc per epoch
     epoch_orders: dict[int, list[list[int]]] = field(default_factory=dict)  # rank -> epoch -> training indices
     outputs: dict[int, str] = field(default_factory=dict)  # rank -> stdout
-
-    @property
-    def ok(self) -> bool:
-        return all(c.verdict == PASS for c in self.checks)
-
-    @property
-    def failed(self) -> list[str]:
-        return [c.name for c in self.checks if c.verdict == FAIL]
-
-    def __getitem__(self, name: str) -> Check:
-        for check in self.checks:
-            if check.name == name:
-                return check
-        raise KeyError(f"no check {name!r}: the checks are {[c.name for c in self.checks]}")
+    questions = CHECK_QUESTIONS
 
     def headline(self) -> str:
-        problems = len(self.failed)
-        verdict = "all checks pass" if self.ok else f"{problems} problem{'s' * (problems != 1)}"
-        return f"DDP check of {self.script} on {self.nproc} processes (gloo, CPU): {verdict}"
-
-    def __str__(self) -> str:
-        width = max(len(c.name) for c in self.checks)
-        lines = [self.headline()]
-        for check in self.checks:
-            detail = check.detail.replace("\n", "\n" + " " * (width + 17))
-            lines.append(f"  {check.verdict:<11}  {check.name:<{width}}  {detail}")
-        return "\n".join(lines)
-
-    __repr__ = __str__
-
-    def _repr_html_(self) -> str:
-        colors = {PASS: "#1a7f37", FAIL: "#cf222e", SKIP: "#6e7781"}
-        rows = "".join(
-            f"<tr><td style='text-align:left'>{html.escape(c.name)}: {html.escape(c.question)}</td>"
-            f"<td style='color:{colors[c.verdict]};font-weight:bold'>{html.escape(c.verdict)}</td>"
-            f"<td style='text-align:left;white-space:pre-wrap;font-family:monospace'>{html.escape(c.detail)}</td></tr>"
-            for c in self.checks)
-        return (f"<p><b>{html.escape(self.headline())}</b></p><table><thead><tr><th>check</th><th>verdict</th>"
-                f"<th>detail</th></tr></thead><tbody>{rows}</tbody></table>")
+        return f"DDP check of {self.script} on {self.nproc} processes (gloo, CPU): {self.summary()}"
 
 
 @dataclass(frozen=True)
@@ -187,91 +135,26 @@ PLANTED_MISTAKES: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
 
 # ---------------------------------------------------------------- running
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _base_env() -> dict[str, str]:
-    """This process's environment without launcher variables, on CPU with one thread per process."""
-    names = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(LAUNCH_PREFIXES) and k not in names}
-    env.update(CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    return env
-
-
-def _stop(process: subprocess.Popen) -> None:
-    """Stop a process this module started, and its children (it leads its own session)."""
-    if process.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(STOP_GRACE_S)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-
-
 def run_ranks(script: Path, args: list[str], nproc: int, workdir: Path,
               timeout_s: float) -> tuple[list[RankRun], bool]:
     """Run `script` as ranks 0..nproc-1 under the recording runner; the runs and whether time ran out."""
-    port, records = free_port(), workdir / "records"
+    port, records = script_check.free_ports(1)[0], workdir / "records"
     records.mkdir(parents=True, exist_ok=True)
-    processes = []
-    for rank in range(nproc):
-        env = _base_env()
-        env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(nproc), LOCAL_WORLD_SIZE=str(nproc),
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        with open(workdir / f"rank{rank}.out", "wb") as out, open(workdir / f"rank{rank}.err", "wb") as err:
-            processes.append(subprocess.Popen(
-                [sys.executable, "-u", str(RUNNER), str(records), str(script), *args],
-                cwd=workdir, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True))
-    deadline, first_failure, timed_out = time.monotonic() + timeout_s, None, False
-    try:
-        while any(p.poll() is None for p in processes):
-            now = time.monotonic()
-            if first_failure is None and any(p.poll() not in (None, 0) for p in processes):
-                first_failure = now
-            if now > deadline or (first_failure is not None and now - first_failure > CRASH_GRACE_S):
-                timed_out = now > deadline
-                break
-            time.sleep(POLL_S)
-    finally:
-        for process in processes:
-            _stop(process)
+    processes = script_check.start_ranks(
+        [sys.executable, "-u", str(RUNNER), str(records), str(script), *args], nproc, workdir,
+        lambda rank: {**script_check.rank_env(rank, nproc), "MASTER_PORT": str(port)})
+    timed_out = script_check.watch(processes, timeout_s, crash_grace_s=CRASH_GRACE_S)
     runs = []
     for rank, process in enumerate(processes):
         record_file = ddp_runner.record_path(records, rank)
         record = json.loads(record_file.read_text()) if record_file.is_file() else None
-        runs.append(RankRun(rank, process.returncode, _read(workdir / f"rank{rank}.out"),
-                            _read(workdir / f"rank{rank}.err"), record))
+        runs.append(RankRun(rank, process.returncode, read_text(script_check.rank_output(workdir, rank, "out")),
+                            read_text(script_check.rank_output(workdir, rank, "err")), record))
     return runs, timed_out
 
 
-def _read(path: Path) -> str:
-    return path.read_text(errors="replace") if path.is_file() else ""
-
-
 def _without_runner(stderr: str) -> str:
-    """A traceback without the frames of the checker's runner and of runpy: the participant's own frames."""
-    kept, skipping = [], False
-    for line in stderr.splitlines():
-        frame = line.startswith("  File ")
-        if frame:
-            skipping = RUNNER.name in line or "runpy" in line
-        elif skipping and not line.startswith("    "):
-            skipping = False
-        if not skipping:
-            kept.append(line)
-    return "\n".join(kept)
-
-
-def _tail(text: str, lines: int = TAIL_LINES) -> str:
-    kept = [line for line in text.strip().splitlines() if line.strip()]
-    return "\n".join(kept[-lines:]) if kept else "(nothing)"
+    return script_check.without_runner(stderr, RUNNER.name)
 
 
 def serial_reference(serial: Path, options: CheckOptions, global_batch: int, timeout_s: float) -> SerialReference:
@@ -283,14 +166,14 @@ def serial_reference(serial: Path, options: CheckOptions, global_batch: int, tim
             out = Path(folder) / "serial"
             command = [sys.executable, "-u", str(serial), *options.argv(global_batch, out)]
             try:
-                done = subprocess.run(command, cwd=folder, env=_base_env(), capture_output=True, text=True,
-                                      timeout=timeout_s, stdin=subprocess.DEVNULL)
+                done = subprocess.run(command, cwd=folder, env=script_check.launcher_free_env(), capture_output=True,
+                                      text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
             except subprocess.TimeoutExpired:
                 raise RuntimeError(f"the serial reference {serial} did not finish within {timeout_s:.0f} s") from None
             checkpoints = sorted(out.glob("*.pt"))
             if done.returncode != 0 or not checkpoints:
                 raise RuntimeError(f"the serial reference {serial} failed (exit code {done.returncode}, "
-                                   f"{len(checkpoints)} checkpoint): {_tail(done.stderr)}")
+                                   f"{len(checkpoints)} checkpoint): {tail(done.stderr)}")
             weights = _state_dict(torch.load(checkpoints[0], map_location="cpu", weights_only=True))[0]
         _SERIAL_CACHE[key] = SerialReference(weights, _accuracies(done.stdout), done.stdout)
     return _SERIAL_CACHE[key]
@@ -340,7 +223,7 @@ def _accuracy(model: torch.nn.Module, dataset: Any, indices: list[int] | None = 
 
 def _check_run(runs: list[RankRun], timed_out: bool, timeout_s: float, seconds: float) -> Check:
     if timed_out:
-        tails = "\n".join(f"rank {r.rank} last printed: {_tail(r.stdout + r.stderr, 3)}" for r in runs)
+        tails = "\n".join(f"rank {r.rank} last printed: {tail(r.stdout + r.stderr, 3)}" for r in runs)
         return Check("run", FAIL, f"the ranks did not finish within {timeout_s:.0f} s: one rank waits for the "
                                   f"others (a collective that not every rank calls? a world size that does not "
                                   f"match the ranks started?). They were stopped.\n{tails}")
@@ -351,7 +234,7 @@ def _check_run(runs: list[RankRun], timed_out: bool, timeout_s: float, seconds: 
                   for r in crashed if r is not first]
         also = f" ({', '.join(others)} too)" if others else ""
         return Check("run", FAIL, f"rank {first.rank} failed with exit code {first.returncode}{also}; "
-                                  f"the end of its error output:\n{_tail(_without_runner(first.stderr))}")
+                                  f"the end of its error output:\n{tail(_without_runner(first.stderr))}")
     if any(r.record is None for r in runs):
         return Check("run", FAIL, "a rank ended without the checker's record: did the script call os._exit()?")
     return Check("run", PASS, f"{len(runs)} ranks finished in {seconds:.1f} s")
@@ -566,13 +449,4 @@ def _validation_shares(runs: list[RankRun], val_size: int) -> dict[int, list[int
 
 def plant_mistake(mistake: str, target: str | os.PathLike, solution: str | os.PathLike = SOLUTION) -> Path:
     """Write the solution with one of PLANTED_MISTAKES into `target` (a .py file); its path."""
-    if mistake not in PLANTED_MISTAKES:
-        raise ValueError(f"mistake={mistake!r}: choose one of {sorted(PLANTED_MISTAKES)}")
-    text = Path(solution).read_text()
-    for old, new in PLANTED_MISTAKES[mistake][1]:
-        if old not in text:
-            raise ValueError(f"cannot plant {mistake!r}: {old.strip()!r} is not in {solution}")
-        text = text.replace(old, new, 1)
-    path = Path(target)
-    path.write_text(text)
-    return path
+    return script_check.plant_mistake(PLANTED_MISTAKES, mistake, target, solution)

@@ -20,16 +20,14 @@ it came from (``run["user"]``), never to a field of the line. A pseudonym belong
 first: posting creates ``<pseudonym>.claim`` in the folder (``O_EXCL``: the kernel decides who was first;
 without a claim, the user of the earliest run). Runs of a pseudonym posted by another user, or read from a
 file other users can write, keep a ``not_theirs`` reason: shown and marked, never ranked. A line that is
-not a run, a link or an unreadable file is reported (``read_board``) and skipped, never fatal.
+not a run, a link or an unreadable file is reported (``read_board``) and skipped, never fatal. These rules
+of a folder shared by a room are those of every pool of results (``coursekit/labs/kit/pool.py``, which
+implements them).
 """
 
 from __future__ import annotations
 
-import fcntl
-import json
 import os
-import re
-import stat
 import statistics
 import time
 import warnings
@@ -37,7 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from coursekit.course import DEFAULT_LEADERBOARD, LEADERBOARD_SETTING, course_path, own_runs_path, user_name
+from coursekit.labs.kit import pool
 from coursekit.labs.kit.participant import check_pseudonym
+from coursekit.labs.kit.pool import CLAIM_SUFFIX, claim_owner
 from coursekit.train.config import TrainConfig
 from coursekit.train.target import config_hash
 
@@ -55,179 +55,26 @@ def leaderboard_path() -> Path:
     return course_path(LEADERBOARD_SETTING, DEFAULT_LEADERBOARD)
 
 
-RUNS_SUFFIX, CLAIM_SUFFIX = ".jsonl", ".claim"  # <unix user>.jsonl: a writer's runs; <pseudonym>.claim
-RUN_FILE_MODE = 0o644  # the owner writes, everyone (the instructor, the other participants) reads
-READER_FIELDS = ("user", "not_theirs")  # set by the reader from the file, never taken from a line
-CLAIMABLE = re.compile(r"[a-z][a-z0-9]*")  # pseudonyms (and "baseline") that may have a claim file
-
-
-def _open_own(path: Path, flags: int) -> int:
-    """Open ``path`` (never through a link) and check it is this user's own regular file."""
-    try:
-        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, RUN_FILE_MODE)
-    except FileExistsError:
-        raise  # a claim made first by someone: the caller asks whose
-    except OSError as error:
-        try:
-            holder = user_name(os.lstat(path).st_uid)
-        except OSError:
-            raise PermissionError(f"{path}: cannot write it ({error.strerror or error}): the race folder "
-                                  f"{path.parent} must let every participant create a file (chmod 1777)") from error
-        raise PermissionError(f"{path} belongs to {holder}, not to you ({user_name(os.geteuid())}), or is a link: "
-                              "ask the instructor to remove it, then post again") from error
-    info = os.fstat(fd)
-    if info.st_uid != os.geteuid() or not stat.S_ISREG(info.st_mode):
-        os.close(fd)
-        raise PermissionError(f"{path} belongs to {user_name(info.st_uid)}, not to you "
-                              f"({user_name(os.geteuid())}): ask the instructor to remove it, then post again")
-    if stat.S_IMODE(info.st_mode) != RUN_FILE_MODE:
-        os.fchmod(fd, RUN_FILE_MODE)  # readable by all (a umask of 027 would hide it), writable by you only
-    return fd
-
-
 def claim(participant: str, path: Path | None = None) -> str:
-    """Claim ``participant`` for this Unix user (first come: ``<pseudonym>.claim`` made with ``O_EXCL``);
-    returns the user it belongs to (you, or whoever claimed it first)."""
-    folder = Path(path or leaderboard_path()).parent
-    if not CLAIMABLE.fullmatch(participant):
-        raise ValueError(f"participant {participant!r}: lower-case letters and digits, starting with a letter")
-    claim_path = folder / f"{participant}{CLAIM_SUFFIX}"
-    me = user_name(os.geteuid())
-    try:
-        fd = _open_own(claim_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-    except FileExistsError:
-        return claim_owner(claim_path) or me
-    try:
-        os.write(fd, f"{me}\n".encode())
-    finally:
-        os.close(fd)
-    return me
-
-
-def claim_owner(claim_path: Path) -> str | None:
-    """The user who claimed a pseudonym (the owner of its regular claim file), None without one."""
-    try:
-        info = os.lstat(claim_path)
-    except OSError:
-        return None
-    return user_name(info.st_uid) if stat.S_ISREG(info.st_mode) else None
+    """Claim ``participant`` for this Unix user in the race folder (first come); returns whose it is."""
+    return pool.claim(participant, Path(path or leaderboard_path()).parent)
 
 
 def append_run(record: dict[str, Any], path: Path | None = None) -> None:
-    """Append one run to this Unix user's own file of the race folder (one ``write`` under ``flock``:
-    concurrent writers never interleave), after claiming its pseudonym (first come)."""
-    runs_path = own_runs_path(path)
-    runs_path.parent.mkdir(parents=True, exist_ok=True)
-    participant = record.get("participant")
-    if isinstance(participant, str) and CLAIMABLE.fullmatch(participant):
-        claim(participant, runs_path)
-    line = {k: v for k, v in record.items() if k not in READER_FIELDS}
-    fd = _open_own(runs_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        try:
-            os.write(fd, (json.dumps(line, sort_keys=True, default=str) + "\n").encode())
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
+    """Append one run to this Unix user's own file of the race folder, after claiming its pseudonym."""
+    pool.append_record(record, own_runs_path(path).parent)
 
 
-def _read_file(path: Path, problems: list[str]) -> tuple[os.stat_result, list[str]] | None:
-    """The lines of one regular file of the folder (under a shared lock); None, with a problem, otherwise."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    except OSError as error:
-        problems.append(f"{path}: not read ({error.strerror or error}): skipped")
-        return None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            problems.append(f"{path}: not a regular file: skipped")
-            return None
-        fcntl.flock(fd, fcntl.LOCK_SH)
-        try:
-            chunks = []
-            while chunk := os.read(fd, 1 << 20):
-                chunks.append(chunk)
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-    except OSError as error:
-        problems.append(f"{path}: not read ({error.strerror or error}): skipped")
-        return None
-    finally:
-        os.close(fd)
-    return info, b"".join(chunks).decode("utf-8", errors="replace").splitlines()
+def _is_run(record: dict[str, Any]) -> bool:
+    return (isinstance(record.get("participant"), str) and bool(record["participant"])
+            and isinstance(record.get("submission"), str) and bool(record["submission"]))
 
 
 def read_board(path: Path | None = None) -> tuple[list[dict[str, Any]], list[str]]:
     """Every run of the race folder and what was skipped: ``(runs, problems)``. Runs are oldest first, each
     with ``user`` (the owner of its file) and ``not_theirs`` (why it is not that user's to post, or None)."""
     board = Path(path or leaderboard_path())
-    folder = board.parent
-    if not folder.is_dir():
-        return [], []
-    names = sorted({p.name for p in folder.glob(f"*{RUNS_SUFFIX}")} | ({board.name} if board.exists() else set()))
-    runs: list[dict[str, Any]] = []
-    problems: list[str] = []
-    seen: set[tuple[int, int]] = set()
-    for name in names:
-        found = _read_file(folder / name, problems)
-        if found is None:
-            continue
-        info, lines = found
-        if (info.st_dev, info.st_ino) in seen:
-            problems.append(f"{folder / name}: a second link to a file already read: skipped")
-            continue
-        seen.add((info.st_dev, info.st_ino))
-        owner = user_name(info.st_uid)
-        shared = info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-        bad = 0
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                record = None
-            if not (isinstance(record, dict) and isinstance(record.get("participant"), str) and record["participant"]
-                    and isinstance(record.get("submission"), str) and record["submission"]):
-                bad += 1
-                if bad == 1:
-                    problems.append(f"{folder / name} line {number}: not a run of the race: skipped")
-                continue
-            record["user"] = owner
-            record["not_theirs"] = (f"posted in {name}, a file other users can write (mode "
-                                    f"{stat.S_IMODE(info.st_mode):o}): not attributable" if shared else None)
-            runs.append(record)
-        if bad > 1:
-            problems.append(f"{folder / name}: {bad} lines in all are not runs of the race: skipped")
-    runs.sort(key=_posted)  # stable: a file's own order is kept
-    _mark_pseudonyms(runs, folder)
-    return runs, problems
-
-
-def _posted(run: dict[str, Any]) -> float:
-    value = run.get("posted")
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else float("inf")
-
-
-def _mark_pseudonyms(runs: list[dict[str, Any]], folder: Path) -> None:
-    """Mark the runs of a pseudonym posted by another user than its owner (its claim's owner, else the
-    user of its earliest attributable run)."""
-    owners: dict[str, str] = {}
-    for run in runs:
-        participant = run["participant"]
-        if participant not in owners:
-            claimed = claim_owner(folder / f"{participant}{CLAIM_SUFFIX}") if CLAIMABLE.fullmatch(participant) else None
-            if claimed is not None:
-                owners[participant] = claimed
-            elif run["not_theirs"] is None:
-                owners[participant] = run["user"]
-        owner = owners.get(participant)
-        if run["not_theirs"] is None and owner is not None and owner != run["user"]:
-            run["not_theirs"] = (f"pseudonym of another user: {participant!r} belongs to Unix user {owner}, "
-                                 f"posted by {run['user']}")
+    return pool.read_folder(board.parent, _is_run, "a run of the race", extra=[board.name] if board.exists() else [])
 
 
 def read_runs(path: Path | None = None) -> list[dict[str, Any]]:

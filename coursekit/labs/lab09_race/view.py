@@ -9,14 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from coursekit.labs.kit.plots import RECORDED_COLOR, new_figure
+from coursekit.labs.kit.pool import CLAIM_SUFFIX, RUNS_SUFFIX
 from coursekit.labs.kit.results import ResultsTable
-from coursekit.labs.lab09_race.leaderboard import (
-    BASELINE,
-    CLAIM_SUFFIX,
-    RUNS_SUFFIX,
-    leaderboard_path,
-    read_board,
-)
+from coursekit.labs.lab09_race.leaderboard import BASELINE, leaderboard_path, read_board
 from coursekit.labs.lab09_race.rules import Rules
 from coursekit.labs.lab09_race.verify import entries
 

@@ -31,6 +31,7 @@ again from the engine is harmless):
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -38,8 +39,6 @@ from typing import Any
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
-from torchvision.models import resnet18, resnet34, resnet50
-from torchvision.models.resnet import BasicBlock, Bottleneck
 
 from coursekit.train.config import MODELS
 from coursekit.train.models.airbench import MIN_SIDE as AIRBENCH_MIN_SIDE
@@ -54,7 +53,10 @@ CIFAR_STEM_CHANNELS = 64
 WRN_DEPTH = 16
 WRN_WIDEN_FACTOR = 4
 MIN_GHOST_BATCH = 2
-TORCHVISION_RESNETS = {"resnet18": resnet18, "resnet34": resnet34, "resnet50": resnet50}
+# torchvision's ResNets, imported when one is built: importing torchvision costs every engine process
+# ~2 CPU-s, and most runs (MLP, airbench, GPT, WRN) never need it
+TORCHVISION_RESNETS = ("resnet18", "resnet34", "resnet50")
+TORCHVISION_RESNET_MODULE = "torchvision.models.resnet"
 
 
 class DenseBlock(nn.Sequential):
@@ -88,7 +90,9 @@ def _require_images(name: str, input_shape: tuple[int, ...]) -> tuple[int, int, 
 
 def _resnet(name: str, num_classes: int, input_shape: tuple[int, ...]) -> nn.Module:
     channels, height, width = _require_images(name, input_shape)
-    model = TORCHVISION_RESNETS[name](weights=None, num_classes=num_classes)
+    from torchvision.models import resnet
+
+    model = getattr(resnet, name)(weights=None, num_classes=num_classes)
     if min(height, width) < CIFAR_STEM_BELOW:
         model.conv1 = nn.Conv2d(channels, CIFAR_STEM_CHANNELS, kernel_size=3, stride=1, padding=1, bias=False)
         model.maxpool = nn.Identity()
@@ -213,7 +217,10 @@ def _add_block_prefix(module: nn.Module, state_dict: dict, prefix: str, *args: A
 
 
 def _is_checkpoint_unit(module: nn.Module) -> bool:
-    return isinstance(module, (BasicBlock, Bottleneck)) or getattr(module, "checkpoint_unit", False)
+    resnet = sys.modules.get(TORCHVISION_RESNET_MODULE)  # not imported: no torchvision block can exist
+    if resnet is not None and isinstance(module, (resnet.BasicBlock, resnet.Bottleneck)):
+        return True
+    return bool(getattr(module, "checkpoint_unit", False))
 
 
 def apply_activation_checkpointing(model: nn.Module) -> nn.Module:

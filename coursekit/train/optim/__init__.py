@@ -69,9 +69,9 @@ def foreach_allowed(groups: list[dict[str, Any]]) -> bool | None:
     """False where DTensors (tensor-parallel weights) and plain tensors (the replicated embeddings and norms)
     share the optimizer: torch's multi-tensor (foreach) kernels, its default on CUDA, refuse the mix
     ("got mixed torch.Tensor and DTensor"); None (torch's default) otherwise."""
-    from torch.distributed.tensor import DTensor
+    from coursekit.train.parallel.measure import is_dtensor
 
-    kinds = {isinstance(p, DTensor) for g in groups for p in g["params"]}
+    kinds = {is_dtensor(p) for g in groups for p in g["params"]}
     return False if len(kinds) > 1 else None
 
 

@@ -22,11 +22,6 @@ from typing import Any
 
 from torch import nn
 
-try:
-    from torch.distributed.fsdp import fully_shard
-except ImportError:  # torch < 2.6
-    from torch.distributed._composable.fsdp import fully_shard
-
 from coursekit.train.models import ActivationCheckpoint, _is_checkpoint_unit, model_spec
 from coursekit.train.parallel import tensor
 
@@ -74,9 +69,19 @@ def shard_units(model: nn.Module, cfg: Any) -> list[nn.Module]:
             if m is not model and not isinstance(m, ActivationCheckpoint) and _is_checkpoint_unit(m)]
 
 
+def _fully_shard() -> Any:
+    """FSDP2's ``fully_shard``, imported when a run shards (DTensor's import costs ~1 s a process)."""
+    try:
+        from torch.distributed.fsdp import fully_shard
+    except ImportError:  # torch < 2.6
+        from torch.distributed._composable.fsdp import fully_shard
+    return fully_shard
+
+
 def apply(model: nn.Module, ctx: Any, cfg: Any) -> nn.Module:
     if ctx.mesh is None:
         return model
+    fully_shard = _fully_shard()
     reshard = cfg.parallel != "zero2"
     mesh = ctx.mesh
     if cfg.parallel == "fsdp_tp":

@@ -9,6 +9,7 @@ rank (``all_gather_object``), so that the rank that writes the summary holds the
 from __future__ import annotations
 
 import statistics
+import sys
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -17,15 +18,22 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-try:
-    from torch.distributed.tensor import DTensor
-except ImportError:  # torch < 2.5
-    from torch.distributed._tensor import DTensor
+DTENSOR_MODULES = ("torch.distributed.tensor", "torch.distributed._tensor")  # torch >= 2.5, older
+
+
+def is_dtensor(tensor: Any) -> bool:
+    """Is ``tensor`` a DTensor? Asked without importing DTensor (~1 s a process): none can exist before a
+    sharding strategy imported its module."""
+    for name in DTENSOR_MODULES:
+        module = sys.modules.get(name)
+        if module is not None and isinstance(tensor, module.DTensor):
+            return True
+    return False
 
 
 def local(tensor: torch.Tensor) -> torch.Tensor:
     """The part of ``tensor`` this rank holds (a DTensor's local shard)."""
-    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
+    return tensor.to_local() if is_dtensor(tensor) else tensor
 
 
 def tensor_bytes(tensors: Iterable[Any]) -> int:
@@ -75,7 +83,7 @@ def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     every rank must call it), then copied to the CPU."""
     state = {}
     for key, value in model.state_dict().items():
-        if isinstance(value, DTensor):
+        if is_dtensor(value):
             value = value.full_tensor()
         state[key] = value.detach().cpu().clone()
     return state

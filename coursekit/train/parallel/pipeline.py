@@ -25,7 +25,6 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
 from coursekit.train import data as train_data
 from coursekit.train.models import MODEL_SPECS, model_spec
@@ -40,7 +39,7 @@ from coursekit.train.parallel.measure import (
 STRATEGIES = ("pipeline",)
 OPTIONS = {"pipeline": ("pp", "microbatches", "stage_delay_ms")}
 SHARDED = STRATEGIES
-SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
+SCHEDULES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B"}  # torch.distributed.pipelining's
 NEEDS_WHOLE_MODEL = ("grad_noise_batches", "log_params", "target_acc", "trust_ratio_every")  # options
 
 
@@ -120,9 +119,11 @@ class PipelineRunner(nn.Module):
         self.microbatches, self.ctx = cfg.microbatches, ctx
         self.is_first, self.is_last = self.stage_index == 0, self.stage_index == self.stages - 1
         module = DelayedStage(part, cfg.stage_delay_ms) if cfg.stage_delay_ms else part
-        self.stage = PipelineStage(module, self.stage_index, self.stages, ctx.device, group=ctx.group("pp"))
-        self.schedule = SCHEDULES[cfg.pipeline_schedule](self.stage, cfg.microbatches, loss_fn=self._loss,
-                                                         scale_grads=False)
+        from torch.distributed import pipelining  # here: it imports torch._dynamo (~1.5 s a process)
+
+        self.stage = pipelining.PipelineStage(module, self.stage_index, self.stages, ctx.device, group=ctx.group("pp"))
+        schedule = getattr(pipelining, SCHEDULES[cfg.pipeline_schedule])
+        self.schedule = schedule(self.stage, cfg.microbatches, loss_fn=self._loss, scale_grads=False)
         self.clock = StageClock(1, ctx.device)
         self.stage.forward_one_chunk = self.clock.timed(0, self.stage.forward_one_chunk)
         self.stage.backward_one_chunk = self.clock.timed(0, self.stage.backward_one_chunk)

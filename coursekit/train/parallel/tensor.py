@@ -15,8 +15,6 @@ from functools import partial
 from typing import Any
 
 from torch import nn
-from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.tensor.parallel import parallelize_module
 
 from coursekit.train.models import MODEL_SPECS, model_spec
 from coursekit.train.parallel.measure import all_reduce_gradients
@@ -64,11 +62,13 @@ def problems(cfg: Any, world_size: int | None = None, device_type: str | None = 
     return world_problems(cfg, sizes(cfg, world_size)["tp"], world_size)
 
 
-def apply_plan(model: nn.Module, tp_mesh: DeviceMesh, cfg: Any) -> nn.Module:
+def apply_plan(model: nn.Module, tp_mesh: Any, cfg: Any) -> nn.Module:
     """Split every block of ``model`` over ``tp_mesh`` with the model spec's plan (in place)."""
     spec = model_spec(cfg.model)
     if spec.tp_plan is None or spec.blocks is None:
         raise ValueError(f"parallel={cfg.parallel!r}: model={cfg.model!r} declares no tensor-parallel plan")
+    from torch.distributed.tensor.parallel import parallelize_module  # here: DTensor costs ~1 s a process
+
     for block in spec.blocks(model):
         parallelize_module(block, tp_mesh, spec.tp_plan())
     return model

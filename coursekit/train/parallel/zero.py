@@ -13,7 +13,6 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.distributed.optim import ZeroRedundancyOptimizer
 
 from coursekit.train.parallel import ddp
 
@@ -41,5 +40,7 @@ def wrap_optimizer(optimizer: torch.optim.Optimizer, ctx: Any) -> torch.optim.Op
     groups = [dict(group) for group in optimizer.param_groups]
     accepted = inspect.signature(type(optimizer).__init__).parameters  # defaults may hold internal keys
     defaults = {k: v for k, v in optimizer.defaults.items() if k in accepted}
+    from torch.distributed.optim import ZeroRedundancyOptimizer  # here: not every run pays its import
+
     return ZeroRedundancyOptimizer(groups, optimizer_class=type(optimizer), process_group=ctx.group("dp"),
                                    **defaults)

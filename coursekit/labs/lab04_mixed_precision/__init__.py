@@ -2,12 +2,17 @@
 
 Small, exact demonstrations (they run in the kernel in milliseconds) and two measurements meant to
 run as jobs on a GPU (``matmul_tflops``) or anywhere (``training_flop_per_image``).
+
+``amp_check``: the participant's mixed-precision script checked (``labs.check_amp_script``); the scripts
+themselves (``train_fp32.py``, ``train_amp.py``) ship in ``scripts/`` (``SCRIPTS``), copies of the notebook
+folder's ``lab04_amp/`` (tests/notebooks/test_participant_view.py checks they are the same files).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -24,6 +29,7 @@ TF32_MANTISSA_BITS = 10
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 MATMUL_WARMUP = 3
 MATMUL_REPEATS = 20
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
 
 
 def formats_table() -> ResultsTable:
@@ -129,6 +135,8 @@ GPUS = 1  # GPUs the notebook needs at once in the gpu profile
 # validation accuracy of bf16/fp16 against fp32, one seed each, real data: the formats differed by up to 0.016
 # on Fashion-MNIST (cosine, 3 epochs, two seeds); a format that breaks training misses by far more (0.3-0.5)
 VAL_ACC_TOLERANCE = 0.03
+# the exercise's scripts, relative to the notebook folder (copies of SCRIPTS: check_amp_script runs them)
+SCRIPT_PATHS = {"fp32": "lab04_amp/train_fp32.py", "amp": "lab04_amp/train_amp.py"}
 
 
 def settings(profile: str) -> dict[str, Any]:
@@ -137,7 +145,8 @@ def settings(profile: str) -> dict[str, Any]:
         base = TrainConfig(model="mlp", dataset="generated", num_samples=2000, image_size=16, batch_size=64,
                            epochs=2, lr=0.05, **QUIET)
         return {"base": base, "precisions": ["fp32", "bf16", "fp16"], "ladder_base": None, "ladder": [],
-                "matmul_sizes": [], "job": job_options(profile, "00:10:00"), "timeout_s": 300}
+                "matmul_sizes": [], "job": job_options(profile, "00:10:00"), "timeout_s": 300,
+                "scripts": SCRIPT_PATHS}
     # cosine: at a constant LR of 0.1 the BatchNorm running statistics lag the moving weights and eval-mode
     # accuracy swings between 0.50 and 0.85 from epoch to epoch in every format (Fashion-MNIST, one H100,
     # bench/REPORT-real-data.md): an annealed LR lets the formats be compared on validation accuracy
@@ -151,6 +160,7 @@ def settings(profile: str) -> dict[str, Any]:
              {"precision": "bf16", "channels_last": True, "compile": True}]
     values = {"base": base, "precisions": ["fp32", "tf32", "bf16", "fp16"], "ladder_base": ladder, "ladder": rungs,
               "matmul_sizes": [4096, 4095, 4104], "job": job_options(profile, "00:30:00"), "timeout_s": 3600,
+              "scripts": SCRIPT_PATHS,
               "budget": workshop_budget({"GPU probe + matmuls": (2, 0.5), "precision sweep (3 epochs)": (4, 1.0),
                                          "ladder (60 steps)": (len(rungs), 1.5)})}
     return on_cifar10(values, "base")

@@ -1,0 +1,271 @@
+"""Pooled results of a room: a shared, append-only store where each participant's records land with their
+pseudonym, and every participant (and the instructor) reads the whole room's.
+
+A pool is a folder of the course, ``<course>/pools/<name>/`` (``pools`` in coursekit.toml moves them all,
+e.g. to a project space every participant can write). The folder is shared by several Unix users (a
+JupyterHub): mode 1777, sticky, so that everyone creates files and nobody deletes or replaces another's.
+Each user appends only to ``<unix user>.jsonl`` in it (created by them, mode 0644: they write, all read),
+one JSON line per record, in one ``write`` under an exclusive ``flock``: many kernels may post at once
+and no line is ever torn or lost. Readers merge every ``*.jsonl`` of the folder and attribute each record
+to the **owner of its file** (``record["user"]``), never to a field of the line. A pseudonym belongs to the
+user who claimed it first: posting creates ``<pseudonym>.claim`` in the folder (``O_EXCL``: the kernel
+decides who was first). Records of a pseudonym posted by another user, or read from a file other users can
+write, carry a ``not_theirs`` reason: shown, never counted. A line that is not a record of the pool, a link
+or an unreadable file is reported (``problems``) and skipped, never fatal.
+
+The race's leaderboard (lab 09) is such a folder; so are the pools of lab 06's team sweep::
+
+    pool.post("lab06-scaling-red", [{"participant": "ada", "n_gpu": 4, "img_s": 9100.0}])
+    records, problems = pool.read("lab06-scaling-red")
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import stat
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from coursekit.course import course_path, user_name
+
+POOLS_SETTING, DEFAULT_POOLS = "pools", "pools"  # coursekit.toml key, default folder of the course
+RUNS_SUFFIX, CLAIM_SUFFIX = ".jsonl", ".claim"  # <unix user>.jsonl: a writer's records; <pseudonym>.claim
+RUN_FILE_MODE = 0o644  # the owner writes, everyone (the instructor, the other participants) reads
+SHARED_FOLDER_MODE = 0o1777  # everyone creates files, nobody deletes or replaces another's (sticky)
+READER_FIELDS = ("user", "not_theirs")  # set by the reader from the file, never taken from a line
+CLAIMABLE = re.compile(r"[a-z][a-z0-9]*")  # pseudonyms that may have a claim file
+POOL_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,80}")
+
+
+def open_own(path: Path, flags: int) -> int:
+    """Open ``path`` (never through a link) and check it is this user's own regular file."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, RUN_FILE_MODE)
+    except FileExistsError:
+        raise  # a claim made first by someone: the caller asks whose
+    except OSError as error:
+        try:
+            holder = user_name(os.lstat(path).st_uid)
+        except OSError:
+            raise PermissionError(f"{path}: cannot write it ({error.strerror or error}): the shared folder "
+                                  f"{path.parent} must let every participant create a file (chmod 1777)") from error
+        raise PermissionError(f"{path} belongs to {holder}, not to you ({user_name(os.geteuid())}), or is a link: "
+                              "ask the instructor to remove it, then post again") from error
+    info = os.fstat(fd)
+    if info.st_uid != os.geteuid() or not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise PermissionError(f"{path} belongs to {user_name(info.st_uid)}, not to you "
+                              f"({user_name(os.geteuid())}): ask the instructor to remove it, then post again")
+    if stat.S_IMODE(info.st_mode) != RUN_FILE_MODE:
+        os.fchmod(fd, RUN_FILE_MODE)  # readable by all (a umask of 027 would hide it), writable by you only
+    return fd
+
+
+def claim(participant: str, folder: Path) -> str:
+    """Claim ``participant`` for this Unix user in ``folder`` (first come: ``<pseudonym>.claim`` made with
+    ``O_EXCL``); returns the user it belongs to (you, or whoever claimed it first)."""
+    if not CLAIMABLE.fullmatch(participant):
+        raise ValueError(f"participant {participant!r}: lower-case letters and digits, starting with a letter")
+    claim_path = folder / f"{participant}{CLAIM_SUFFIX}"
+    me = user_name(os.geteuid())
+    try:
+        fd = open_own(claim_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    except FileExistsError:
+        return claim_owner(claim_path) or me
+    try:
+        os.write(fd, f"{me}\n".encode())
+    finally:
+        os.close(fd)
+    return me
+
+
+def claim_owner(claim_path: Path) -> str | None:
+    """The user who claimed a pseudonym (the owner of its regular claim file), None without one."""
+    try:
+        info = os.lstat(claim_path)
+    except OSError:
+        return None
+    return user_name(info.st_uid) if stat.S_ISREG(info.st_mode) else None
+
+
+def own_file(folder: Path) -> Path:
+    """This Unix user's file in a shared folder: ``<folder>/<user>.jsonl``."""
+    return folder / f"{user_name(os.geteuid())}{RUNS_SUFFIX}"
+
+
+def append_record(record: dict[str, Any], folder: Path) -> None:
+    """Append one record to this Unix user's own file of ``folder`` (one ``write`` under ``flock``:
+    concurrent writers never interleave), after claiming its ``participant`` pseudonym (first come)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    participant = record.get("participant")
+    if isinstance(participant, str) and CLAIMABLE.fullmatch(participant):
+        claim(participant, folder)
+    line = {k: v for k, v in record.items() if k not in READER_FIELDS}
+    fd = open_own(own_file(folder), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            os.write(fd, (json.dumps(line, sort_keys=True, default=str) + "\n").encode())
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def read_lines(path: Path, problems: list[str]) -> tuple[os.stat_result, list[str]] | None:
+    """The lines of one regular file (under a shared lock); None, with a problem, otherwise."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError as error:
+        problems.append(f"{path}: not read ({error.strerror or error}): skipped")
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            problems.append(f"{path}: not a regular file: skipped")
+            return None
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        try:
+            chunks = []
+            while chunk := os.read(fd, 1 << 20):
+                chunks.append(chunk)
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    except OSError as error:
+        problems.append(f"{path}: not read ({error.strerror or error}): skipped")
+        return None
+    finally:
+        os.close(fd)
+    return info, b"".join(chunks).decode("utf-8", errors="replace").splitlines()
+
+
+def read_folder(folder: Path, is_record: Callable[[Any], bool], kind: str,
+                extra: Iterable[str] = ()) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every record of the ``*.jsonl`` files of ``folder`` (and the ``extra`` file names) that ``is_record``
+    accepts, each with ``user`` (its file's owner) and ``not_theirs``, oldest posted first; and what was
+    skipped (``kind`` names a record in those messages)."""
+    if not folder.is_dir():
+        return [], []
+    names = sorted({p.name for p in folder.glob(f"*{RUNS_SUFFIX}")} | set(extra))
+    records: list[dict[str, Any]] = []
+    problems: list[str] = []
+    seen: set[tuple[int, int]] = set()
+    for name in names:
+        found = read_lines(folder / name, problems)
+        if found is None:
+            continue
+        info, lines = found
+        if (info.st_dev, info.st_ino) in seen:
+            problems.append(f"{folder / name}: a second link to a file already read: skipped")
+            continue
+        seen.add((info.st_dev, info.st_ino))
+        owner = user_name(info.st_uid)
+        shared = info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+        bad = 0
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                record = None
+            if not (isinstance(record, dict) and is_record(record)):
+                bad += 1
+                if bad == 1:
+                    problems.append(f"{folder / name} line {number}: not {kind}: skipped")
+                continue
+            record["user"] = owner
+            record["not_theirs"] = (f"posted in {name}, a file other users can write (mode "
+                                    f"{stat.S_IMODE(info.st_mode):o}): not attributable" if shared else None)
+            records.append(record)
+        if bad > 1:
+            problems.append(f"{folder / name}: {bad} lines in all are not {kind}: skipped")
+    records.sort(key=_posted)  # stable: a file's own order is kept
+    mark_pseudonyms(records, folder)
+    return records, problems
+
+
+def _posted(record: dict[str, Any]) -> float:
+    value = record.get("posted")
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else float("inf")
+
+
+def mark_pseudonyms(records: list[dict[str, Any]], folder: Path) -> None:
+    """Mark the records of a pseudonym posted by another user than its owner (its claim's owner, else the
+    user of its earliest attributable record)."""
+    owners: dict[str, str] = {}
+    for record in records:
+        participant = record["participant"]
+        if participant not in owners:
+            claimed = claim_owner(folder / f"{participant}{CLAIM_SUFFIX}") if CLAIMABLE.fullmatch(participant) else None
+            if claimed is not None:
+                owners[participant] = claimed
+            elif record["not_theirs"] is None:
+                owners[participant] = record["user"]
+        owner = owners.get(participant)
+        if record["not_theirs"] is None and owner is not None and owner != record["user"]:
+            record["not_theirs"] = (f"pseudonym of another user: {participant!r} belongs to Unix user {owner}, "
+                                    f"posted by {record['user']}")
+
+
+def make_shared_folder(folder: Path) -> None:
+    """Create ``folder`` shared (1777) if it is missing, in one step: made and opened up under a temporary
+    name, then renamed into place, so that nobody ever sees it with this user's umask (two members who
+    create it at once: the first rename wins, the other's folder is removed)."""
+    if folder.is_dir():
+        return
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
+    os.chmod(staging, SHARED_FOLDER_MODE)
+    try:
+        os.rename(staging, folder)
+    except OSError:
+        staging.rmdir()
+        if not folder.is_dir():
+            raise
+
+
+# ---------------------------------------------------------------- pools: named folders of the course
+
+
+def pool_folder(name: str) -> Path:
+    """The folder of pool ``name``: ``<course>/pools/<name>/`` (``pools`` in coursekit.toml moves them)."""
+    if not isinstance(name, str) or not POOL_NAME.fullmatch(name):
+        raise ValueError(f"pool name {name!r}: lower-case letters, digits, '.', '_' and '-' (e.g. 'lab06-red')")
+    return course_path(POOLS_SETTING, DEFAULT_POOLS) / name
+
+
+def _is_pool_record(record: Any) -> bool:
+    return isinstance(record.get("participant"), str) and bool(record["participant"])
+
+
+def post(name: str, records: Iterable[dict[str, Any]]) -> int:
+    """Append ``records`` (each with its ``participant`` pseudonym) to pool ``name``; returns how many. The
+    pool's folder is made shared (1777) when this user creates it."""
+    folder = pool_folder(name)
+    records = list(records)
+    for record in records:
+        if not _is_pool_record(record):
+            raise ValueError(f"pool {name}: every record needs a 'participant' (a pseudonym); got {record!r}")
+    make_shared_folder(folder)
+    now = time.time()
+    for record in records:
+        append_record({"posted": now, **record}, folder)
+    return len(records)
+
+
+def read(name: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every record of pool ``name`` (``user``: the Unix user who posted it; ``not_theirs``: why it does not
+    count, or None), oldest first, and what was skipped."""
+    return read_folder(pool_folder(name), _is_pool_record, "a record of the pool")
+
+
+def counted(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records that count: their poster's own pseudonym, in a file only they can write."""
+    return [r for r in records if not r.get("not_theirs")]

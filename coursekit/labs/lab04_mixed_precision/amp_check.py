@@ -1,0 +1,546 @@
+"""Check a participant's mixed-precision script against the fp32 script it came from, in plain words.
+
+``check_amp_script("lab04_amp/train_amp.py")`` runs the script (float16 by default) with the loss of one
+step made infinite on purpose (``--poison-step``), and ``train_fp32.py`` (found next to it) as the
+reference, then judges:
+
+- **run**: the script runs to its end;
+- **autocast**: the layers computed in the low precision under ``torch.autocast``, from float32 weights;
+- **scaler**: a ``GradScaler`` scaled the loss, and its scale halved at the overflowed step;
+- **skipped**: the optimizer skipped the overflowed step (the weights stay finite);
+- **master_weights**: the weights the optimizer updates, and the checkpoint, are float32;
+- **speed**: the time per step against float32; judged on a GPU only (a CPU has no tensor cores).
+
+The script must take the reference's options (``--steps --batch-size --width --lr --seed --device --dtype
+--poison-step --out``) and save ``{"model": state_dict}`` (or a bare state_dict) with ``torch.save``.
+What it did is recorded from inside (``amp_runner.py``). On a CPU one server process imports torch once and
+forks a child per run, so a check takes seconds; on a GPU each run is a process of its own (a forked child
+cannot use CUDA once its parent started it), and the two runs take turns so that their times are fair. The
+reference runs once per set of options and is cached.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import select
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from coursekit.labs.kit import script_check
+from coursekit.labs.kit.script_check import FAIL, PASS, SKIP, Check, CheckReport, read_text, tail
+from coursekit.labs.lab04_mixed_precision import SCRIPTS
+
+REFERENCE_NAME = "train_fp32.py"
+SOLUTION = SCRIPTS / "train_amp.py"  # the packaged copy of notebooks/lab04_amp/train_amp.py
+RUNNER = Path(__file__).with_name("amp_runner.py")
+STDOUT, STDERR, RECORD, EXIT = "stdout.txt", "stderr.txt", "record.json", "exit.txt"  # amp_runner's files
+DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+DEVICES = ("auto", "cpu", "cuda")
+DEFAULT_TIMEOUT_S = 120.0
+SERVER_START_S = 120.0  # importing torch on a busy machine
+STOP_GRACE_S = script_check.STOP_GRACE_S  # a stopped run gets this long to end before SIGKILL
+POLL_S = 0.05
+TIMING_WARMUP = 2  # step intervals left out of the time per step (first calls pick kernels, allocate)
+MIN_SPEEDUP = 1.3  # on a GPU, float16/bfloat16 matrix products on tensor cores beat float32 by far more
+BACKOFF = 0.5  # GradScaler's default backoff_factor: the scale halves after an overflow
+CHECK_QUESTIONS = {
+    "run": "the script runs to its end",
+    "autocast": "the layers compute in low precision under autocast",
+    "scaler": "a GradScaler scales the loss; its scale drops after an overflow",
+    "skipped": "the step whose gradient overflowed is skipped",
+    "master_weights": "the weights the optimizer updates stay float32",
+    "speed": "a step is faster than in float32",
+}
+# the end of an error, and what it means in the participant's script
+ERROR_HINTS = {
+    "No inf checks were recorded prior to update": (
+        "scaler.update() found no step taken by the scaler: call scaler.step(optimizer) instead of "
+        "optimizer.step() (the scaler unscales the gradients and skips the step if one is inf or NaN)"),
+    "Attempting to unscale FP16 gradients": (
+        "the gradients are float16 because the weights are (model.half() or .to(float16)?): keep the model "
+        "in float32; autocast casts the weights to float16 inside each operation"),
+}
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    """What both scripts run with: a few steps of a small model, one step's loss made infinite."""
+
+    steps: int = 6
+    batch_size: int = 32
+    width: int = 64
+    lr: float = 0.05
+    seed: int = 0
+    poison_step: int = 3
+
+    def argv(self, device: str, dtype: str, out: Path, poison: bool) -> list[str]:
+        return ["--steps", str(self.steps), "--batch-size", str(self.batch_size), "--width", str(self.width),
+                "--lr", repr(self.lr), "--seed", str(self.seed), "--device", device, "--dtype", dtype,
+                "--poison-step", str(self.poison_step if poison else 0), "--out", str(out)]
+
+
+# on a GPU the model must be large enough for tensor cores to matter, and the run long enough to time
+GPU_OPTIONS = CheckOptions(steps=30, batch_size=2048, width=4096)
+
+
+@dataclass(repr=False)  # repr: CheckReport's text table
+class AMPCheckReport(CheckReport):
+    """The verdicts, and what was measured (for the notebook to show)."""
+
+    script: str
+    dtype: str
+    device: str
+    checks: list[Check]
+    seconds: float = 0.0
+    scales: list[tuple[int, float]] = field(default_factory=list)  # (step, scale after it)
+    applied_steps: list[int] = field(default_factory=list)  # the steps the optimizer took
+    step_ms: float | None = None
+    reference_step_ms: float | None = None
+    losses: list[float] = field(default_factory=list)
+    reference_losses: list[float] = field(default_factory=list)
+    output: str = ""
+    questions = CHECK_QUESTIONS
+
+    @property
+    def speedup(self) -> float | None:
+        return self.reference_step_ms / self.step_ms if self.step_ms and self.reference_step_ms else None
+
+    @property
+    def ok(self) -> bool:  # skipped checks do not count against the script, but it must have run
+        return not self.failed and self["run"].verdict == PASS
+
+    def headline(self) -> str:
+        return f"mixed-precision check of {self.script} ({self.dtype}, {self.device}): {self.summary()}"
+
+
+@dataclass
+class ScriptRun:
+    returncode: int | None  # None: stopped, or ended without the runner's exit code
+    timed_out: bool
+    stdout: str
+    stderr: str
+    record: dict[str, Any] | None
+    checkpoint: Any  # what the script saved with torch.save (None: nothing, or unreadable)
+    checkpoint_note: str
+    seconds: float
+
+
+# Mistakes planted in the solution (scripts/train_amp.py) for the tests and the notebook:
+# name -> (what it does, the (old, new) replacements that make it)
+PLANTED_MISTAKES: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
+    "no_autocast": ("the forward pass and the loss outside torch.autocast", ((
+        "        with torch.autocast(device.type, dtype=dtype):\n"
+        "            logits = model(features[batch])\n"
+        "            loss = nn.functional.cross_entropy(logits, labels[batch])\n",
+        "        logits = model(features[batch])\n"
+        "        loss = nn.functional.cross_entropy(logits, labels[batch])\n"),)),
+    "no_scaler": ("backward on the unscaled loss, and a plain optimizer step", ((
+        "        scaler.scale(loss).backward()\n        scaler.step(optimizer)\n        scaler.update()\n",
+        "        loss.backward()\n        optimizer.step()\n"),)),
+    "optimizer_step": ("optimizer.step() instead of scaler.step(optimizer)", (
+        ("        scaler.step(optimizer)\n", "        optimizer.step()\n"),)),
+    "unscale_then_optimizer_step": ("the gradients unscaled by hand, then optimizer.step()", (
+        ("        scaler.step(optimizer)\n", "        scaler.unscale_(optimizer)\n        optimizer.step()\n"),)),
+    "model_half": ("the model converted to float16 (model.half())", (
+        ("    model = make_model(args.width).to(device)\n", "    model = make_model(args.width).to(device, DTYPES[args.dtype])\n"),)),
+}
+
+
+# ---------------------------------------------------------------- running: one server, a child per run
+
+class _Server:
+    """amp_runner.py, started once per Python session: it has imported torch, and forks a child per run."""
+
+    def __init__(self) -> None:
+        self.process: subprocess.Popen | None = None
+        self.lock = threading.Lock()
+        self.log: Path | None = None  # the server's own error output (a broken torch install shows there)
+        atexit.register(self.stop)
+
+    def _start(self) -> subprocess.Popen:
+        fd, name = tempfile.mkstemp(prefix="amp-check-server-", suffix=".err")
+        self.log = Path(name)
+        with os.fdopen(fd, "wb") as err:
+            return subprocess.Popen([sys.executable, "-u", str(RUNNER)], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, stderr=err, env=_runner_env(), start_new_session=True)
+
+    def fork(self, request: dict[str, Any]) -> int:
+        """Start one run; the child's process id (it leads its own process group)."""
+        with self.lock:
+            if self.process is None or self.process.poll() is not None:
+                self.process = self._start()
+            process = self.process
+            process.stdin.write((json.dumps(request) + "\n").encode())
+            process.stdin.flush()
+            ready, _, _ = select.select([process.stdout], [], [], SERVER_START_S)
+            line = process.stdout.readline() if ready else b""
+            if not line:
+                log = read_text(self.log) if self.log else ""
+                self.stop()
+                raise RuntimeError(f"the checker's runner did not start: {tail(log)}")
+            return int(json.loads(line)["pid"])
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            with contextlib.suppress(OSError):
+                self.process.stdin.close()
+            try:
+                self.process.wait(STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                _kill_group(self.process.pid)
+                self.process.wait()
+        self.process = None
+        if self.log is not None:
+            self.log.unlink(missing_ok=True)
+            self.log = None
+
+
+_SERVER = _Server()
+
+
+def _runner_env() -> dict[str, str]:
+    # NVML_BASED_CUDA_CHECK: torch.cuda.is_available() asks NVML, and does not start CUDA in the server
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _kill_group(pid: int, alive: Callable[[], bool] | None = None) -> None:
+    """Stop a process group this module started (a run's child leads its own), leader first."""
+    alive = alive or (lambda: _alive(pid))
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, sig)
+        deadline = time.monotonic() + STOP_GRACE_S
+        while alive() and time.monotonic() < deadline:
+            time.sleep(POLL_S)
+        if not alive():
+            break
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)  # what the script started, if anything is left
+
+
+def run_script(script: Path, args: list[str], workdir: Path, timeout_s: float, fork: bool = True) -> ScriptRun:
+    """Run `script` with `args` in `workdir` under the recording runner: forked from the server (`fork`),
+    or in a process of its own (on a GPU: a child forked after CUDA started could not use it)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    request = {"script": str(script), "args": args, "workdir": str(workdir)}
+    process = None
+    if fork:
+        pid = _SERVER.fork(request)
+    else:
+        process = subprocess.Popen([sys.executable, "-u", str(RUNNER), "--run", json.dumps(request)], cwd=workdir,
+                                   env=_runner_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL, start_new_session=True)
+        pid = process.pid
+
+    def alive() -> bool:  # the server's children are reaped by the system; our own child, by poll()
+        return process.poll() is None if process is not None else _alive(pid)
+
+    start = time.monotonic()  # the server's start (importing torch, once per session) is not the script's time
+    deadline, timed_out = start + timeout_s, False
+    while alive() and not (workdir / EXIT).is_file():
+        if time.monotonic() > deadline:
+            timed_out = True
+            break
+        time.sleep(POLL_S)
+    if not timed_out:  # the exit code is written just before the child ends
+        end = time.monotonic() + STOP_GRACE_S
+        while alive() and time.monotonic() < end:
+            time.sleep(POLL_S)
+    _kill_group(pid, alive)  # and whatever the script started
+    if process is not None:
+        process.wait()
+    seconds = time.monotonic() - start
+    exit_text = read_text(workdir / EXIT).strip()
+    record_text = read_text(workdir / RECORD)
+    checkpoint, note = _load_checkpoint(workdir / "out")
+    return ScriptRun(int(exit_text) if exit_text and not timed_out else None, timed_out, read_text(workdir / STDOUT),
+                     read_text(workdir / STDERR), json.loads(record_text) if record_text else None, checkpoint, note,
+                     seconds)
+
+
+def _load_checkpoint(folder: Path) -> tuple[Any, str]:
+    files = sorted(folder.rglob("*.pt")) + sorted(folder.rglob("*.pth"))
+    if not files:
+        return None, f"no checkpoint (*.pt) was saved in --out ({folder.name}/)"
+    try:
+        return torch.load(files[0], map_location="cpu", weights_only=True), ""
+    except Exception as error:  # noqa: BLE001 - any unreadable file is reported as such
+        return None, f"cannot load {files[0].name}: {error}"
+
+
+def _without_runner(stderr: str) -> str:
+    return script_check.without_runner(stderr, RUNNER.name)
+
+
+def _losses(stdout: str) -> list[float]:
+    losses = []
+    for line in stdout.splitlines():
+        words = line.split()
+        if len(words) >= 4 and words[0] == "step" and words[2] == "loss":
+            with contextlib.suppress(ValueError):
+                losses.append(float(words[3]))
+    return losses
+
+
+def _step_ms(record: dict[str, Any] | None) -> float | None:
+    """Median time between two backward passes (one whole step), after the warm-up steps."""
+    times = (record or {}).get("backward_times", [])
+    intervals = [b - a for a, b in zip(times, times[1:], strict=False)][TIMING_WARMUP:]
+    return 1000 * statistics.median(intervals) if intervals else None
+
+
+_REFERENCE_CACHE: dict[tuple, ScriptRun] = {}
+
+
+def reference_run(reference: Path, options: CheckOptions, device: str, timeout_s: float) -> ScriptRun:
+    """The fp32 script's run (no poisoned step); once per session, script version, options and device."""
+    stat = reference.stat()
+    key = (str(reference), stat.st_mtime_ns, stat.st_size, options, device)
+    if key not in _REFERENCE_CACHE:
+        with tempfile.TemporaryDirectory(prefix="amp-check-fp32-") as folder:
+            run = run_script(reference, options.argv(device, "float16", Path(folder) / "out", poison=False),
+                             Path(folder), timeout_s, fork=device == "cpu")
+        if run.returncode != 0:
+            why = f"did not finish within {timeout_s:.0f} s" if run.timed_out else (
+                f"failed (exit code {run.returncode}): {tail(_without_runner(run.stderr))}")
+            raise RuntimeError(f"the float32 reference {reference} {why}")
+        _REFERENCE_CACHE[key] = run
+    return _REFERENCE_CACHE[key]
+
+
+# ---------------------------------------------------------------- the checks
+
+def _check_run(run: ScriptRun, timeout_s: float, steps: int) -> Check:
+    if run.timed_out:
+        return Check("run", FAIL, f"the script did not finish within {timeout_s:.0f} s and was stopped (a loop "
+                                  f"that never ends? waiting for input?). Its last lines:\n"
+                                  f"{tail(run.stdout + run.stderr, 3)}")
+    if run.returncode is None or run.record is None:
+        return Check("run", FAIL, "the script ended without the checker's record (killed by a signal, or "
+                                  f"os._exit()?); the end of its error output:\n{tail(run.stderr)}")
+    if run.returncode != 0:
+        hints = [hint for words, hint in ERROR_HINTS.items() if words in run.stderr]
+        return Check("run", FAIL, f"the script failed with exit code {run.returncode}; the end of its error "
+                                  f"output:\n{tail(_without_runner(run.stderr))}"
+                                  + "".join(f"\n→ {hint}" for hint in hints))
+    return Check("run", PASS, f"{run.record['backwards']} of {steps} steps ran a backward pass, in "
+                              f"{run.seconds:.1f} s")
+
+
+def _check_autocast(record: dict[str, Any], dtype: str) -> Check:
+    layers = record["layers"]
+    if not layers:
+        return Check("autocast", FAIL, "no layer with weights ran a forward pass (the checker watches torch.nn "
+                                       "layers such as nn.Linear)")
+    wanted = str(DTYPES[dtype])
+    names = sorted({entry[0] for entry in layers})
+    weights = sorted({entry[4].removeprefix("torch.") for entry in layers})
+    off = [entry for entry in layers if not entry[1]]
+    other = sorted({entry[2].removeprefix("torch.") for entry in layers if entry[1] and entry[2] != wanted})
+    if off and all(entry[3] == wanted for entry in off):
+        return Check("autocast", FAIL, f"the layers computed in {dtype} only because their weights are {dtype} "
+                                       "(model.half()?): autocast was off. Keep the weights float32 and run the "
+                                       "forward pass under torch.autocast(device.type, dtype=dtype)")
+    if off:
+        some = "the layers" if len(off) == len(layers) else f"some layers ({', '.join(sorted({e[0] for e in off}))})"
+        return Check("autocast", FAIL, f"{some} computed in {', '.join(sorted({e[3].removeprefix('torch.') for e in off}))}"
+                                       f": autocast was off during the forward pass. Run the forward pass and the "
+                                       f"loss under torch.autocast(device.type, dtype=dtype), on the device the "
+                                       f"model runs on ({off[0][5]})")
+    if other:
+        return Check("autocast", FAIL, f"autocast computed in {', '.join(other)}, but the run asked --dtype {dtype}: "
+                                       "pass dtype=dtype (from --dtype) to torch.autocast")
+    return Check("autocast", PASS, f"{', '.join(names)} layers computed in {dtype} under autocast; their weights "
+                                   f"are {', '.join(weights)}")
+
+
+def _check_scaler(record: dict[str, Any], dtype: str, poison_step: int) -> tuple[Check, list[tuple[int, float]]]:
+    scalers, updates = record["scalers"], [(int(s), float(v)) for s, v in record["updates"]]
+    enabled = [s for s in scalers if s["enabled"]]
+    if dtype == "bfloat16":
+        note = " (an enabled one does no harm)" if enabled else ""
+        return Check("scaler", PASS, f"bfloat16 has the range of float32: no scaler needed{note}"), updates
+    if not scalers:
+        return Check("scaler", FAIL, "no torch.amp.GradScaler was created: float16 gradients below 6e-8 become 0 "
+                                     "(underflow) and an overflow goes unnoticed. Create scaler = "
+                                     "torch.amp.GradScaler(device.type)"), updates
+    if not enabled:
+        return Check("scaler", FAIL, "the GradScaler is disabled (enabled=False), but the run computes in float16: "
+                                     "enable it for float16"), updates
+    if record["scale_calls"] == 0:
+        return Check("scaler", FAIL, "the loss was never scaled: call scaler.scale(loss).backward() instead of "
+                                     "loss.backward(), so that small gradients survive in float16"), updates
+    if not updates:
+        return Check("scaler", FAIL, "scaler.update() was never called: the scale never moves. Call it once per "
+                                     "step, after scaler.step(optimizer)"), updates
+    scale_at = dict(updates)
+    if poison_step not in scale_at:
+        return Check("scaler", FAIL, f"scaler.update() was not called at step {poison_step} (its loss was made "
+                                     "infinite): call it every step, after scaler.step(optimizer)"), updates
+    before = scale_at.get(poison_step - 1, enabled[0]["init_scale"])
+    after = scale_at[poison_step]
+    shown = ", ".join(f"{scale:g}" for _, scale in updates)
+    if after == before * BACKOFF:
+        return Check("scaler", PASS, f"the scale went {before:g} → {after:g} at step {poison_step}, whose loss was "
+                                     f"made infinite (scale after each step: {shown})"), updates
+    return Check("scaler", FAIL, f"the scale stayed {after:g} at step {poison_step} (was {before:g}), although its "
+                                 f"loss was made infinite (scale after each step: {shown}): the scaler must see "
+                                 "the gradients: scaler.scale(loss).backward(), scaler.step(optimizer), "
+                                 "scaler.update()"), updates
+
+
+def _check_skipped(run: ScriptRun, dtype: str, poison_step: int, steps: int) -> Check:
+    if dtype == "bfloat16":
+        return Check("skipped", SKIP, "bfloat16 needs no scaler: no step was made to overflow")
+    applied, finite = run.record["applied"], run.record["finite_after"]
+    if not applied:
+        return Check("skipped", FAIL, "the optimizer never took a step: call scaler.step(optimizer) every step")
+    if poison_step in applied:
+        broken = not finite[applied.index(poison_step)]
+        what = "the weights became inf or NaN, and training is lost" if broken else "the weights moved"
+        return Check("skipped", FAIL, f"step {poison_step}'s gradient was infinite, and the optimizer applied it: "
+                                      f"{what}. scaler.step(optimizer) checks the gradients and skips such a step; "
+                                      "optimizer.step() does not")
+    if not all(finite):
+        return Check("skipped", FAIL, "the weights became inf or NaN at a step the optimizer took")
+    return Check("skipped", PASS, f"step {poison_step} (infinite gradient) was skipped; the optimizer took "
+                                  f"{len(applied)} of {steps} steps and the weights stayed finite")
+
+
+def _weights(checkpoint: Any) -> dict[str, torch.Tensor] | None:
+    if isinstance(checkpoint, dict) and isinstance(checkpoint.get("model"), dict):
+        checkpoint = checkpoint["model"]
+    if isinstance(checkpoint, dict) and checkpoint and all(isinstance(v, torch.Tensor) for v in checkpoint.values()):
+        return {k: v for k, v in checkpoint.items() if v.is_floating_point()}
+    return None
+
+
+def _check_master_weights(run: ScriptRun) -> Check:
+    weights = _weights(run.checkpoint)
+    seen = sorted({entry[4].removeprefix("torch.") for entry in (run.record or {}).get("layers", [])})
+    if weights is None:
+        if seen and seen != ["float32"]:
+            return _low_precision_weights(", ".join(seen), "the layers' weights were")
+        note = run.checkpoint_note or "the checkpoint holds no state_dict"
+        return Check("master_weights", FAIL, f"{note}: save {{'model': model.state_dict()}} with torch.save in --out")
+    dtypes = sorted({str(v.dtype).removeprefix("torch.") for v in weights.values()})
+    if dtypes != ["float32"]:
+        return _low_precision_weights(", ".join(dtypes), "the saved weights are")
+    return Check("master_weights", PASS, f"the {len(weights)} saved weight tensors are float32: the optimizer updated "
+                                        "float32 weights")
+
+
+def _low_precision_weights(dtypes: str, what: str) -> Check:
+    return Check("master_weights", FAIL, f"{what} {dtypes}: the model was converted (model.half() or "
+                                         ".to(float16)?). An update smaller than half a unit of a float16 weight's "
+                                         "last digit is lost when added to it. Keep the model float32: autocast "
+                                         "casts a low-precision copy inside each operation")
+
+
+def _check_speed(report: AMPCheckReport, autocast_ok: bool) -> Check:
+    ms, reference_ms, speedup = report.step_ms, report.reference_step_ms, report.speedup
+    if speedup is None:
+        return Check("speed", SKIP, "too few steps to time")
+    measured = (f"float32 {reference_ms:.2f} ms, {report.dtype} {ms:.2f} ms per step (median after "
+                f"{TIMING_WARMUP + 1} steps): ×{speedup:.2f}")
+    if report.device != "cuda":
+        return Check("speed", SKIP, f"{measured}; not judged on a CPU: it has no tensor cores, and {report.dtype} "
+                                    "often runs slower there")
+    if speedup >= MIN_SPEEDUP:
+        return Check("speed", PASS, measured)
+    why = "" if autocast_ok else " (autocast is not on: see above)"
+    return Check("speed", FAIL, f"{measured}, less than ×{MIN_SPEEDUP}{why}")
+
+
+# ---------------------------------------------------------------- the entry point
+
+def check_amp_script(path: str | os.PathLike, reference: str | os.PathLike | None = None, *,
+                     dtype: str = "float16", device: str = "auto", options: CheckOptions | None = None,
+                     timeout_s: float = DEFAULT_TIMEOUT_S) -> AMPCheckReport:
+    """Run the mixed-precision script `path` (one step's loss made infinite) and the fp32 script (default:
+    train_fp32.py next to `path`); the report says what is wrong, check by check."""
+    script = Path(path).expanduser().resolve()
+    if not script.is_file():
+        raise FileNotFoundError(f"path={str(path)!r}: no such script ({script}); give the path of your "
+                                "mixed-precision script, relative to the notebook's folder, e.g. "
+                                "'lab04_amp/train_amp.py'")
+    reference_path = (Path(reference).expanduser().resolve() if reference is not None
+                      else script.with_name(REFERENCE_NAME))
+    if not reference_path.is_file():
+        given = f"reference={str(reference)!r}" if reference is not None else f"no {REFERENCE_NAME} next to {script.name}"
+        raise FileNotFoundError(f"{given}: no float32 script at {reference_path}; pass reference= the script your "
+                                "mixed-precision version was made from")
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype={dtype!r}: use one of {', '.join(DTYPES)}")
+    if device not in DEVICES:
+        raise ValueError(f"device={device!r}: use one of {', '.join(DEVICES)}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device='cuda': no GPU is visible in this kernel; use device='cpu' or 'auto'")
+    if timeout_s <= 0:
+        raise ValueError(f"timeout_s={timeout_s!r}: give a positive number of seconds")
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
+    options = options or (GPU_OPTIONS if device == "cuda" else CheckOptions())
+    if not 1 <= options.poison_step <= options.steps - 1:
+        raise ValueError(f"options.poison_step={options.poison_step}: choose a step from 1 to steps - 1 "
+                         f"({options.steps - 1}), so that a step follows it")
+    poison = dtype == "float16"
+    print(f"checking {path}: {script.name} in {dtype} beside {reference_path.name} in float32, {options.steps} "
+          f"steps each on the {device.upper() if device == 'cpu' else 'GPU'}"
+          + (f"; the loss of step {options.poison_step} is made infinite on purpose" if poison else "") + " ...",
+          flush=True)
+    with ThreadPoolExecutor(max_workers=1) as pool, tempfile.TemporaryDirectory(prefix="amp-check-") as folder:
+        # on a CPU the reference runs beside the script; on a GPU after it, so that neither slows the other
+        pending = pool.submit(reference_run, reference_path, options, device, timeout_s) if device == "cpu" else None
+        run = run_script(script, options.argv(device, dtype, Path(folder) / "out", poison), Path(folder), timeout_s,
+                         fork=device == "cpu")
+        fp32 = pending.result() if pending is not None else reference_run(reference_path, options, device, timeout_s)
+    report = AMPCheckReport(str(path), dtype, device, [], seconds=run.seconds, output=run.stdout,
+                            step_ms=_step_ms(run.record), reference_step_ms=_step_ms(fp32.record),
+                            losses=_losses(run.stdout), reference_losses=_losses(fp32.stdout))
+    checked = replace(options, poison_step=options.poison_step if poison else 0)
+    run_check = _check_run(run, timeout_s, options.steps)
+    if run_check.verdict != PASS:
+        # float16 weights are often why it failed (GradScaler refuses to unscale float16 gradients): say so
+        seen = sorted({e[4].removeprefix("torch.") for e in (run.record or {}).get("layers", [])})
+        master = _low_precision_weights(", ".join(seen), "the layers' weights were") if seen not in ([], ["float32"]) else None
+        report.checks = [run_check, *(
+            master if name == "master_weights" and master is not None
+            else Check(name, SKIP, "the script did not run to its end") for name in CHECK_QUESTIONS if name != "run")]
+        return report
+    autocast = _check_autocast(run.record, dtype)
+    scaler, report.scales = _check_scaler(run.record, dtype, checked.poison_step)
+    report.applied_steps = list(run.record["applied"])
+    report.checks = [run_check, autocast, scaler, _check_skipped(run, dtype, checked.poison_step, options.steps),
+                     _check_master_weights(run)]
+    report.checks.append(_check_speed(report, autocast.verdict == PASS))
+    return report
+
+
+def plant_mistake(mistake: str, target: str | os.PathLike, solution: str | os.PathLike = SOLUTION) -> Path:
+    """Write the solution with one of PLANTED_MISTAKES into `target` (a .py file); its path."""
+    return script_check.plant_mistake(PLANTED_MISTAKES, mistake, target, solution)
