@@ -1,4 +1,4 @@
-"""Test scheduling across pytest-xdist workers (``-n 2 --dist loadgroup``, set in pyproject.toml).
+"""Test scheduling across pytest-xdist workers (``-n 3 --dist loadgroup``, set in pyproject.toml).
 
 Two rules keep parallel runs correct:
 
