@@ -40,9 +40,10 @@ from coursekit.labs.kit.settings import Settings
 from coursekit.labs.kit.ticket import Question, exit_ticket
 from coursekit.labs.lab06_data_parallel.horovod import horovod_table
 
-__all__ = ["LABS", "Profile", "Question", "ResultsTable", "Sweep", "check_claim", "check_ddp_script", "choose_profile",
-           "choose_pseudonym", "collect", "engine_command", "exit_ticket", "horovod_table", "is_oom", "job_name",
-           "lab_gpus", "lab_settings", "load_recording", "loglog_slope", "on_standin", "predict", "reveal", "run_sweep",
+__all__ = ["LABS", "Profile", "Question", "ResultsTable", "Sweep", "check_amp_script", "check_claim",
+           "check_ddp_script", "check_fsdp_script", "check_large_batch_rules", "choose_profile", "choose_pseudonym",
+           "collect", "engine_command", "exit_ticket", "horovod_table", "is_oom", "job_name", "lab_gpus",
+           "lab_settings", "load_recording", "loglog_slope", "on_standin", "predict", "reveal", "run_sweep",
            "saturates", "share_of_increases", "submit_sweep", "summarize_run", "time_to_target", "wait_all",
            "wait_until_training"]
 

@@ -62,11 +62,11 @@ from coursekit.labs.lab06_data_parallel.team import TeamPart, post_part, take_pa
 from coursekit.train.config import TrainConfig
 
 __all__ = ["EQUIVALENCE_TOLERANCE_CPU", "EXAMPLE_NCCL_LOG", "FLOAT_BYTES", "GPUS", "MB", "ONE_BUCKET_MB", "SCRIPTS",
-           "NcclReport", "RichTable", "bucket_overlap", "bucket_table", "ddp_equivalence", "describe_recording",
-           "equivalence_table", "parse_nccl_log", "recorded_busbw_table", "recorded_nccl_logs",
-           "recorded_scaling_table", "recorded_scaling_tables", "rich", "same_order_every_epoch", "sampler_orders",
-           "scaling_batches", "scaling_figure", "scaling_tables", "settings", "take_part", "team_table",
-           "two_node_options", "usable_gpu_counts", "post_part", "TeamPart"]
+           "NcclReport", "RichTable", "TeamPart", "bucket_overlap", "bucket_table", "ddp_equivalence",
+           "describe_recording", "equivalence_table", "parse_nccl_log", "post_part", "recorded_busbw_table",
+           "recorded_nccl_logs", "recorded_scaling_table", "recorded_scaling_tables", "rich", "same_order_every_epoch",
+           "sampler_orders", "scaling_batches", "scaling_figure", "scaling_tables", "settings", "take_part",
+           "team_table", "two_node_options", "usable_gpu_counts"]
 
 # The lab's scripts as shipped with coursekit (package data); participants work on their copies in the
 # notebook folder (notebooks/lab06_ddp/, the same files: tests/notebooks/test_participant_view.py checks it).
