@@ -616,11 +616,13 @@ ROOM_COLUMNS["exit_tickets"] = exit_ticket_cells
 
 
 def room_table(roots: list[str | os.PathLike] | None = None, prefix: str | None = None, *,
-               stderr_lines: int = STDERR_LINES, warnings: list[str] | None = None) -> list[dict[str, Any]]:
+               stderr_lines: int = STDERR_LINES, warnings: list[str] | None = None,
+               predictions: list[str] | None = None) -> list[dict[str, Any]]:
     """The room, one row per participant, those needing help first (``coursekit instructor room``; a
     notebook widget shows it with ``show_room``). ``roots``: participants' jobs or course folders (default
     this course's); ``prefix``: the course's job prefix (default its coursekit.toml's); what could not be read
-    is appended to ``warnings`` (when a list is given), never raised."""
+    is appended to ``warnings`` (when a list is given), never raised; the room's predictions against what it
+    measured, one line per question, to ``predictions`` (when a list is given)."""
     if roots is not None and (isinstance(roots, (str, os.PathLike)) or not all(
             isinstance(r, (str, os.PathLike)) for r in roots)):
         raise ValueError(f"roots={roots!r}: give a list of folders, e.g. ['/home/ada/dl-course/jobs']")
@@ -629,7 +631,21 @@ def room_table(roots: list[str | os.PathLike] | None = None, prefix: str | None 
     room = gather_room([Path(r) for r in roots] if roots else default, job_prefix(prefix), stderr_lines=stderr_lines)
     if warnings is not None:
         warnings += room.warnings
+    if predictions is not None:
+        predictions += room_prediction_lines(room, warnings)
     return [participant_row(p, room.stderr_lines) for p in room.participants]
+
+
+def room_prediction_lines(room: Room, warnings: list[str] | None = None) -> list[str]:
+    """The room's guesses beside its measurements (``labs.predict``'s files in every participant's course
+    folder), one line per question; what cannot be read goes to ``warnings``."""
+    from coursekit.labs.kit.predict import prediction_lines, room_predictions
+
+    folders = {folder for person in room.participants for folder in person.course_folders}
+    try:
+        return prediction_lines(room_predictions(folders, warnings))
+    except Exception as error:  # noqa: BLE001 - the predictions must not hide the room
+        return [f"predictions could not be read ({error})"]
 
 
 def room_fields(rows: list[dict[str, Any]]) -> list[str]:
@@ -657,7 +673,7 @@ def team_lines() -> list[str]:
     return [f"lab 06 team {team}: " + ", ".join(parts) for team, parts in teams.items()]
 
 
-def print_room(rows: list[dict[str, Any]], prefix: str) -> None:
+def print_room(rows: list[dict[str, Any]], prefix: str, predictions: list[str] | None = None) -> None:
     """The room in the terminal: one line per participant, a failed job's last stderr lines under it."""
     shown = [f for f in room_fields(rows) if f != "last_stderr"]
     table = [tuple(shown)] + [tuple(str(_cell(r.get(f, ""))) for f in shown) for r in rows]
@@ -671,6 +687,10 @@ def print_room(rows: list[dict[str, Any]], prefix: str) -> None:
     print(f"{len(rows)} participant(s) of course prefix {prefix!r}, {helped} needing help")
     for line in team_lines():
         print(line)
+    if predictions:
+        print("predictions (the room's guesses, then what it measured):")
+        for line in predictions:
+            print(f"  {line}")
 
 
 def show_room(roots: list[str | os.PathLike] | None = None, prefix: str | None = None,
@@ -681,7 +701,8 @@ def show_room(roots: list[str | os.PathLike] | None = None, prefix: str | None =
     from IPython.display import HTML
 
     notes: list[str] = []
-    rows = room_table(roots, prefix, stderr_lines=stderr_lines, warnings=notes)
+    guesses: list[str] = []
+    rows = room_table(roots, prefix, stderr_lines=stderr_lines, warnings=notes, predictions=guesses)
     fields = room_fields(rows)
     head = "".join(f"<th>{escape(f)}</th>" for f in fields)
     body = "".join(
@@ -690,7 +711,10 @@ def show_room(roots: list[str | os.PathLike] | None = None, prefix: str | None =
                   else f"<td>{escape(str(_cell(r.get(f, ''))))}</td>" for f in fields) + "</tr>" for r in rows)
     notes_html = "".join(f"<p>&#9888; {escape(n)}</p>" for n in notes)
     teams_html = "".join(f"<p>{escape(line)}</p>" for line in team_lines())
-    return HTML(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{teams_html}{notes_html}")
+    guesses_html = ("<p>Predictions (the room's guesses, then what it measured):</p><ul>"
+                    + "".join(f"<li>{escape(line)}</li>" for line in guesses) + "</ul>") if guesses else ""
+    return HTML(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{teams_html}{guesses_html}"
+                f"{notes_html}")
 
 
 # ------------------------------------------------------------------------------------------ the CLI
@@ -736,8 +760,9 @@ def cmd_results(args: argparse.Namespace) -> int:
 def cmd_room(args: argparse.Namespace) -> int:
     prefix = job_prefix(args.prefix)
     notes: list[str] = []
-    rows = room_table(args.jobs_dir or None, prefix, stderr_lines=args.lines, warnings=notes)
-    print_room(rows, prefix)
+    guesses: list[str] = []
+    rows = room_table(args.jobs_dir or None, prefix, stderr_lines=args.lines, warnings=notes, predictions=guesses)
+    print_room(rows, prefix, guesses)
     for note in notes:
         print(f"warning: {note}", file=sys.stderr)
     if args.csv:

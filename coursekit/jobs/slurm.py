@@ -91,6 +91,8 @@ class SlurmBackend:
         job.last_error, job.state_reason = seen.error, seen.reason
         if seen.row is not None:
             self.info.update(seen.row)
+            if seen.row["state"] not in TERMINAL_STATES and job.paths.result_pickle.exists():
+                watcher().hurry(job.job_id)  # task 0 has written its result: the job is ending
             return seen.row["state"]
         if seen.source == NOT_ASKED:
             return "UNKNOWN"

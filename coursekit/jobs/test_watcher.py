@@ -133,3 +133,26 @@ def test_a_cancel_makes_the_watcher_ask_again_soon(tmp_path: Path, slurm: FakeSl
     job.cancel()
     clock.now += watcher.MIN_DELAY_S + 0.1
     assert job.state == "CANCELLED"
+
+
+def test_a_written_result_makes_the_watcher_ask_again_soon_once(tmp_path: Path, slurm: FakeSlurm,
+                                                                clock: Clock) -> None:
+    (job,) = make_jobs(tmp_path, 1, clock.now - 3600)  # an old job: asked about every MAX_DELAY_S
+    slurm.queue = {job.job_id: "RUNNING"}
+    assert job.state == "RUNNING"
+    assert watcher.watcher().next_update_in() == pytest.approx(watcher.MAX_DELAY_S)
+    job.paths.result_pickle.write_bytes(b"")  # task 0 has returned: the job is ending
+    clock.now += 0.5
+    assert job.state == "RUNNING"  # the cached row; the file hurries the next call
+    assert watcher.watcher().next_update_in() == pytest.approx(watcher.MIN_DELAY_S - 0.5)
+    slurm.queue = {job.job_id: "COMPLETING"}
+    clock.now += watcher.MIN_DELAY_S
+    assert job.state == "COMPLETING"
+    clock.now += 3 * watcher.MAX_DELAY_S
+    assert job.state == "COMPLETING"
+    calls = len(slurm.calls)
+    clock.now += watcher.MIN_DELAY_S + 0.5  # hurried once only: the file does not hurry it again
+    assert job.state == "COMPLETING" and len(slurm.calls) == calls
+    slurm.queue, slurm.accounting = {}, {job.job_id: "COMPLETED"}
+    clock.now += watcher.MAX_DELAY_S
+    assert job.state == "COMPLETED"

@@ -69,6 +69,7 @@ class StateWatcher:
         self._active: dict[str, float] = {}  # job id -> when it was submitted or last poked
         self._seen: dict[str, Observation] = {}
         self._last_call = float("-inf")
+        self._hurried: set[str] = set()  # jobs whose files said they are ending (hurried once each)
         self.calls = 0  # Slurm commands run (squeue + sacct)
         self.last_error: SlurmError | None = None
 
@@ -86,6 +87,15 @@ class StateWatcher:
         with self._lock:
             self._seen.pop(job_id, None)
             self._active[job_id] = self.clock()
+
+    def hurry(self, job_id: str) -> None:
+        """The job's own files say it is ending (its result is written): ask about it again after
+        ``min_delay_s`` rather than up to ``max_delay_s``, so that a wait ends seconds after the job. Once per
+        job: a job that takes a while to leave the queue gets the usual growing delay from then on."""
+        with self._lock:
+            if job_id in self._active and job_id not in self._hurried:
+                self._hurried.add(job_id)
+                self._active[job_id] = self.clock()
 
     def forget(self, job_id: str) -> None:
         with self._lock:

@@ -15,7 +15,9 @@ measurement once revealed: the instructor can compare the room's guesses with wh
 from __future__ import annotations
 
 import math
+import statistics
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,7 @@ from coursekit.labs.kit.ticket import (
     check_lab,
     own_record_path,
     read_own_record,
+    read_records,
     save_own_record,
 )
 
@@ -129,6 +132,13 @@ def _escape(text: str) -> str:
     return escape(text)
 
 
+def is_close(predicted: float, measured: float) -> bool:
+    """Within ``CLOSE_FACTOR`` of the measurement (both positive), or exactly it."""
+    if predicted == measured:
+        return True
+    return predicted > 0 and measured > 0 and max(predicted, measured) / min(predicted, measured) <= CLOSE_FACTOR
+
+
 def compare(predicted: float, measured: float) -> str:
     """In words: how far the prediction was from the measurement ("too low: the measurement is 3.2× it")."""
     if predicted == measured:
@@ -176,3 +186,51 @@ def _store_measurement(key: str, measured: float, lab: str, course: Path | None)
             save_own_record(path, record)
         except OSError:
             pass  # the comparison was shown; storing it is a bonus for the instructor
+
+
+# ------------------------------------------------------------------------------------------ the instructor
+
+
+def room_predictions(course_folders: Iterable[Path], problems: list[str] | None = None) -> list[dict[str, Any]]:
+    """The room's predictions per lab and question, from every participant's course folder: how many were
+    made, their median, the median of what was measured after them, how many were close. A record that
+    cannot be read, or is not a prediction record, is appended to ``problems`` and skipped."""
+    problems = [] if problems is None else problems
+    groups: dict[tuple[str, str], dict[str, Any]] = {}
+    for course in sorted({Path(c) for c in course_folders}):
+        for record in read_records(course, PREDICTIONS_SUBDIR, problems):
+            entries = record.get("predictions")
+            if not isinstance(entries, dict):
+                problems.append(f"{course}/{PREDICTIONS_SUBDIR}/{record['lab']}: {record['user']}'s record holds "
+                                "no predictions")
+                continue
+            for key, entry in entries.items():
+                guess = as_number(entry.get("value")) if isinstance(entry, dict) else None
+                if guess is None:
+                    continue
+                group = groups.setdefault((record["lab"], str(key)), {
+                    "lab": record["lab"], "key": str(key), "question": str(entry.get("question", key)),
+                    "unit": str(entry.get("unit", "")), "guesses": [], "measured": [], "close": 0})
+                group["guesses"].append(guess)
+                measured = as_number(entry.get("measured"))
+                if measured is not None:
+                    group["measured"].append(measured)
+                    group["close"] += is_close(guess, measured)
+    return [groups[k] for k in sorted(groups)]
+
+
+def prediction_lines(rows: Iterable[dict[str, Any]]) -> list[str]:
+    """One line per question: ``lab 05 wait_no_workers: 12 predictions, median 40 %; measured median 89 %
+    (11 runs); 3 close``."""
+    lines = []
+    for row in rows:
+        unit = _unit(row["unit"])
+        text = (f"lab {row['lab']} {row['key']}: {len(row['guesses'])} prediction(s), median "
+                f"{statistics.median(row['guesses']):.3g}{unit}")
+        if row["measured"]:
+            text += (f"; measured median {statistics.median(row['measured']):.3g}{unit} ({len(row['measured'])} "
+                     f"revealed), {row['close']} within ×{CLOSE_FACTOR:g}")
+        else:
+            text += "; nothing measured yet"
+        lines.append(text)
+    return lines
