@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import cloudpickle
 import pytest
 import submitit
 import torch
@@ -139,7 +140,13 @@ def test_local_executor_task_failure_stops_its_peers(tmp_path: Path, monkeypatch
     executor = submitit.AutoExecutor(folder=tmp_path, cluster="local")
     executor.update_parameters(tasks_per_node=WORLD, timeout_min=10)
     started = time.monotonic()
-    job = executor.submit(_rank_one_raises)
+    # the function travels by value: the tasks import what it uses (launch, process_group), not this module
+    # with the engine and torch._dynamo (~10 s more per task on a busy 2-core machine)
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    try:
+        job = executor.submit(_rank_one_raises)
+    finally:
+        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
     while ("planted failure" not in (job.task(1).stderr() or "") and not job.done()
            and time.monotonic() - started < STARTUP_ALLOWANCE_S):
         time.sleep(0.5)  # the clock starts when rank 1 has failed, however long starting the tasks took
