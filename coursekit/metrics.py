@@ -8,14 +8,16 @@ A run directory holds ``metrics.jsonl``: one JSON object per line, each with a `
   ``data_time_s`` / ``compute_time_s`` (per-step means), ``lr``; optional ``loss_scale``,
   ``skipped_steps`` (fp16), ``mem_allocated_peak_mb``, ``mem_reserved_peak_mb`` (CUDA), ``params``
   (``--log-params``), ``grad_noise_var``, ``grad_sq``, ``trace_sigma``, ``b_simple`` (``--grad-noise-batches``),
-  ``trust_ratios``: per layer ``w_norm``, ``g_norm`` (``--trust-ratio-every``)).
+  ``trust_ratios``: per layer ``w_norm``, ``g_norm`` (``--trust-ratio-every``); with NVML on every GPU:
+  ``window_energy_j`` (all GPUs' joules since the last record) and ``window_images``, and
+  ``gpu_util_pct`` (rank 0's GPU at its last sample)).
 - ``"epoch"``: end of an epoch (``epoch``, ``train_loss``, ``train_acc``, ``val_loss``, ``val_acc``,
   ``images_per_s``, ``images_per_s_global``, ``epoch_time_s``).
 - ``"event"``: ``event`` = ``"nan_loss"`` | ``"resumed"`` | ``"stopped"`` (a requeue: no summary follows,
   the resumed run goes on in the same file).
 - ``"summary"``: the last record of a run (``status`` = ``"completed"`` | ``"nan"`` | ``"failed"``,
   ``config``, ``device_name``, ``torch_version``, ``cuda_version``, ``total_time_s``, ``images_per_s``
-  (steady state, global) ± ``images_per_s_std``, ``images_per_s_per_gpu``, ``memory_estimate``, peak
+  (steady state, global) ± ``images_per_s_std``, ``images_per_s_per_gpu``, ``images_per_epoch``, ``memory_estimate``, peak
   memory, ``gpu`` (utilisation, power, energy with nvidia-ml-py), ``profile_dir``).
 
 Every record also has ``time`` (Unix seconds). Only rank 0 writes.

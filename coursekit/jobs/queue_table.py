@@ -16,7 +16,8 @@ from coursekit.metrics import epochs, of_kind, steps, summary
 from coursekit.slurm_cli import TERMINAL_STATES, SlurmError
 
 LAST_LINE_CHARS = 70
-COLUMNS = ("job id", "name", "state", "elapsed", "node", "progress", "last log line")
+COLUMNS = ("job id", "name", "state", "elapsed", "node", "progress", "GPU use", "last log line")
+UNKNOWN = "—"  # no GPU utilisation recorded (a CPU run, no NVML, no step record yet)
 STATE_COLOURS = {"RUNNING": "#1a7f37", "PENDING": "#9a6700", "COMPLETED": "#57606a", "FAILED": "#cf222e",
                  "CANCELLED": "#8250df", "TIMEOUT": "#cf222e", "OUT_OF_MEMORY": "#cf222e", "VANISHED": "#cf222e",
                  "NODE_FAIL": "#cf222e"}
@@ -33,6 +34,7 @@ class QueueRow:
     node: str = ""
     progress: str = ""
     last_line: str = ""
+    gpu_util: str = UNKNOWN
 
     @property
     def done(self) -> bool:
@@ -40,7 +42,7 @@ class QueueRow:
 
     def cells(self) -> tuple[str, ...]:
         return (self.job_id, self.name, self.state, format_duration(self.elapsed_s), self.node, self.progress,
-                self.last_line)
+                self.gpu_util, self.last_line)
 
 
 def format_duration(seconds: float | None) -> str:
@@ -77,6 +79,17 @@ def progress_text(records: Sequence[dict[str, Any]]) -> str:
     if epoch is not None:
         parts.append(f"epoch {epoch}/{total_epochs}" if total_epochs else f"epoch {epoch}")
     return " · ".join(parts) or ("started" if start else "")
+
+
+def gpu_util_text(records: Sequence[dict[str, Any]]) -> str:
+    """The job's latest GPU utilisation (``87%``) from its step records; once it ended without one, the
+    summary's mean; ``—`` where nothing records it (CPU runs, no NVML)."""
+    for record in reversed(steps(records)):
+        value = record.get("gpu_util_pct")
+        if isinstance(value, (int, float)):
+            return f"{value:.0f}%"
+    mean = ((summary(records) or {}).get("gpu") or {}).get("gpu_util_mean_pct")
+    return f"{mean:.0f}%" if isinstance(mean, (int, float)) else UNKNOWN
 
 
 def last_log_line(lines: Iterable[str], width: int = LAST_LINE_CHARS) -> str:

@@ -26,7 +26,9 @@ from coursekit import slurm_cli
 from coursekit.jobs import registry
 from coursekit.jobs.handle import ENDED_BY_SLURM, UNCACHED_TERMINAL, Job, tail_lines
 from coursekit.jobs.queue_table import (
+    UNKNOWN,
     QueueRow,
+    gpu_util_text,
     last_log_line,
     progress_text,
     rows_to_html,
@@ -59,7 +61,8 @@ class QueueSource:
         self.name, self._given, self.recent_s, self.max_rows, self.clock = name, jobs, recent_s, max_rows, clock
         self._jobs: dict[JobKey, Job] = {}
         self._ended: dict[JobKey, QueueRow] = {}  # rows that will not change any more
-        self._progress: dict[JobKey, tuple[tuple[int, int], str]] = {}  # metrics file (mtime, size) -> text
+        # metrics file (mtime, size) -> (progress text, GPU utilisation text)
+        self._progress: dict[JobKey, tuple[tuple[int, int], tuple[str, str]]] = {}
         self.error: SlurmError | None = None
 
     def jobs(self) -> list[Job]:
@@ -94,7 +97,8 @@ class QueueSource:
                 continue
             from_slurm = self._slurm_row(job, seen[job.job_id]) if job.job_id in seen else None
             row = from_slurm or self._row_from_handle(job)
-            row = replace(row, progress=self._progress_of(job), last_line=_last_line(job, row.state))
+            progress, gpu_util = self._progress_of(job)
+            row = replace(row, progress=progress, gpu_util=gpu_util, last_line=_last_line(job, row.state))
             if row.done:
                 self._ended[_key(job)] = row
                 if from_slurm is not None and self._given is None:
@@ -102,16 +106,17 @@ class QueueSource:
             rows.append(row)
         return rows
 
-    def _progress_of(self, job: Job) -> str:
-        """progress_text of the job's metrics, read again only when the file changed."""
+    def _progress_of(self, job: Job) -> tuple[str, str]:
+        """progress_text and gpu_util_text of the job's metrics, read again only when the file changed."""
         try:
             info = metrics_path(job.run_dir).stat()
         except OSError:
-            return ""
+            return "", UNKNOWN
         stamp = (info.st_mtime_ns, info.st_size)
         cached = self._progress.get(_key(job))
         if cached is None or cached[0] != stamp:
-            cached = (stamp, progress_text(job.metrics()))
+            records = job.metrics()
+            cached = (stamp, (progress_text(records), gpu_util_text(records)))
             self._progress[_key(job)] = cached
         return cached[1]
 

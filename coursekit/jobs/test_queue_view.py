@@ -81,8 +81,9 @@ def test_rows_to_text_aligns_columns() -> None:
     rows = [QueueRow("12", "bs64", "RUNNING", 65, "node1", "step 3", "loss 1.2"),
             QueueRow("1234_5", "a", "PENDING", None, "(Resources)")]
     lines = rows_to_text(rows, "2 jobs").splitlines()
-    assert lines[0].split() == ["job", "id", "name", "state", "elapsed", "node", "progress", "last", "log", "line"]
-    assert lines[1].split() == ["12", "bs64", "RUNNING", "1:05", "node1", "step", "3", "loss", "1.2"]
+    assert lines[0].split() == ["job", "id", "name", "state", "elapsed", "node", "progress", "GPU", "use", "last",
+                                "log", "line"]
+    assert lines[1].split() == ["12", "bs64", "RUNNING", "1:05", "node1", "step", "3", "—", "loss", "1.2"]
     assert lines[1].index("RUNNING") == lines[2].index("PENDING") == lines[0].index("state")
     assert lines[-1] == "2 jobs"
     assert rows_to_text([]) == "no jobs"

@@ -20,6 +20,7 @@ from types import ModuleType
 from coursekit.jobs.registry import set_current_lab
 from coursekit.labs.kit.claims import check_claim, loglog_slope, saturates, share_of_increases, time_to_target
 from coursekit.labs.kit.datasets import on_standin
+from coursekit.labs.kit.energy import energy_columns, energy_note  # labs 02, 04, 06
 from coursekit.labs.kit.experiments import (
     Sweep,
     collect,
@@ -41,8 +42,9 @@ from coursekit.labs.kit.ticket import Question, exit_ticket
 from coursekit.labs.lab06_data_parallel.horovod import horovod_table
 
 __all__ = ["LABS", "Profile", "Question", "ResultsTable", "Sweep", "check_amp_script", "check_claim",
-           "check_ddp_script", "check_fsdp_script", "check_large_batch_rules", "choose_profile", "choose_pseudonym",
-           "collect", "engine_command", "exit_ticket", "horovod_table", "is_oom", "job_name", "lab_gpus",
+           "check_ddp_script", "check_fsdp_script", "check_large_batch_rules", "check_loader_script",
+           "check_pipeline_script", "choose_profile", "choose_pseudonym", "collect", "energy_columns", "energy_note",
+           "engine_command", "exit_ticket", "horovod_table", "is_oom", "job_name", "lab_gpus",
            "lab_settings", "load_recording", "loglog_slope", "on_standin", "predict", "reveal", "run_sweep",
            "saturates", "share_of_increases", "submit_sweep", "summarize_run", "time_to_target", "wait_all",
            "wait_until_training"]
@@ -95,8 +97,10 @@ def lab_gpus(lab: str) -> int:
 
 _LAZY = {"check_ddp_script": "coursekit.labs.lab06_data_parallel.ddp_check",  # import torch: only when used
          "check_amp_script": "coursekit.labs.lab04_mixed_precision.amp_check",
+         "check_loader_script": "coursekit.labs.lab05_data_loading.loader_check",
          "check_large_batch_rules": "coursekit.labs.lab07_large_batch.rules_check",
-         "check_fsdp_script": "coursekit.labs.lab08_model_parallel.fsdp_check"}
+         "check_fsdp_script": "coursekit.labs.lab08_model_parallel.fsdp_check",
+         "check_pipeline_script": "coursekit.labs.lab08_model_parallel.pipeline_check"}
 
 
 def __getattr__(name: str) -> object:

@@ -1,15 +1,17 @@
 """Lab 00 (the cluster from the notebook): submit a job, watch it, read its logs, cancel one, run a sweep.
 
 The notebook calls the jobs API (``coursekit.submit_jobs``, ``Job``) and the shared helpers of ``labs.kit``;
-this module holds only the lab's numbers.
+this module holds the lab's numbers and its exit ticket's questions.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from coursekit.labs.kit.profiles import data_dir
 from coursekit.labs.kit.settings import QUIET, job_options, on_cifar10, workshop_budget
+from coursekit.labs.kit.ticket import Question, as_number
 from coursekit.train.config import TrainConfig
 
 # ----------------------------------------------------------------- the lab's numbers, per profile
@@ -32,3 +34,23 @@ def settings(profile: str) -> dict[str, Any]:
               "budget": workshop_budget({"first job": (1, 1.0), "cancelled job": (1, 0.5), "lr sweep": (3, 1.0)})}
     values = on_cifar10(values, "first_job", "long_job")
     return values
+
+
+# ----------------------------------------------------------------- the exit ticket
+
+END_STATES = ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT")  # the choices for the long job's final state
+
+
+def ticket_questions(first_job_id: Any, long_state: Any, sweep: Iterable[dict[str, Any]]) -> dict[str, Question]:
+    """The exit ticket's questions, each answered from the participant's own jobs. A fact that is missing (a job
+    id that is not a plain number, a state outside the choices, a sweep without accuracies) is still asked but
+    not counted, so the ticket never stops the notebook."""
+    rows = [r for r in sweep if as_number(r.get("val_acc")) is not None and as_number(r.get("lr")) is not None]
+    best_lr = as_number(max(rows, key=lambda r: as_number(r["val_acc"]))["lr"]) if rows else None
+    return {
+        "first_job_id": Question("What was the id of your first job?",
+                                 int(first_job_id) if str(first_job_id).isdigit() else None),
+        "long_state": Question("In which state did your long job end?",
+                               long_state if long_state in END_STATES else None, choices=END_STATES),
+        "best_lr": Question("Which learning rate of the sweep reached the highest validation accuracy?", best_lr),
+    }

@@ -201,3 +201,27 @@ def test_benchmark_counts_the_tensor_parallel_split_as_the_lab_does():
     split, whole = mp.tp_split_parameters(config)
     assert bench.tp_split_of(3, 16) == split
     assert bench.params_of(3, 16, 32, 8) == split + whole
+
+
+def test_the_equality_claim_is_relative_to_serial_trainings_own_move() -> None:
+    """Issue 23: on GPU every strategy was within 1.1e-3 of serial while a fixed 2e-2 tolerance also passed a
+    strategy that never updated (off by serial's whole move, ~3e-3)."""
+    moved = 3e-3
+    holds, detail = mp.equal_to_serial({"ddp": 7.3e-4, "tensor": 1.1e-3}, moved, 0.5)
+    assert holds and "tensor 1.1e-03 (0.37×)" in detail and "3.0e-03" in detail
+    assert not mp.equal_to_serial({"ddp": 7.3e-4, "frozen": moved}, moved, 0.5)[0]  # never updated: 1×
+    assert not mp.equal_to_serial({"ddp": 7.3e-4, "zero1": None}, moved, 0.5)[0]
+    assert not mp.equal_to_serial({"ddp": 0.0}, None, 0.5)[0]  # serial's weights missing: nothing to compare
+
+
+def test_the_pipeline_speedup_is_measured_against_what_the_bubble_predicts() -> None:
+    rows = [{"schedule": "gpipe", "microbatches": m, "bubble_theory": 1 / (m + 1), "tokens_per_s": t}
+            for m, t in ((1, 1.13e6), (2, 1.18e6), (4, 1.16e6))] + [
+        {"schedule": "1f1b", "microbatches": 2, "bubble_theory": 1 / 3, "tokens_per_s": 9e6}]
+    speedup = mp.pipeline_speedup(rows)
+    assert speedup["microbatches"] == 2 and speedup["measured"] == pytest.approx(1.18 / 1.13)
+    assert speedup["theory"] == pytest.approx((2 / 3) / (1 / 2))
+    assert 1.0 < speedup["measured"] <= speedup["theory"]  # the notebook's claim holds on these numbers
+    slower = [{**r, "tokens_per_s": 1.13e6 / r["microbatches"]} for r in rows[:3]]  # fixed cost per micro-batch
+    assert mp.pipeline_speedup(slower)["measured"] == 1.0  # m = 1 is the best: the claim fails
+    assert mp.pipeline_speedup(rows[1:3]) is None  # no m = 1 row

@@ -126,7 +126,7 @@ class TrainConfig:
     pipeline_schedule: str = field(default="gpipe", metadata={"help": "pipeline: gpipe or 1f1b"})
     microbatches: int = field(default=1, metadata={"help": "pipeline: micro-batches per batch (divide batch_size)"})
     stage_delay_ms: float = field(default=0.0, metadata={
-        "help": "pipeline/naive: CPU emulation of stage compute, forward sleeps X ms and backward 2X per stage"})
+        "help": "pipeline/naive: CPU emulation of stage compute, forward sleeps X ms and backward 2X per stage and batch (X/m per micro-batch)"})
     save_weights: str | None = field(default=None, metadata={
         "help": "write the full (gathered) model state dict to this file at the end (torch.save)"})
     # reproducibility, output, instrumentation

@@ -136,6 +136,7 @@ def _run(cfg: TrainConfig, ctx: DistContext) -> dict[str, Any]:
         if ctx.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(ctx.device)
         monitor.start()
+        trainer.gpu_monitor = monitor  # energy and utilisation in the step records where NVML is present
         with warnings.catch_warnings():  # fp16's skipped first steps make torch warn about the LR scheduler order
             warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler.step\(\)`")
             status = trainer.run()
@@ -244,7 +245,8 @@ def _summary(cfg: TrainConfig, ctx: DistContext, trainer: Trainer, status: str, 
         "status": status, "config": cfg.to_dict(), "run_dir": str(run_dir), "world_size": ctx.world_size,
         "launcher": ctx.launcher, "device": str(ctx.device), **system_info(ctx.device),
         "total_time_s": total_time_s, "steps": trainer.pos.step, "epochs_completed": trainer.pos.epoch,
-        "global_batch": parts["global_batch"], "mesh": parts["mesh"], "num_parameters": parts["num_parameters"],
+        "global_batch": parts["global_batch"], "images_per_epoch": _images_per_epoch(trainer, parts),
+        "mesh": parts["mesh"], "num_parameters": parts["num_parameters"],
         "sync_batchnorm_layers": parts["sync_batchnorm_layers"],
         "images_per_s": rate, "images_per_s_std": rate_std, "images_per_s_per_gpu": rate_gpu,
         "train_loss": last.get("train_loss"), "train_acc": last.get("train_acc"),
@@ -274,6 +276,14 @@ def _summary(cfg: TrainConfig, ctx: DistContext, trainer: Trainer, status: str, 
     if gpu:
         summary["gpu"] = gpu
     return summary
+
+
+def _images_per_epoch(trainer: Trainer, parts: dict[str, Any]) -> int:
+    """The training set's size (what one epoch costs in energy: labs 02, 04, 06); else steps x global batch."""
+    try:
+        return len(trainer._train_dataset())
+    except (TypeError, NotImplementedError):  # no dataset with a length behind the loader
+        return parts["global_batch"] * parts["steps_per_epoch"]
 
 
 def _end_line(summary: dict[str, Any]) -> str:

@@ -35,7 +35,7 @@ from coursekit.train.parallel import SHARDED_STRATEGIES
 from coursekit.train.parallel.measure import gradient_bytes
 from coursekit.train.parallel.process_group import DistContext, no_sync, reduce_values, unwrap_model
 from coursekit.train.probes import layer_norms, noise_scale, parameter_values
-from coursekit.train.profiling import StepTimer, TraceRecorder
+from coursekit.train.profiling import GpuMonitor, StepTimer, TraceRecorder
 from coursekit.train.report import Console
 from coursekit.train.target import TargetRun
 
@@ -105,6 +105,8 @@ class Trainer:
         self.epoch_rng: dict[str, Any] | None = None
         self.resume_state: dict[str, Any] | None = None
         self.throughputs: list[dict[str, Any]] = []  # step records' throughput, for the steady state
+        self.gpu_monitor: GpuMonitor | None = None  # the engine's NVML sampler: energy and utilisation per record
+        self._energy_mark: float | None = None  # this GPU's joules at the last step record
         self.last_epoch_record: dict[str, Any] = {}
         self.nan_message: str | None = None
         # where a loader's time goes beside the steps (summary's loader_phases; lab 05, bench/loader_overhead_gpu.py)
@@ -269,7 +271,9 @@ class Trainer:
     def _log_step(self) -> bool:
         times = self.timer.end_window()
         local_rate = self.window_samples / times.wall_s if times.wall_s > 0 else 0.0
-        loss_sum, samples, global_rate = reduce_values([self.window_loss, self.window_samples, local_rate], self.ctx)
+        window_energy = self._window_energy_j()
+        loss_sum, samples, global_rate, energy = reduce_values(
+            [self.window_loss, self.window_samples, local_rate, window_energy], self.ctx)
         loss = loss_sum / max(samples, 1)
         steps = max(times.steps, 1)
         record: dict[str, Any] = {
@@ -278,6 +282,11 @@ class Trainer:
             "data_time_s": times.data_s / steps, "compute_time_s": times.compute_s / steps}
         if not math.isfinite(loss):
             return self._stop_on_nan(loss)
+        if math.isfinite(energy):  # NaN where any GPU has no energy counter (and on CPUs)
+            record.update(window_energy_j=energy, window_images=int(samples))
+        util = self.gpu_monitor.latest_util_pct() if self.gpu_monitor is not None else None
+        if util is not None:
+            record["gpu_util_pct"] = util
         if self.precision.scaler is not None:
             record.update(loss_scale=self.precision.loss_scale(), skipped_steps=self.precision.skipped_steps())
         if self.device.type == "cuda":
@@ -300,6 +309,15 @@ class Trainer:
         self.console.postfix(loss=loss)
         self._reset_window()
         return True
+
+    def _window_energy_j(self) -> float:
+        """Joules this GPU used since the last step record (all GPUs' sum once reduced); NaN when unknown."""
+        now = self.gpu_monitor.energy_j() if self.gpu_monitor is not None else None
+        if now is None:
+            return math.nan
+        used = now - (self._energy_mark if self._energy_mark is not None else 0.0)
+        self._energy_mark = now
+        return used
 
     def _train_dataset(self) -> Any:
         loader = self.data.train_loader

@@ -186,6 +186,7 @@ class GpuMonitor:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._energy_start: float | None = None
+        self._latest_util: float | None = None  # the last sample, for the step records (the live queue view)
         self._interval_s = interval_s
         if device.type != "cuda":
             return
@@ -225,12 +226,25 @@ class GpuMonitor:
             while not self._stop.wait(self._interval_s):
                 util = self._read(lambda: nvml.nvmlDeviceGetUtilizationRates(handle).gpu)
                 power = self._read(lambda: nvml.nvmlDeviceGetPowerUsage(handle))
+                if util is not None:
+                    self._latest_util = float(util)
                 if util is not None and power is not None:
                     self._samples.append((float(util), power / MILLIWATTS_PER_WATT))
 
         self._thread = threading.Thread(target=sample, name="coursekit-nvml", daemon=True)
         self._thread.start()
         return self
+
+    def latest_util_pct(self) -> float | None:
+        """The GPU's utilisation (%) at the last sample; None without NVML or before the first sample."""
+        return self._latest_util
+
+    def energy_j(self) -> float | None:
+        """Joules this GPU used since ``start()``, read from the board's counter now (None: not supported)."""
+        if self._nvml is None or self._energy_start is None:
+            return None
+        now = self._read(lambda: self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle))
+        return None if now is None else (now - self._energy_start) / MILLIJOULES_PER_JOULE
 
     def summary(self) -> dict[str, float]:
         """Stop sampling; mean utilisation %, mean and peak power W, energy J (what the board supports)."""

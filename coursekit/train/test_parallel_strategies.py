@@ -29,7 +29,7 @@ PER_RANK_BATCH = 8
 STEPS = 4
 WEIGHT_ATOL = 1e-5
 LOSS_RTOL = 1e-5
-STAGE_DELAY_MS = 50.0  # emulated stage compute: forward 50 ms, backward 100 ms per micro-batch; long beside a
+STAGE_DELAY_MS = 200.0  # emulated stage compute per batch: forward 50 ms, backward 100 ms per micro-batch; long beside a
 # rank's real work, which a busy 2-core machine delays (measured there: 10 ms gave a bubble of 0.40-0.55)
 BUBBLE_MICROBATCHES = 4
 BUBBLE_OVERHEAD = 0.15  # measured minus theory may reach this (a few ms of gloo send/recv per micro-batch)

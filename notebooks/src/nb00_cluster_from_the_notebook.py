@@ -216,3 +216,26 @@ verdicts = [
                      all(state == "COMPLETED" for state in table.column("state")) and None not in table.column("val_acc"),
                      f"states {table.column('state')}"),
 ]
+
+# %% [markdown]
+# ## 9. Exit ticket
+#
+# Three questions on *your* jobs: the answers are in the outputs above (the queue, the states, the sweep's
+# table). The ticket is checked at once, and your score is saved for the instructor.
+
+# %%
+from coursekit.labs import lab00_cluster
+
+ticket = labs.exit_ticket("00", lab00_cluster.ticket_questions(job.job_id, long_job.state, table))
+answers = ticket.blank()
+
+# %% [markdown] tags=["exercise"]
+# Write your answers as `answers = {"first_job_id": ..., "long_state": ..., "best_lr": ...}` in place of the
+# two placeholder lines. A question you leave out counts as not answered.
+
+# %% tags=["exercise"]
+### BEGIN SOLUTION
+answers = {"first_job_id": job.job_id, "long_state": long_job.state,
+           "best_lr": max(table, key=lambda row: row["val_acc"] or 0)["lr"]}
+### END SOLUTION
+graded = ticket.grade(answers)

@@ -59,9 +59,16 @@ labs.predict("speedup", f"How many times more images per second will batch {max(
 table = bs.run_sweep(configs, name=labs.job_name(pseudo, "bs"), one_job=profile.is_cpu,
                      **s.job, timeout_s=s.timeout_s, title="batch-size sweep")
 bs.add_time_to_accuracy(table, s.target_acc)
-table.with_columns("batch_size", "job_id", "state", "images_per_s_median", "train_time_s", "val_acc", "time_to_target_s")
+table.with_columns("batch_size", "job_id", "state", "images_per_s_median", *labs.energy_columns(table), "train_time_s",
+                   "val_acc", "time_to_target_s")
+
+# %% [markdown]
+# Speed is one cost, energy another. On a GPU the table shows the joules each image cost during the
+# timed steps, and what one epoch of the training set costs at that rate. Does the fastest batch also
+# use the least energy per image?
 
 # %%
+print(labs.energy_note(table) or "energy per image and per epoch: in the table above")
 print("states:", table.column("state"))
 failed = failures.report_failures(table, "the batch-size sweep")
 table = failures.completed(table)

@@ -100,9 +100,10 @@ for config in configs:
 # %% tags=["nbval-ignore-output"]
 table = labs.run_sweep(configs, name=labs.job_name(pseudo, "amp"), **s.job, timeout_s=s.timeout_s,
                        title="precision sweep")
-table.with_columns("precision", "job_id", "state", "train_loss", "val_acc", "images_per_s")
+table.with_columns("precision", "job_id", "state", "train_loss", "val_acc", "images_per_s", *labs.energy_columns(table))
 
 # %%
+print(labs.energy_note(table) or "energy per image and per epoch: in the table above")
 print("states:", table.column("state"))
 failed = failures.report_failures(table, "the precision sweep")
 table = failures.completed(table)
@@ -205,8 +206,24 @@ else:
 #
 # ResNet-50, 224 × 224 images, batch 256, synthetic data kept on the GPU: each rung adds one change.
 # TFLOP/s = images/s × the FLOPs of one training step per image. In the gpu profile the jobs below
-# measure it; in the cpu profile the plot shows the recording of the engine's benchmark
-# (`bench/ladder_gpu.py`), labelled with the machine it ran on.
+# measure it; in the cpu profile the plot shows the recording of the engine's benchmark, labelled
+# with the machine it ran on. On a GPU the table also shows the energy each image cost: a faster rung
+# often uses less energy per image too, because the GPU's power grows less than its speed.
+
+# %% [markdown] tags=["exercise"]
+# ### Predict, then run
+#
+# bf16 runs the matrix products on the tensor cores, fp32 on the plain cores. Before you look at the
+# ladder: how many times more **images per second** will the bf16 rung process than the fp32 rung?
+# Replace the two placeholder lines below with your guess, a number, in `my_guess` (or `my_guess = None`,
+# which shows a box to type it in).
+
+# %% tags=["exercise"]
+### BEGIN SOLUTION
+my_guess = 3
+### END SOLUTION
+labs.predict("bf16_speedup", "How many times more images per second will the bf16 rung of the ladder process "
+             "than the fp32 rung?", unit="×", value=my_guess)
 
 # %% tags=["nbval-ignore-output"]
 ladder, ladder_gpu = None, gpu["name"] if gpu else None
@@ -239,13 +256,18 @@ elif not s.ladder:
         ladder, ladder_gpu = recorded.ladder_table(recording), recording["device"]
         title = "ResNet-50 training ladder (recorded on " + recording["device"] + ")"
 if ladder is not None:
-    display(ladder.with_columns("rung", "img_s", "speedup", "tflops", "peak_mem_gb"))
+    display(ladder.with_columns("rung", "img_s", *labs.energy_columns(ladder), "speedup", "tflops", "peak_mem_gb"))
+    print(labs.energy_note(ladder))
     figure, (left, right) = plots.new_figure(ncols=2)
     plots.bars(ladder.column("rung"), ladder.column("img_s"), ax=left, ylabel="images/s", title=title,
                color=None if s.ladder else plots.RECORDED_COLOR)
     plots.bars(ladder.column("rung"), ladder.column("peak_mem_gb"), ax=right, ylabel="peak memory (GB)",
                annotate="{:.1f}", color=None if s.ladder else plots.RECORDED_COLOR)
     display(figure)
+
+# %%
+bf16_rung = next((row for row in ladder if row["rung"] == "bf16"), None) if ladder is not None else None
+labs.reveal("bf16_speedup", bf16_rung["speedup"] if bf16_rung else None)
 
 # %% [markdown] tags=["exercise"]
 # ### Exercise — what share of the peak?
@@ -330,3 +352,35 @@ verdicts = [
                      why_not="the matmul job did not complete (see above)" if profile.is_gpu
                      else "no tensor cores in this profile"),
 ]
+
+# %% [markdown]
+# ## 9. Exit ticket
+#
+# Four questions on what *you* measured above: the answers are in your own tables and figures, not in a
+# book. The ticket is checked at once, and your score is saved for the instructor.
+
+# %%
+lowest = min(losses, key=losses.get) if losses else None
+fp16_summary = fp16["summary"] if fp16 is not None else {}
+ticket = labs.exit_ticket("04", {
+    "lowest_loss": labs.Question("Which precision ended the sweep of section 3 with the lowest training loss?",
+                                 lowest, choices=tuple(losses) or ("fp32",)),
+    "loss_scale": labs.Question("What was the fp16 run's loss scale at its end?", fp16_summary.get("loss_scale")),
+    "skipped_steps": labs.Question("How many steps did the fp16 run skip?", fp16_summary.get("skipped_steps")),
+    "bf16_speedup": labs.Question("In the ladder, how many times more images per second than fp32 did the bf16 "
+                                  "rung process?", bf16_rung["speedup"] if bf16_rung else None,
+                                  unit="×", rel_tol=0.1),
+})
+answers = ticket.blank()
+
+# %% [markdown] tags=["exercise"]
+# Write your answers as `answers = {"lowest_loss": ..., "loss_scale": ..., ...}` in place of the two
+# placeholder lines: what you read above. A question you leave out counts as not answered.
+
+# %% tags=["exercise"]
+### BEGIN SOLUTION
+answers = {"lowest_loss": lowest, "loss_scale": fp16_summary.get("loss_scale"),
+           "skipped_steps": fp16_summary.get("skipped_steps"),
+           "bf16_speedup": bf16_rung["speedup"] if bf16_rung else None}
+### END SOLUTION
+graded = ticket.grade(answers)

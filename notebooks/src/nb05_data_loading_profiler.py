@@ -121,7 +121,45 @@ labs.reveal("wait_no_workers", 100 * table[0]["data_fraction"] if table[0]["conf
 # With no worker, every step waits for its batch to be decoded. A worker decodes the next batch while
 # the current one trains: the wait shrinks to what decoding takes *beyond* the compute. Starting workers
 # costs time at each epoch, which `persistent_workers` pays only once.
+
+# %% [markdown] tags=["exercise"]
+# ### Your turn: a loader that keeps the step fed
 #
+# The engine set the loader for you above. Now do it yourself. `lab05_loader/train_starving.py` is a
+# small training loop whose DataLoader starves the step: each image waits to be read (as a file on a
+# shared file system does), then is decoded, cropped and flipped on the CPU, all by the training process
+# itself, between two steps. Your copy of `lab05_loader/train_fed.py` is the same script with a `TODO`
+# where each change goes:
+#
+# 1. in `make_loader`: worker processes (`num_workers=4`), `pin_memory=True`,
+#    `persistent_workers=True` and `prefetch_factor=4` for the DataLoader;
+# 2. in `to_device`: copy the images and the labels with `.to(device, non_blocking=True)`.
+#
+# `pin_memory` and `non_blocking` go together: the GPU copies asynchronously only from pinned memory,
+# and pinned memory gains nothing if each copy still makes the training process wait.
+#
+# Fill in the TODOs, then set `my_script` to the path of your script. `labs.check_loader_script(my_script)`
+# runs it beside `train_starving.py`, a few steps each, and checks:
+#
+# - **run**: the script runs to its end;
+# - **output**: it wrote its times per step (waiting for data, the whole step) to the file `--out` names;
+# - **workers**, **pinning**, **persistent**: the settings your DataLoader and your copies really used;
+# - **wait_share**: the share of a step spent waiting for data fell to at most half of
+#   `train_starving.py`'s. Reading a file is waiting, not computing: workers overlap such waits even on
+#   a machine with two busy cores.
+
+# %% tags=["exercise", "nbval-ignore-output"]
+### BEGIN SOLUTION
+my_script = s.scripts["fed"]  # the solution: lab05_loader/train_fed.py
+### END SOLUTION
+loader_report = labs.check_loader_script(my_script)
+loader_report
+
+# %%
+for name in ("workers", "pinning", "persistent"):
+    print(f"{name}: {loader_report[name].verdict}")
+
+# %% [markdown]
 # ## 3. Decoding on the CPU or on the GPU
 #
 # When the CPUs cannot keep up, the decoding itself can move to the GPU: the workers only read the files'

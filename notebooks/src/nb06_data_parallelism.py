@@ -281,6 +281,19 @@ print(part)
 configs = [s.scaling_base.replace(batch_size=b) for b in part.my_batches]
 print(f"{len(configs)} per-GPU batch(es) {part.my_batches} x GPU counts {n_gpus} = {len(configs) * len(n_gpus)} runs")
 
+# %% [markdown]
+# ### Predict, then run
+#
+# Before the sweep runs: with the same batch on each GPU, how many times more **images per second** will
+# 2 GPUs process than 1 (in the cpu profile: 2 processes than 1)? Type your guess in the box below and
+# press Enter, or write it in the cell as `my_guess = 1.5`. The tables after the sweep set it beside
+# the measurement.
+
+# %%
+my_guess = None  # your guess, a number; None shows a box to type it in
+labs.predict("weak_speedup_2", "How many times more images per second will 2 GPUs process than 1, at the same "
+             "batch per GPU?", unit="×", value=my_guess)
+
 # %% tags=["nbval-ignore-output"]
 # one at a time where jobs would share processors: the CPU, or the GPUs of one machine (local site); in the
 # cpu profile one job per GPU count makes its runs one after the other (torch is imported once per process)
@@ -288,7 +301,8 @@ sweep = labs.run_sweep(configs, name=labs.job_name(pseudo, "scale"), n_gpu=n_gpu
                        one_at_a_time=profile.is_cpu or site.is_local, **s.job, timeout_s=s.timeout_s,
                        title="scaling sweep")
 print(f"posted {dp.post_part(part, pseudo, sweep)} run(s) to the team's results")
-sweep.with_columns("n_gpu", "batch_size", "state", "images_per_s_median", "step_time_s")
+print(labs.energy_note(sweep) or "energy per image and per epoch (all GPUs of a run together): in the table below")
+sweep.with_columns("n_gpu", "batch_size", "state", "images_per_s_median", *labs.energy_columns(sweep), "step_time_s")
 
 # %% [markdown]
 # The team's table: your rows and those your team posted so far. A row not posted yet is named below the
@@ -304,6 +318,11 @@ dp.scaling_figure(strong, weak, unit=unit, title=f"scaling ({profile.name} profi
 
 # %% tags=["nbval-ignore-output"]
 display(dp.rich(strong, note=f"measured here, {unit}"), dp.rich(weak, note=f"measured here, {unit}"))
+
+# %%
+# 2 against 1 at the same batch per GPU, when the team posted both runs
+weak_two = next((r for r in weak if r["n_gpu"] == 2), None) if any(r["n_gpu"] == 1 for r in weak) else None
+labs.reveal("weak_speedup_2", weak_two["speedup"] if weak_two else None)
 
 # %% [markdown]
 # **Two nodes.** On a cluster the same two processes can sit on two nodes (one task per node): the
@@ -439,3 +458,37 @@ verdicts = [
         bool(nccl.transports.keys() & {"P2P", "SHM"}), f"transports {dict(nccl.transports)}",
         applies=profile.is_gpu, why_not="no NCCL in this profile (the example above shows what it prints)"),
 ]
+
+# %% [markdown]
+# ## 9. Exit ticket
+#
+# Four questions on what *you* measured above: the answers are in your own tables, not in a book.
+# A question whose measurement is missing here (a team's row not posted yet, energy on a CPU) is shown
+# but not counted. Write your answers in the second cell below, run it, and your score is saved for
+# the instructor.
+
+# %%
+weak_one = next((r for r in weak if r["n_gpu"] == 1), None)
+joules = [r.get("energy_per_image_j") for r in (weak_one, weak_two) if r is not None]
+cheaper = None  # which used less energy per image: only where both runs measured it (GPUs)
+if len(joules) == 2 and None not in joules:
+    cheaper = "1 GPU" if joules[0] <= joules[1] else "2 GPUs"
+most = f" ({strong_last['n_gpu']})" if strong_last.get("n_gpu") else ""
+ticket = labs.exit_ticket("06", {
+    "weak_speedup_2": labs.Question("In your weak-scaling table, how many times more images per second did 2 GPUs "
+                                    "process than 1?", weak_two["speedup"] if weak_two else None,
+                                    unit="×", rel_tol=0.1),
+    "strong_efficiency": labs.Question(f"In your strong-scaling table, what was the efficiency on the most GPUs{most}?",
+                                       strong_last.get("efficiency"), rel_tol=0.1, abs_tol=0.02),
+    "same_weights": labs.Question("Did the DDP processes end with the weights of one process trained on the global "
+                                  "batch (yes or no)?",
+                                  "yes" if max(equivalence.column("max_abs_dw")) <= s.tolerance else "no",
+                                  choices=("yes", "no")),
+    "less_energy": labs.Question("At the same batch per GPU, which used less energy per image: 1 GPU or 2 GPUs?",
+                                 cheaper, choices=("1 GPU", "2 GPUs")),
+})
+answers = ticket.blank()
+
+# %%
+answers = {"weak_speedup_2": None, "strong_efficiency": None, "same_weights": None, "less_energy": None}  # yours
+graded = ticket.grade(answers)

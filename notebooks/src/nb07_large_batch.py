@@ -23,6 +23,7 @@
 # %matplotlib inline
 from coursekit import labs
 from coursekit.labs import lab07_large_batch as lb
+from coursekit.labs.lab07_large_batch import room
 
 pseudo = labs.choose_pseudonym()  # the one you chose in lab 00
 profile = labs.choose_profile()
@@ -48,10 +49,40 @@ print(s)
 # prediction of that knee. The engine holds the whole data set on the device as bytes and augments it there
 # (`--device-data`), so even batch 64 is not waiting for a loader.
 
+# %% [markdown]
+# **Seeds for the room.** Every participant posts their runs to the room's shared results (section 8), so
+# the room sees many seeds instead of a few. For that, each participant must run *other* seeds: set `my_seat`
+# to the number the instructor gave you, and you run seeds of your own. Left at `None`, you run the lab's
+# seeds (what a participant alone does).
+
+# %%
+my_seat = None  # your number in the room from the instructor (0, 1, 2, ...); None: you work alone
+seeds = room.my_seeds(my_seat, s.seeds)
+print("your seeds:", seeds)
+
 # %% tags=["nbval-ignore-output"]
-runs = lb.plan(s)
+runs = lb.plan(s, seeds)
 print(len(runs), "runs:", {part: sum(r.tags["part"] == part for r in runs) for part in lb.PARTS})
 print("the first run:", labs.engine_command(runs[0].config))
+
+# %% [markdown] tags=["exercise"]
+# ### Predict, then run
+#
+# Before you run the jobs, two guesses, as numbers: how many accuracy points the largest batch loses against
+# the reference batch at equal epochs with the same learning rate (part A), and how many times fewer steps
+# twice the smallest batch needs to reach the target (part C; 2 would be perfect). Replace the placeholder
+# lines below with your guesses in `my_gap` and `my_speedup` (or `None`, which shows a box to type it in).
+# They are set beside the measurements further down.
+
+# %% tags=["exercise"]
+### BEGIN SOLUTION
+my_gap = 3
+my_speedup = 2
+### END SOLUTION
+labs.predict("gap_large", f"At equal epochs and the same learning rate, how many accuracy points below batch "
+             f"{s.base_batch} will batch {s.large_batch} end?", unit="points", value=my_gap)
+labs.predict("steps_doubling", f"How many times fewer steps to the target will batch {2 * min(s.critical_batches)} "
+             f"need than batch {min(s.critical_batches)}?", unit="×", value=my_speedup)
 
 # %% tags=["nbval-ignore-output"]
 sweeps = lb.submit(runs, name=labs.job_name(pseudo, "large-batch"), jobs=s.jobs, **s.job)
@@ -79,11 +110,17 @@ summary
 # %% tags=["nbval-ignore-output"]
 lb.accuracy_figure(summary)
 
+# %%
+gap_large = lb.gap_points(table, s)
+labs.reveal("gap_large", gap_large)
+
 # %% [markdown] tags=["exercise"]
 # **Your turn.** Goyal et al. trained ResNet-50 at batch 8192 with a learning rate found for batch 256 (0.1).
 # Write the scaling rule as a plain function: `lb.scaled_lr(base_lr, base_batch, batch, rule)`. What LR do the
 # linear and square-root rules give at 8192? Their warm-up lasted 5 epochs: how many optimiser steps is that
 # for ImageNet's 1,281,167 training images at batch 8192 (the last, short batch dropped)?
+# `lb.steps_per_epoch(images, batch)` counts one epoch's steps. Put your answers in `linear_lr`, `sqrt_lr` and
+# `warmup_steps`.
 
 # %% tags=["exercise"]
 ### BEGIN SOLUTION
@@ -153,6 +190,9 @@ fit = lb.fit_critical_batch(curve)
 print("fit:", fit)
 curve
 
+# %%
+labs.reveal("steps_doubling", lb.doubling_speedup(curve))
+
 # %% [markdown]
 # ## 6. D. The noise scale
 #
@@ -186,3 +226,60 @@ lb.critical_figure(curve, fit, b_simple)
 
 # %% tags=["nbval-ignore-output"]
 claims = lb.check_claims(table, s)
+
+# %% [markdown]
+# ## 8. The room's seeds
+#
+# Your runs of parts A and C go to the room's shared results, with your pseudonym; then you read back every
+# run posted so far. Each dot below is one seed of one participant: with a room of twenty, the spread of an
+# arm is no longer a guess from two or three seeds. Run the cell again later to see the runs posted since.
+# Alone, the room is just your own points. A record that is not one of this lab's runs (another profile's, a
+# broken line) is left out and counted below the table.
+
+# %%
+print(f"posted {room.post_runs(table, pseudo, s)} of your runs to the room's results")
+
+# %% tags=["nbval-ignore-output"]
+arms = [arm for arm, *_ in s.arms]
+the_room = room.read_room(s)
+print(the_room)
+room.room_table(the_room, arms)
+
+# %% tags=["nbval-ignore-output"]
+room.room_figure(the_room, arms)
+
+# %% [markdown]
+# ## 9. Exit ticket
+#
+# Four questions on what *you* measured above: the answers are in your own tables and figures, not in a
+# book. The ticket is checked at once, and your score is saved for the instructor.
+
+# %%
+large_arms = summary.where(batch_size=s.large_batch)
+best_large = max(large_arms, key=lambda row: row["val_acc"])
+doubling = lb.doubling_speedup(curve)
+smallest = min(s.critical_batches)
+ticket = labs.exit_ticket("07", {
+    "gap_large": labs.Question(f"At equal epochs, how many accuracy points below batch {s.base_batch} did batch "
+                               f"{s.large_batch} with the same LR end (part A)?", gap_large, unit="points",
+                               abs_tol=0.5),
+    "best_large": labs.Question(f"Which arm at batch {s.large_batch} ended most accurate?", best_large["arm"],
+                                choices=tuple(large_arms.column("arm"))),
+    "steps_doubling": labs.Question(f"In part C, how many times fewer steps to the target did batch {2 * smallest} "
+                                    f"need than batch {smallest}?", doubling, unit="×", rel_tol=0.1),
+    "b_crit": labs.Question("What critical batch B_crit did the fit of part C give?",
+                            fit["b_crit"] if fit and 0 < fit["b_crit"] < float("inf") else None, rel_tol=0.2),
+})
+answers = ticket.blank()
+
+# %% [markdown] tags=["exercise"]
+# Write your answers as `answers = {"gap_large": ..., "best_large": ..., ...}` in place of the two placeholder
+# lines: numbers (or an arm's name, as the table writes it) you read above. A question you leave out counts as
+# not answered.
+
+# %% tags=["exercise"]
+### BEGIN SOLUTION
+answers = {"gap_large": gap_large, "best_large": best_large["arm"], "steps_doubling": doubling,
+           "b_crit": fit["b_crit"] if fit else None}
+### END SOLUTION
+graded = ticket.grade(answers)

@@ -64,7 +64,22 @@ print("leaderboard:", race.leaderboard_path())
 #
 # A submission is `k` runs that differ only in the seed. The entry is the mean ± std of their
 # time-to-target. It counts only if **every** seed reaches the target.
+
+# %% [markdown] tags=["exercise"]
+# ### Predict, then run
 #
+# Before anything runs: what percentage of a run's wall time will the race's clock count? Replace the
+# placeholder lines below with your guess, a number, in `my_guess` (or `my_guess = None`, which shows a box
+# to type it in). Section 5 sets it beside your own run.
+
+# %% tags=["exercise"]
+### BEGIN SOLUTION
+my_guess = 80
+### END SOLUTION
+labs.predict("timed_share", "What percentage of a run's wall time will the race's clock count?", unit="%",
+             value=my_guess)
+
+# %% [markdown]
 # ## 3. The baseline
 #
 # The instructor runs the baseline at the start of each round, on the room's hardware: your time is
@@ -169,6 +184,9 @@ timed_share = my_run["train_time_s"] / my_run["total_time_s"]
 print(f"timed: {timed_share:.0%} of the run's wall time; {my_run['evaluations']} evaluations, "
       f"code {my_run['code_hash']}, validation set {my_run['val_hash']}")
 
+# %%
+labs.reveal("timed_share", 100 * my_run["train_time_s"] / my_run["total_time_s"])
+
 # %% [markdown] tags=["solution"]
 # The rest of the wall time went to building the data and the model, the untimed warm-up and the
 # evaluations. On a GPU, the warm-up is where `torch.compile` and cuDNN's autotuning happen, which can
@@ -209,3 +227,31 @@ verdicts = [
                      why_not="the generated stand-in is passed in a few evaluations: a smoke test, not evidence"
                      if profile.is_gpu else "tiny CPU runs of a few hundred milliseconds: their times are noise"),
 ]
+
+# %% [markdown]
+# ## 7. Exit ticket
+#
+# Four questions on what *you* measured above: the answers are in the leaderboard and in your run's record,
+# not in a book. The ticket is checked at once, and your score is saved for the instructor.
+
+# %%
+ticket = labs.exit_ticket("09", {
+    "timed_share": labs.Question("What percentage of your first run's wall time did the clock count?",
+                                 100 * my_run["train_time_s"] / my_run["total_time_s"], unit="%", abs_tol=5),
+    "reached": labs.Question("How many seeds of your entry reached the target?", ours["reached"] if ours else None),
+    "my_time": labs.Question("What was your entry's mean time to the target, in seconds?",
+                             ours["time_to_target_s"] if ours else None, unit="s", rel_tol=0.05),
+    "my_rank": labs.Question("What rank did your entry get on the leaderboard?", ours["rank"] if ours else None),
+})
+answers = ticket.blank()
+
+# %% [markdown] tags=["exercise"]
+# Write your answers as `answers = {"timed_share": ..., "reached": ..., ...}` in place of the two placeholder
+# lines: numbers you read above. A question you leave out counts as not answered.
+
+# %% tags=["exercise"]
+### BEGIN SOLUTION
+answers = {"timed_share": 100 * timed_share, "reached": ours["reached"], "my_time": ours["time_to_target_s"],
+           "my_rank": ours["rank"]}
+### END SOLUTION
+graded = ticket.grade(answers)

@@ -26,6 +26,7 @@ from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
+from coursekit.labs.kit.energy import energy_figures
 from coursekit.labs.kit.progress import JobsBar
 from coursekit.labs.kit.results import ResultsTable
 from coursekit.metrics import epochs, read_metrics, steps, summary
@@ -196,6 +197,7 @@ def summarize_run(records: list[dict[str, Any]]) -> dict[str, Any]:
         "compute_time_s": _median(compute_times),
         "data_fraction": sum(data_times) / total_step if total_step > 0 else None,
         "peak_mem_mb": final.get("mem_allocated_peak_mb") or (max(peaks) if peaks else None),
+        **energy_figures(timed, final.get("images_per_epoch")),  # None on CPUs: energy is measured on GPUs only
         "device": final.get("device_name"),
         "steps": step_records,
         "epochs": epoch_records,

@@ -25,6 +25,7 @@ COLUMN_LABELS = {
     "tflops": "TFLOP/s", "speedup": "speed-up", "num_workers": "loader workers",
     "activations_mb_per_image": "activations per image (MB)", "time_to_target_s": "time to target (s)",
     "peak_mem_mb": "peak memory (MB)", "peak_mem_gb": "peak memory (GB)", "estimate_mb": "calculator (MB)",
+    "energy_per_image_j": "energy per image (J)", "energy_per_epoch_j": "energy per epoch (J)",
 }
 UNIT_SUFFIXES = {"_s": "s", "_ms": "ms", "_mb": "MB", "_gb": "GB", "_bytes": "bytes"}
 HEADER_STYLE = "text-align:right;white-space:nowrap;padding:2px 8px"

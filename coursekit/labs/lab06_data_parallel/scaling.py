@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from coursekit.labs.kit.energy import energy_columns
 from coursekit.labs.kit.results import ResultsTable, format_value
 
 
@@ -52,7 +53,7 @@ def _with_speedup(rows: list[dict[str, Any]], title: str) -> ResultsTable:
     rows = sorted(rows, key=lambda r: r["n_gpu"])
     base = rows[0] if rows else None
     table = ResultsTable(title=title, columns=["n_gpu", "batch_per_gpu", "global_batch", "img_s", "speedup",
-                                               "efficiency", "step_time_s"])
+                                               "efficiency", *energy_columns(rows), "step_time_s"])
     for row in rows:
         speedup = row["img_s"] / base["img_s"] if base and base["img_s"] and row["img_s"] else None
         ideal = row["n_gpu"] / base["n_gpu"] if base else None
@@ -64,7 +65,9 @@ def scaling_tables(table: ResultsTable, batch_per_gpu: int, global_batch: int) -
     """(strong, weak) from one sweep's table (columns ``n_gpu``, ``batch_size``, images/s): speed-up and
     efficiency against the smallest GPU count. Strong: the global batch fixed; weak: the batch per GPU."""
     rows = [{"n_gpu": r["n_gpu"], "batch_per_gpu": r["batch_size"], "global_batch": r["n_gpu"] * r["batch_size"],
-             "img_s": _img_s(r), "step_time_s": r.get("step_time_s"), "state": r.get("state")} for r in table]
+             "img_s": _img_s(r), "step_time_s": r.get("step_time_s"), "state": r.get("state"),
+             "energy_per_image_j": r.get("energy_per_image_j"), "energy_per_epoch_j": r.get("energy_per_epoch_j")}
+            for r in table]
     strong = [r for r in rows if r["global_batch"] == global_batch]
     weak = [r for r in rows if r["batch_per_gpu"] == batch_per_gpu]
     return (_with_speedup(strong, f"strong scaling: global batch {global_batch}"),

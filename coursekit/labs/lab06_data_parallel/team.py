@@ -20,12 +20,13 @@ from typing import Any
 
 from coursekit.course import course_path, user_name
 from coursekit.labs.kit import pool
+from coursekit.labs.kit.energy import ENERGY_COLUMNS, energy_columns
 from coursekit.labs.kit.participant import check_pseudonym
 from coursekit.labs.kit.results import ResultsTable
 
 POOL_PREFIX = "lab06-scaling"
 PART_CLAIM = "part-{}.claim"
-POSTED_FIELDS = ("n_gpu", "batch_size", "images_per_s_median", "step_time_s", "state", "job_id")
+POSTED_FIELDS = ("n_gpu", "batch_size", "images_per_s_median", "step_time_s", "state", "job_id", *ENERGY_COLUMNS)
 
 
 @dataclass(frozen=True)
@@ -140,8 +141,9 @@ def team_table(part: TeamPart, title: str = "") -> tuple[ResultsTable, list[str]
             who = holders.get(index) or "nobody yet"
             notes.append(f"part {index + 1} ({who}): batch {', '.join(map(str, missing))} not posted yet")
     rows = [cells[key] for key in sorted(cells)]
-    return ResultsTable([{k: r.get(k) for k in ("n_gpu", "batch_size", "images_per_s_median", "step_time_s", "state",
-                                                 "participant")} for r in rows], title=title), notes
+    columns = ("n_gpu", "batch_size", "images_per_s_median", *energy_columns(rows), "step_time_s", "state",
+               "participant")  # energy only where the GPUs measured it
+    return ResultsTable([{k: r.get(k) for k in columns} for r in rows], title=title), notes
 
 
 def team_progress() -> list[dict[str, Any]]:

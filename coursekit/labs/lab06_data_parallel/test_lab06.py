@@ -177,3 +177,18 @@ def test_two_nodes_means_one_task_per_node_holding_its_gpus():
     assert dp.two_node_options(Cluster(2)) == {"n_gpu": 8, "n_gpu_per_task": 4}
     assert dp.two_node_options(Cluster(1)) is None
     assert dp.two_node_options(type("Local", (), {"is_local": True})()) is None
+
+
+def test_lab06_scaling_tables_carry_energy_only_where_measured():
+    from coursekit.labs.kit.results import ResultsTable
+    from coursekit.labs.lab06_data_parallel.scaling import scaling_tables
+
+    def sweep(joules: float | None) -> ResultsTable:
+        return ResultsTable([{"n_gpu": n, "batch_size": 32, "images_per_s_median": 100.0 * n,
+                              "energy_per_image_j": joules, "energy_per_epoch_j": None if joules is None else joules * 10}
+                             for n in (1, 2)])
+
+    _, weak = scaling_tables(sweep(0.5), 32, 64)
+    assert "energy_per_image_j" in weak.columns and weak[1]["energy_per_image_j"] == 0.5
+    _, weak = scaling_tables(sweep(None), 32, 64)
+    assert "energy_per_image_j" not in weak.columns

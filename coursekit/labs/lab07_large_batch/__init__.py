@@ -69,11 +69,16 @@ def _run(part: str, arm: str, config: TrainConfig) -> Run:
                config)
 
 
-def plan(s: Any) -> list[Run]:
-    """Every run of the lab from its settings ``s`` (``profile.settings("07")``), in the order A, B, C, D."""
+def plan(s: Any, seeds: Sequence[int] | None = None) -> list[Run]:
+    """Every run of the lab from its settings ``s`` (``profile.settings("07")``), in the order A, B, C, D;
+    ``seeds``: A and B's seeds, the first also C and D's (``room.my_seeds``: each seat of a room its own);
+    None: ``s.seeds``."""
     base, b0, lr0, images = s.base, s.base_batch, s.base_lr, s.train_images
+    seeds = list(s.seeds if seeds is None else seeds)
+    if not seeds or not all(isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0 for seed in seeds):
+        raise ValueError(f"seeds={seeds!r}: give one or more whole numbers, 0 or more (or None: the lab's seeds)")
     runs: list[Run] = []
-    for seed in s.seeds:
+    for seed in seeds:
         for arm, batch, factor, warmup_share in s.arms:  # A: one shape, only peak LR, warm-up and batch vary
             warmup = round(warmup_share * base.epochs * steps_per_epoch(images, batch))
             runs.append(_run("A", arm, base.replace(batch_size=batch, lr=lr0 * factor, warmup_steps=warmup,
@@ -91,11 +96,11 @@ def plan(s: Any) -> list[Run]:
         for factor in s.critical_lr_factors:
             lr = factor * scaled_lr(lr0, b0, batch, "linear")
             runs.append(_run("C", f"{factor:g} x linear", critical.replace(
-                batch_size=batch, lr=lr, epochs=epochs, eval_every=every, seed=s.seeds[0])))
+                batch_size=batch, lr=lr, epochs=epochs, eval_every=every, seed=seeds[0])))
     runs.append(_run("D", "noise scale", critical.replace(  # D: C's reference batch, split into micro-batches
         batch_size=b0, lr=lr0, epochs=s.noise_epochs, target_acc=None, eval_every=None,
         accumulation_steps=s.noise_micro_batches, noise_every=s.noise_every, log_every=s.noise_log_every,
-        seed=s.seeds[0])))
+        seed=seeds[0])))
     return runs
 
 
@@ -411,6 +416,22 @@ def reference_steps(curve: ResultsTable, batch: int) -> int | None:
     """Steps of C's run at ``batch`` to the target (its best LR); None if it did not reach it."""
     rows = curve.where(batch_size=batch)
     return rows[0]["steps_to_target"] if len(rows) else None
+
+
+def doubling_speedup(curve: ResultsTable) -> float | None:
+    """How many times fewer steps to the target twice the smallest batch that reached it needed (C's best LRs);
+    None when one of the two did not reach the target (perfect scaling: 2)."""
+    steps = {r["batch_size"]: r["steps_to_target"] for r in curve if r["steps_to_target"]}
+    if not steps:
+        return None
+    smallest = min(steps)
+    return steps[smallest] / steps[2 * smallest] if 2 * smallest in steps else None
+
+
+def gap_points(table: ResultsTable, s: Any) -> float:
+    """A's gap at equal epochs in accuracy points: the reference minus the largest batch at the same LR,
+    paired over seeds (the prediction and the exit ticket ask for it)."""
+    return 100 * paired(table, s.claim_arms["reference"], s.claim_arms["large_naive"])[0]
 
 
 # ----------------------------------------------------------------- the lab's numbers, per profile

@@ -188,15 +188,17 @@ def _split_runs(text: str, runs: int) -> list[str | None]:
     return parts
 
 
-def run_ranks(scripts: list[Path], options: CheckOptions, nproc: int, workdir: Path,
-              timeout_s: float) -> tuple[list[list[RankRun]], list[int | None], bool, float]:
+def run_ranks(scripts: list[Path], options: CheckOptions, nproc: int, workdir: Path, timeout_s: float,
+              fsdp: bool = True) -> tuple[list[list[RankRun]], list[int | None], bool, float]:
     """Run the scripts one after the other in `nproc` rank processes; per script its ranks' runs, the exit
-    code of each rank, whether time ran out, and the seconds it took."""
+    code of each rank, whether time ran out, and the seconds it took. ``fsdp`` false: the runner records no
+    FSDP units (scripts without FSDP: the ranks start faster)."""
     records = workdir / "records"
     records.mkdir(parents=True, exist_ok=True)
     plan = {"records": str(records), "runs": [
         {"script": str(script), "args": options.argv(workdir / f"out{i}"), "port": port}
-        for i, (script, port) in enumerate(zip(scripts, script_check.free_ports(len(scripts)), strict=True))]}
+        for i, (script, port) in enumerate(zip(scripts, script_check.free_ports(len(scripts)), strict=True))],
+        "fsdp": fsdp}
     (workdir / "plan.json").write_text(json.dumps(plan))
     processes = script_check.start_ranks([sys.executable, "-u", str(RUNNER), str(workdir / "plan.json")], nproc,
                                          workdir, lambda rank: script_check.rank_env(rank, nproc))

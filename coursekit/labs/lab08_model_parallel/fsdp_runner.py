@@ -2,7 +2,8 @@
 
     python fsdp_runner.py PLAN.json
 
-PLAN.json: ``{"records": DIR, "runs": [{"script": PATH, "args": [...], "port": PORT}, ...]}``. Each script runs
+PLAN.json: ``{"records": DIR, "runs": [{"script": PATH, "args": [...], "port": PORT}, ...], "fsdp": BOOL}``
+(``fsdp`` false: the FSDP units are not recorded, which spares importing FSDP, seconds of CPU). Each script runs
 as ``python SCRIPT ARGS`` would run it (``__main__``, its folder first on ``sys.path``), with its own
 ``MASTER_PORT``; the runs share this process, so torch is imported once for all of them. Once the script has
 imported torch, recorders watch it: the modules given to ``fully_shard`` (the FSDP units), the training state
@@ -41,8 +42,9 @@ def local_bytes(tensors: Any) -> int:
 class Recorder:
     """What one run did; ``install`` (once torch is imported) points the recorders at the current run."""
 
-    def __init__(self, rank: int) -> None:
+    def __init__(self, rank: int, fsdp: bool = True) -> None:
         self.rank = rank
+        self.fsdp = fsdp
         self.record: dict[str, Any] = {}
         self.units: list[Any] = []
 
@@ -63,7 +65,7 @@ class Recorder:
         import torch
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
-        for name in FSDP_MODULES:
+        for name in FSDP_MODULES if self.fsdp else ():
             try:
                 module = importlib.import_module(name)
             except ImportError:
@@ -134,7 +136,7 @@ class _AfterTorch(importlib.abc.MetaPathFinder):
 def main(argv: list[str]) -> None:
     plan = json.loads(Path(argv[0]).read_text())
     rank = int(os.environ.get("RANK", "0"))
-    recorder = Recorder(rank)
+    recorder = Recorder(rank, fsdp=plan.get("fsdp", True))
     if "torch" in sys.modules:
         recorder.install()
     else:

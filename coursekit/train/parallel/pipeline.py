@@ -118,7 +118,9 @@ class PipelineRunner(nn.Module):
         self.stage_index, self.stages = ctx.rank_in("pp"), ctx.size("pp")
         self.microbatches, self.ctx = cfg.microbatches, ctx
         self.is_first, self.is_last = self.stage_index == 0, self.stage_index == self.stages - 1
-        module = DelayedStage(part, cfg.stage_delay_ms) if cfg.stage_delay_ms else part
+        # X ms per batch: each of its m micro-batches sleeps X/m (a micro-batch is 1/m of the work), so a step
+        # computes as long whatever m is and only the bubble and the per-micro-batch costs change the time
+        module = DelayedStage(part, cfg.stage_delay_ms / cfg.microbatches) if cfg.stage_delay_ms else part
         from torch.distributed import pipelining  # here: it imports torch._dynamo (~1.5 s a process)
 
         self.stage = pipelining.PipelineStage(module, self.stage_index, self.stages, ctx.device, group=ctx.group("pp"))

@@ -4,6 +4,10 @@
 engine's ``--profile`` puts it in ``<run>/profile/``) and answers three questions: how long the profiled
 steps took, what share of it the main process spent inside the DataLoader, and — when the trace holds
 GPU activity — what share of it the GPU sat idle.
+
+``loader_check``: the participant's loader checked (``labs.check_loader_script``); the scripts themselves
+(``train_starving.py``, ``train_fed.py``) ship in ``scripts/`` (``SCRIPTS``), copies of the notebook folder's
+``lab05_loader/`` (tests/notebooks/test_lab06_scripts.py checks they are the same files).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ GPU_STEP_CATEGORIES = ("gpu_user_annotation",)  # the GPU's copy of a ProfilerSt
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 HOST_CATEGORIES = ("cpu_op", "user_annotation")
 US_PER_MS = 1000.0
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
 
 # the lab's own names for the kit's one-job sweeps (the notebook calls them on this module)
 SweepRun, run_sweep, submit_sweeps = experiments.SweepRun, experiments.run_sweep, experiments.submit_sweeps
@@ -145,6 +150,8 @@ def top_operators_text(run_dir: str | Path, rows: int = 10) -> str:
 # ----------------------------------------------------------------- the lab's numbers, per profile
 
 GPUS = 1  # GPUs the notebook needs at once in the gpu profile
+# the exercise's scripts, relative to the notebook folder (copies of SCRIPTS: check_loader_script runs them)
+SCRIPT_PATHS = {"starving": "lab05_loader/train_starving.py", "fed": "lab05_loader/train_fed.py"}
 
 
 def settings(profile: str) -> dict[str, Any]:
@@ -161,7 +168,8 @@ def settings(profile: str) -> dict[str, Any]:
         return {"base": base, "jpeg_classes": 4, "jpeg_images_per_class": 32, "jpeg_size": (500, 375), "jpeg_workers": 2,
                 "loaders": [{"workers": 0}, {"workers": 1}, {"workers": 2},
                             {"workers": 1, "persistent_workers": True, "prefetch_factor": 4}],
-                "profile_steps": 2, "job": job_options(profile, "00:10:00"), "timeout_s": 300}
+                "profile_steps": 2, "job": job_options(profile, "00:10:00"), "timeout_s": 300,
+                "scripts": SCRIPT_PATHS}
     # test_steps: no validation pass; 40 steps = 2 epochs of the tree, so epoch boundaries are in the runs
     base = TrainConfig(model="resnet50", dataset="jpeg_folder", image_size=224, batch_size=256, epochs=1,
                        precision="bf16", channels_last=True, test_steps=40, **QUIET)
@@ -175,4 +183,5 @@ def settings(profile: str) -> dict[str, Any]:
     # shared by the room when the instructor writes it first), not 13,000 per participant
     return {"base": base, "jpeg_classes": 10, "jpeg_images_per_class": 520, "jpeg_size": (500, 375), "jpeg_workers": 8,
             "loaders": loaders, "profile_steps": 5, "job": job_options(profile, "00:30:00"), "timeout_s": 3600,
+            "scripts": SCRIPT_PATHS,
             "budget": workshop_budget({"loader settings (40 steps)": (len(loaders), 1.0), "profiler": (1, 1.0)})}

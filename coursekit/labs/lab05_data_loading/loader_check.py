@@ -1,0 +1,476 @@
+"""Check a participant's loader script against the starving script it came from, in plain words.
+
+``check_loader_script("lab05_loader/train_fed.py")`` runs the script and ``train_starving.py`` (found next
+to it) as the reference, a few steps each, and judges:
+
+- **run**: the script runs to its end, within the time limit;
+- **output**: it wrote its per-step times (waiting for data, whole step) to ``--out``;
+- **workers**: its DataLoader has worker processes (``num_workers``);
+- **pinning**: ``pin_memory=True`` and copies with ``non_blocking=True`` go together: one without the
+  other gains nothing;
+- **persistent**: the workers stay between epochs (``persistent_workers=True``);
+- **wait_share**: the share of step time spent waiting for data fell clearly below the starving script's.
+
+The first four are read from what the script did, recorded from inside (``loader_runner.py``): they are
+the checks that count. The measured one works on any machine, also on two busy CPU cores, because the
+scripts' images wait to be "read" (as files on a shared file system do), and workers overlap such waits
+even without cores of their own. On a CPU one server process imports torch once and forks a child per
+run, so a check takes seconds; on a GPU each run is a process of its own (a forked child cannot use CUDA
+once its parent started it). The reference runs once per set of options and is cached.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import math
+import os
+import select
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from coursekit.labs.kit import script_check
+from coursekit.labs.kit.script_check import FAIL, PASS, SKIP, Check, CheckReport, read_text, tail
+from coursekit.labs.lab05_data_loading import SCRIPTS
+
+REFERENCE_NAME = "train_starving.py"
+SOLUTION = SCRIPTS / "train_fed.py"  # the packaged copy of notebooks/lab05_loader/train_fed.py
+RUNNER = Path(__file__).with_name("loader_runner.py")
+STDOUT, STDERR, RECORD, EXIT = "stdout.txt", "stderr.txt", "record.json", "exit.txt"  # loader_runner's files
+TIMES_FILE = "loader_times.json"  # what the scripts write to --out
+DEVICES = ("auto", "cpu", "cuda")
+DEFAULT_TIMEOUT_S = 60.0
+SERVER_START_S = 120.0  # importing torch on a busy machine
+STOP_GRACE_S = script_check.STOP_GRACE_S  # a stopped run gets this long to end before SIGKILL
+POLL_S = 0.05
+MAX_SHARE_RATIO = 0.5  # a fed loader waits at most half the starving script's share of step time
+CHECK_QUESTIONS = {
+    "run": "the script runs to its end",
+    "output": "the script writes its per-step times to --out",
+    "workers": "worker processes prepare the batches",
+    "pinning": "pin_memory=True and copies with non_blocking=True, together",
+    "persistent": "the workers stay between epochs",
+    "wait_share": "the step waits for data clearly less than in the starving script",
+}
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    """What both scripts run with: a few steps, an epoch boundary among them, images slow to read."""
+
+    steps: int = 10
+    batch_size: int = 8
+    read_ms: float = 6.0
+    width: int = 1024
+    seed: int = 0
+
+    def argv(self, device: str, out: Path) -> list[str]:
+        return ["--steps", str(self.steps), "--batch-size", str(self.batch_size), "--read-ms", repr(self.read_ms),
+                "--width", str(self.width), "--seed", str(self.seed), "--device", device, "--out", str(out)]
+
+
+# on a GPU the step computes in well under a millisecond: shorter reads, a wider model, so that four
+# workers keep up with the step while the starving script still waits most of each step
+GPU_OPTIONS = CheckOptions(steps=20, batch_size=16, read_ms=0.1, width=8192)
+
+
+@dataclass(repr=False)  # repr: CheckReport's text table
+class LoaderCheckReport(CheckReport):
+    """The verdicts, and what was measured (for the notebook to show)."""
+
+    script: str
+    device: str
+    checks: list[Check]
+    seconds: float = 0.0
+    loader: dict[str, Any] | None = None  # the DataLoader's settings, as the script passed them
+    wait_share: float | None = None  # of the script, first step left out
+    reference_wait_share: float | None = None  # of train_starving.py
+    output: str = ""
+    questions = CHECK_QUESTIONS
+
+    @property
+    def ok(self) -> bool:  # skipped checks do not count against the script, but it must have run
+        return not self.failed and self["run"].verdict == PASS
+
+    def headline(self) -> str:
+        return f"loader check of {self.script} ({self.device}): {self.summary()}"
+
+
+@dataclass
+class ScriptRun:
+    returncode: int | None  # None: stopped, or ended without the runner's exit code
+    timed_out: bool
+    stdout: str
+    stderr: str
+    record: dict[str, Any] | None
+    times: dict[str, Any] | None  # what the script wrote to --out (None: nothing, or not JSON)
+    times_note: str
+    seconds: float
+
+
+# Mistakes planted in the solution (scripts/train_fed.py) for the tests and the notebook:
+# name -> (what it does, the (old, new) replacements that make it)
+_SOLUTION_LOADER = ("    return DataLoader(dataset, batch_size=batch_size, shuffle=True, drop_last=True, num_workers=4, "
+                    "pin_memory=True,\n                      persistent_workers=True, prefetch_factor=4)\n")
+_SOLUTION_COPY = "    return images.to(device, non_blocking=True), labels.to(device, non_blocking=True)\n"
+PLANTED_MISTAKES: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
+    "no_workers": ("the training process loads every batch itself (num_workers=0)", ((
+        _SOLUTION_LOADER,
+        "    return DataLoader(dataset, batch_size=batch_size, shuffle=True, drop_last=True, pin_memory=True)\n"),)),
+    "blocking_copies": ("pin_memory=True, but the copies block (no non_blocking=True)", (
+        (_SOLUTION_COPY, "    return images.to(device), labels.to(device)\n"),)),
+    "no_pin_memory": ("non_blocking=True copies from memory that is not pinned", (
+        (_SOLUTION_LOADER, _SOLUTION_LOADER.replace("pin_memory=True", "pin_memory=False")),)),
+    "not_persistent": ("the workers start again at every epoch", (
+        (_SOLUTION_LOADER, _SOLUTION_LOADER.replace("persistent_workers=True", "persistent_workers=False")),)),
+    "no_output": ("the times are never written to --out", (
+        ("    write_times(args.out, device, waits, steps)\n", ""),)),
+}
+
+
+# ---------------------------------------------------------------- running: one server, a child per run
+
+class _Server:
+    """loader_runner.py, started once per Python session: it has imported torch, and forks a child per run."""
+
+    def __init__(self) -> None:
+        self.process: subprocess.Popen | None = None
+        self.lock = threading.Lock()
+        self.log: Path | None = None  # the server's own error output (a broken torch install shows there)
+        atexit.register(self.stop)
+
+        self.cuda = False  # whether the server sees a GPU (it asks NVML: CUDA does not start)
+
+    def _start(self) -> subprocess.Popen:
+        fd, name = tempfile.mkstemp(prefix="loader-check-server-", suffix=".err")
+        self.log = Path(name)
+        with os.fdopen(fd, "wb") as err:
+            process = subprocess.Popen([sys.executable, "-u", str(RUNNER)], stdin=subprocess.PIPE,
+                                       stdout=subprocess.PIPE, stderr=err, env=_runner_env(), start_new_session=True)
+        self.cuda = bool(json.loads(self._answer(process))["cuda"])
+        return process
+
+    def _answer(self, process: subprocess.Popen) -> bytes:
+        ready, _, _ = select.select([process.stdout], [], [], SERVER_START_S)
+        line = process.stdout.readline() if ready else b""
+        if not line:
+            log = read_text(self.log) if self.log else ""
+            self.process = process
+            self.stop()
+            raise RuntimeError(f"the checker's runner did not start: {tail(log)}")
+        return line
+
+    def started(self) -> subprocess.Popen:
+        """The server, started if it is not running."""
+        if self.process is None or self.process.poll() is not None:
+            self.process = self._start()
+        return self.process
+
+    def sees_gpu(self) -> bool:
+        """Whether a GPU is visible, asked of the server: the notebook's kernel need not import torch."""
+        with self.lock:
+            self.started()
+            return self.cuda
+
+    def fork(self, request: dict[str, Any]) -> int:
+        """Start one run; the child's process id (it leads its own process group)."""
+        with self.lock:
+            process = self.started()
+            process.stdin.write((json.dumps(request) + "\n").encode())
+            process.stdin.flush()
+            return int(json.loads(self._answer(process))["pid"])
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            with contextlib.suppress(OSError):
+                self.process.stdin.close()
+            try:
+                self.process.wait(STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                _kill_group(self.process.pid)
+                self.process.wait()
+        self.process = None
+        if self.log is not None:
+            self.log.unlink(missing_ok=True)
+            self.log = None
+
+
+_SERVER = _Server()
+
+
+def _runner_env() -> dict[str, str]:
+    # NVML_BASED_CUDA_CHECK: torch.cuda.is_available() asks NVML, and does not start CUDA in the server
+    env = script_check.launcher_free_env() | {"PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
+    env.pop("CUDA_VISIBLE_DEVICES", None)  # launcher_free_env hides the GPU: the GPU path needs it
+    if "CUDA_VISIBLE_DEVICES" in os.environ:
+        env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
+    return env
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _kill_group(pid: int, alive: Callable[[], bool] | None = None) -> None:
+    """Stop a process group this module started (a run's child leads its own, with its DataLoader workers)."""
+    alive = alive or (lambda: _alive(pid))
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, sig)
+        deadline = time.monotonic() + STOP_GRACE_S
+        while alive() and time.monotonic() < deadline:
+            time.sleep(POLL_S)
+        if not alive():
+            break
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)  # workers the script left behind, if any
+
+
+def run_script(script: Path, args: list[str], workdir: Path, timeout_s: float, fork: bool = True) -> ScriptRun:
+    """Run `script` with `args` in `workdir` under the recording runner: forked from the server (`fork`),
+    or in a process of its own (on a GPU: a child forked after CUDA started could not use it)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    request = {"script": str(script), "args": args, "workdir": str(workdir)}
+    process = None
+    if fork:
+        pid = _SERVER.fork(request)
+    else:
+        process = subprocess.Popen([sys.executable, "-u", str(RUNNER), "--run", json.dumps(request)], cwd=workdir,
+                                   env=_runner_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL, start_new_session=True)
+        pid = process.pid
+
+    def alive() -> bool:  # the server's children are reaped by the system; our own child, by poll()
+        return process.poll() is None if process is not None else _alive(pid)
+
+    start = time.monotonic()  # the server's start (importing torch, once per session) is not the script's time
+    deadline, timed_out = start + timeout_s, False
+    while alive() and not (workdir / EXIT).is_file():
+        if time.monotonic() > deadline:
+            timed_out = True
+            break
+        time.sleep(POLL_S)
+    if not timed_out:  # the exit code is written just before the child ends
+        end = time.monotonic() + STOP_GRACE_S
+        while alive() and time.monotonic() < end:
+            time.sleep(POLL_S)
+    _kill_group(pid, alive)  # and the workers the script started
+    if process is not None:
+        process.wait()
+    seconds = time.monotonic() - start
+    exit_text = read_text(workdir / EXIT).strip()
+    record_text = read_text(workdir / RECORD)
+    times, note = _read_times(workdir / TIMES_FILE)
+    return ScriptRun(int(exit_text) if exit_text and not timed_out else None, timed_out, read_text(workdir / STDOUT),
+                     read_text(workdir / STDERR), json.loads(record_text) if record_text else None, times, note,
+                     seconds)
+
+
+def _read_times(path: Path) -> tuple[dict[str, Any] | None, str]:
+    """The times a script wrote, or why there are none."""
+    if not path.is_file():
+        return None, f"no file was written to --out ({path.name}): keep write_times(...) at the end of main()"
+    try:
+        times = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        return None, f"--out ({path.name}) is not JSON ({error}): keep write_times(...) as it is"
+    waits, steps = (times.get("wait_s"), times.get("step_s")) if isinstance(times, dict) else (None, None)
+    if not (isinstance(waits, list) and isinstance(steps, list) and len(waits) == len(steps) >= 2
+            and all(isinstance(x, (int, float)) and math.isfinite(x) and x >= 0 for x in waits + steps)):
+        return None, (f"--out ({path.name}) holds no per-step times (lists 'wait_s' and 'step_s' of equal length, "
+                      "2 steps or more): keep write_times(...) as it is")
+    return times, ""
+
+
+def wait_share(times: dict[str, Any] | None) -> float | None:
+    """The share of a step spent waiting for data, median over the steps, the first one (which starts the
+    loader) left out: the median, as the scripts print it, so that one slow step of a busy machine (or the
+    first batch of an epoch) does not decide."""
+    if times is None:
+        return None
+    shares = [w / s for w, s in zip(times["wait_s"][1:], times["step_s"][1:], strict=True) if s > 0]
+    return statistics.median(shares) if shares else None
+
+
+def _without_runner(stderr: str) -> str:
+    return script_check.without_runner(stderr, RUNNER.name)
+
+
+_REFERENCE_CACHE: dict[tuple, ScriptRun] = {}
+
+
+def reference_run(reference: Path, options: CheckOptions, device: str, timeout_s: float) -> ScriptRun:
+    """The starving script's run; once per session, script version, options and device."""
+    stat = reference.stat()
+    key = (str(reference), stat.st_mtime_ns, stat.st_size, options, device)
+    if key not in _REFERENCE_CACHE:
+        with tempfile.TemporaryDirectory(prefix="loader-check-starving-") as folder:
+            run = run_script(reference, options.argv(device, Path(folder) / TIMES_FILE), Path(folder), timeout_s,
+                             fork=device == "cpu")
+        if run.returncode != 0 or run.times is None:
+            why = ("did not finish in time" if run.timed_out else
+                   f"failed: {run.times_note or tail(_without_runner(run.stderr))}")
+            raise RuntimeError(f"the starving reference {reference} {why}")
+        _REFERENCE_CACHE[key] = run
+    return _REFERENCE_CACHE[key]
+
+
+# ---------------------------------------------------------------- the checks
+
+def _check_run(run: ScriptRun, timeout_s: float) -> Check:
+    if run.timed_out:
+        return Check("run", FAIL, f"the script did not finish within {timeout_s:.0f} s and was stopped (a loop "
+                                  "that never ends? workers waiting for each other?). Its last lines:\n"
+                                  f"{tail(run.stdout + run.stderr, 3)}")
+    if run.returncode is None or run.record is None:
+        return Check("run", FAIL, "the script ended without the checker's record (killed by a signal, or "
+                                  f"os._exit()?); the end of its error output:\n{tail(run.stderr)}")
+    if run.returncode != 0:
+        return Check("run", FAIL, f"the script failed with exit code {run.returncode}; the end of its error "
+                                  f"output:\n{tail(_without_runner(run.stderr))}")
+    return Check("run", PASS, f"ran to its end in {run.seconds:.1f} s")
+
+
+def _check_output(run: ScriptRun) -> Check:
+    if run.times is None:
+        return Check("output", FAIL, run.times_note)
+    return Check("output", PASS, f"{len(run.times['step_s'])} steps timed")
+
+
+def main_loader(record: dict[str, Any]) -> dict[str, Any] | None:
+    """The DataLoader that yielded the most batches (the training loader)."""
+    used = [entry for entry in record["loaders"] if entry["batches"]]
+    return max(used, key=lambda entry: entry["batches"]) if used else None
+
+
+def _check_workers(loader: dict[str, Any]) -> Check:
+    workers = loader["num_workers"]
+    if workers == 0:
+        return Check("workers", FAIL, "num_workers=0: the training process reads and decodes every batch itself, "
+                                      "between two steps, and the step waits. Pass num_workers=4 to the DataLoader: "
+                                      "worker processes prepare the next batches while the step computes")
+    return Check("workers", PASS, f"num_workers={workers}: {workers} worker process{'es' * (workers > 1)} prepare "
+                                  "the batches while the step computes")
+
+
+def _check_pinning(loader: dict[str, Any], copies: list[dict[str, Any]]) -> Check:
+    pinned = loader["pin_memory"]
+    if not copies:
+        return Check("pinning", FAIL, "the batches were never copied with .to(device) (or .cuda()): copy the "
+                                      "images and the labels to the device in to_device()")
+    blocking = sum(not c["non_blocking"] for c in copies)
+    if pinned and blocking == 0:
+        return Check("pinning", PASS, f"pin_memory=True, and all {len(copies)} copies of batch tensors are "
+                                      "non_blocking=True: on a GPU the copy overlaps the work already queued")
+    if pinned:
+        some = "none" if blocking == len(copies) else f"{len(copies) - blocking} of {len(copies)}"
+        return Check("pinning", FAIL, f"pin_memory=True, but {some} of the copies of batch tensors are "
+                                      "non_blocking=True: each copy still makes the training process wait. Copy "
+                                      "with .to(device, non_blocking=True), the images and the labels")
+    if blocking < len(copies):
+        return Check("pinning", FAIL, "copies with non_blocking=True, but pin_memory is off: from ordinary "
+                                      "(pageable) memory the GPU cannot copy asynchronously, and the copy waits "
+                                      "anyway. Pass pin_memory=True to the DataLoader")
+    return Check("pinning", FAIL, "pin_memory is off and the copies block: pass pin_memory=True to the DataLoader "
+                                  "and copy with .to(device, non_blocking=True)")
+
+
+def _check_persistent(loader: dict[str, Any]) -> Check:
+    if loader["num_workers"] == 0:
+        return Check("persistent", SKIP, "there are no workers to keep (see workers)")
+    prefetch = f"; prefetch_factor={loader['prefetch_factor']}: each worker keeps that many batches ready"
+    if not loader["persistent_workers"]:
+        return Check("persistent", FAIL, f"persistent_workers is off: at every epoch the workers are stopped and "
+                                         f"started again, and the first batches of the epoch wait for them. Pass "
+                                         f"persistent_workers=True to the DataLoader{prefetch}")
+    return Check("persistent", PASS, f"persistent_workers=True over {loader['epochs']} epochs{prefetch}")
+
+
+def _check_wait_share(share: float | None, reference: float | None) -> Check:
+    if share is None or reference is None:
+        return Check("wait_share", SKIP, "no times to compare (see output)")
+    measured = (f"waiting for data: {100 * reference:.0f} % of a step in {REFERENCE_NAME}, {100 * share:.0f} % "
+                "in yours (median over the steps, the first one left out)")
+    if share <= MAX_SHARE_RATIO * reference:
+        return Check("wait_share", PASS, measured)
+    return Check("wait_share", FAIL, f"{measured}: more than {MAX_SHARE_RATIO:.0%} of the starving script's. "
+                                     "More workers, or more batches prefetched, keep the step fed")
+
+
+# ---------------------------------------------------------------- the entry point
+
+def check_loader_script(path: str | os.PathLike, reference: str | os.PathLike | None = None, *,
+                        device: str = "auto", options: CheckOptions | None = None,
+                        timeout_s: float = DEFAULT_TIMEOUT_S) -> LoaderCheckReport:
+    """Run the loader script `path` and the starving script (default: train_starving.py next to `path`);
+    the report says what is wrong, check by check."""
+    script = Path(path).expanduser().resolve()
+    if not script.is_file():
+        raise FileNotFoundError(f"path={str(path)!r}: no such script ({script}); give the path of your loader "
+                                "script, relative to the notebook's folder, e.g. 'lab05_loader/train_fed.py'")
+    reference_path = (Path(reference).expanduser().resolve() if reference is not None
+                      else script.with_name(REFERENCE_NAME))
+    if not reference_path.is_file():
+        given = f"reference={str(reference)!r}" if reference is not None else f"no {REFERENCE_NAME} next to {script.name}"
+        raise FileNotFoundError(f"{given}: no starving script at {reference_path}; pass reference= the script your "
+                                "version was made from")
+    if device not in DEVICES:
+        raise ValueError(f"device={device!r}: use one of {', '.join(DEVICES)}")
+    if timeout_s <= 0:
+        raise ValueError(f"timeout_s={timeout_s!r}: give a positive number of seconds")
+    gpu = _SERVER.sees_gpu() if device != "cpu" else False  # the kernel itself never imports torch
+    if device == "cuda" and not gpu:
+        raise ValueError("device='cuda': no GPU is visible here; use device='cpu' or 'auto'")
+    device = ("cuda" if gpu else "cpu") if device == "auto" else device
+    options = options or (GPU_OPTIONS if device == "cuda" else CheckOptions())
+    if options.steps < 2:
+        raise ValueError(f"options.steps={options.steps}: give 2 steps or more (the first one is left out)")
+    print(f"checking {path}: {script.name} beside {reference_path.name}, {options.steps} steps each on the "
+          f"{device.upper() if device == 'cpu' else 'GPU'} ...", flush=True)
+    with ThreadPoolExecutor(max_workers=1) as pool, tempfile.TemporaryDirectory(prefix="loader-check-") as folder:
+        # on a CPU the reference runs beside the script (it mostly waits); on a GPU after it
+        pending = pool.submit(reference_run, reference_path, options, device, timeout_s) if device == "cpu" else None
+        run = run_script(script, options.argv(device, Path(folder) / TIMES_FILE), Path(folder), timeout_s,
+                         fork=device == "cpu")
+        starving = pending.result() if pending is not None else reference_run(reference_path, options, device,
+                                                                               timeout_s)
+    report = LoaderCheckReport(str(path), device, [], seconds=run.seconds, output=run.stdout,
+                               wait_share=wait_share(run.times), reference_wait_share=wait_share(starving.times))
+    run_check = _check_run(run, timeout_s)
+    if run_check.verdict != PASS:
+        report.checks = [run_check, *(Check(name, SKIP, "the script did not run to its end")
+                                      for name in CHECK_QUESTIONS if name != "run")]
+        return report
+    loader = report.loader = main_loader(run.record)
+    checks = [run_check, _check_output(run)]
+    if loader is None:
+        checks += [Check("workers", FAIL, "no torch DataLoader yielded a batch: load the batches with the "
+                                          "DataLoader that make_loader() returns"),
+                   *(Check(name, SKIP, "no DataLoader was used (see workers)") for name in ("pinning", "persistent"))]
+    else:
+        checks += [_check_workers(loader), _check_pinning(loader, run.record["copies"]), _check_persistent(loader)]
+    checks.append(_check_wait_share(report.wait_share, report.reference_wait_share))
+    report.checks = checks
+    return report
+
+
+def plant_mistake(mistake: str, target: str | os.PathLike, solution: str | os.PathLike = SOLUTION) -> Path:
+    """Write the solution with one of PLANTED_MISTAKES into `target` (a .py file); its path."""
+    return script_check.plant_mistake(PLANTED_MISTAKES, mistake, target, solution)
