@@ -162,5 +162,6 @@ def settings(profile: str) -> dict[str, Any]:
               "matmul_sizes": [4096, 4095, 4104], "job": job_options(profile, "00:30:00"), "timeout_s": 3600,
               "scripts": SCRIPT_PATHS,
               "budget": workshop_budget({"GPU probe + matmuls": (2, 0.5), "precision sweep (3 epochs)": (4, 1.0),
-                                         "ladder (60 steps)": (len(rungs), 1.5)})}
+                                         "ladder (60 steps)": (len(rungs), 1.5),
+                                         "your AMP script checked (fp32 and AMP runs)": (2, 1.0)})}
     return on_cifar10(values, "base")

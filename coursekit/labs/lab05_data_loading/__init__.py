@@ -184,4 +184,5 @@ def settings(profile: str) -> dict[str, Any]:
     return {"base": base, "jpeg_classes": 10, "jpeg_images_per_class": 520, "jpeg_size": (500, 375), "jpeg_workers": 8,
             "loaders": loaders, "profile_steps": 5, "job": job_options(profile, "00:30:00"), "timeout_s": 3600,
             "scripts": SCRIPT_PATHS,
-            "budget": workshop_budget({"loader settings (40 steps)": (len(loaders), 1.0), "profiler": (1, 1.0)})}
+            "budget": workshop_budget({"loader settings (40 steps)": (len(loaders), 1.0), "profiler": (1, 1.0),
+                                       "your loader script checked (starving and fed runs)": (2, 0.5)})}
