@@ -30,9 +30,12 @@ NOTEBOOK = "09_race.ipynb"
 OPEN_TIMEOUT_S = 45
 RUN_ALL_TIMEOUT_S = 400  # the cpu profile's race: baseline, entry and rival (9 short jobs), on a busy machine
 PLACEHOLDER = exercises.PLACEHOLDER_RAISE
-# what the exercise text asks for, typed as a participant types it (the cpu profile: batch size and LR help)
-ANSWERS = {"mine = ": "mine = s.baseline.replace(batch_size=100, lr=0.1)",
-           "timed_share": 'timed_share = my_run["train_time_s"] / my_run["total_time_s"]'}
+# what the exercise text asks for, typed as a participant types it (the cpu profile: batch size and LR help),
+# in the order of the cells: a line of each cell's source that tells it -> the answer typed there
+ANSWERS = {"labs.predict(": "my_guess = 50",
+           "(mine)": "mine = s.baseline.replace(batch_size=100, lr=0.1)",
+           "my_run = ": 'timed_share = my_run["train_time_s"] / my_run["total_time_s"]',
+           "ticket.grade(": 'answers = {"timed_share": 100 * timed_share, "reached": 3}'}
 CLEAR_PROMPTS = "() => window.jupyterapp.commands.execute('notebook:clear-all-cell-outputs')"
 
 
@@ -41,7 +44,7 @@ def _type_answer(page, index: int, source: str) -> None:  # noqa: ANN001
     lines = source.splitlines()
     first = lines.index(exercises.PLACEHOLDER_COMMENT)
     assert lines[first + 1] == PLACEHOLDER, source
-    answer = ANSWERS["timed_share"] if "timed_share" in source else ANSWERS["mine = "]
+    answer = next(answer for marker, answer in ANSWERS.items() if marker in source)
     page.locator(".jp-Notebook .jp-Cell").nth(index).locator(".cm-content").click()
     page.keyboard.press("Control+Home")
     for _ in range(first):
