@@ -67,6 +67,7 @@ def test_summarize_run_reads_every_figure(tmp_path):
     assert run["data_time_s"] == pytest.approx(0.03) and run["step_time_s"] == pytest.approx(0.06)
     assert run["peak_mem_mb"] == 104.0 and run["train_loss"] == 0.25
     assert run["images_per_s_median"] == 30.0  # median of steps 2..4
+    assert run["images_per_s_best"] == max(r["images_per_s_global"] for r in run["steps"][1:])  # their fastest
     assert len(run["steps"]) == 4 and len(run["epochs"]) == 2
 
 
