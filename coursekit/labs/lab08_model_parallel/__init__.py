@@ -537,7 +537,7 @@ def settings(profile: str) -> dict[str, Any]:
         # m = 4: shorter sleeps drown in a busy machine's per-micro-batch costs)
         stage_delay_ms, microbatches = 80.0, [1, 2, 4]
     else:
-        # course size on 2 GPUs: 4 blocks of width 1024 (about 0.07 B parameters), bf16, 10 steps a job (a 4xH100
+        # course size on 2 GPUs: 4 blocks of width 1024 (about 0.07 B parameters), bf16, 30 steps a job (a 4xH100
         # dry run with 8 blocks, 30 steps and m up to 16 took over 8 minutes). Micro-batches of at least 8
         # sequences: there the measured bubble fell with m (1F1B 0.38 -> 0.28 for m = 2 -> 4); with 2-4
         # sequences per micro-batch the fixed costs per micro-batch (P2P sends, small kernels) kept it at ~0.35
@@ -547,8 +547,8 @@ def settings(profile: str) -> dict[str, Any]:
                            precision="bf16", steps=30, **QUIET)
         stage_delay_ms, microbatches = 0.0, [1, 2, 4]
     pipeline = {"microbatches": 4}
-    # gpu: the notebook's jobs hold 2 GPUs; the whole gpu profile ran in 5.5-5.7 min on 2 and 4 H100s
-    # (bench/REPORT-notebooks-gpu.md), start-ups included
+    # gpu: the notebook's jobs hold 2 GPUs; the whole gpu profile ran in 5.5-5.7 min on 2 and 4 H100s, 6.1 min with
+    # 30 steps and the pipeline exercise (bench/REPORT-notebooks-gpu.md), start-ups included
     budget = {} if cpu else {"budget": workshop_budget({"strategies, ZeRO, bubbles, checkpointing (2 GPUs)": (1, 2 * 6.0)})}
     return {
         **budget,
