@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import socket
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from coursekit.train.engine import train
 
 PER_RANK_BATCH = 8
 STEPS = 4
+PORT_ATTEMPTS = 3  # runs start again on new ports when another test took one of theirs
 WEIGHT_ATOL = 1e-5
 LOSS_RTOL = 1e-5
 STAGE_DELAY_MS = 200.0  # emulated stage compute per batch: forward 50 ms, backward 100 ms per micro-batch; long beside a
@@ -86,11 +88,21 @@ def _free_ports(count: int) -> list[int]:
 
 
 def _launch(world: int, root: Path, runs: dict) -> dict:
-    with mp.Manager() as manager:
-        results = manager.dict()
-        mp.start_processes(_worker, args=(world, _free_ports(len(runs)), str(root), runs, results), nprocs=world,
-                           join=True, start_method="fork")
-        return dict(results)
+    """Every run of ``runs`` on ``world`` processes. The ports are chosen before the first run starts: another
+    test may take one meanwhile (seen on a loaded machine), and then the runs start again on new ports."""
+    for attempt in range(PORT_ATTEMPTS):
+        for name, (changes, _) in runs.items():  # a run that started on a taken port must not resume from there
+            shutil.rmtree(root / changes.get("out_name", name), ignore_errors=True)
+        try:
+            with mp.Manager() as manager:
+                results = manager.dict()
+                mp.start_processes(_worker, args=(world, _free_ports(len(runs)), str(root), runs, results),
+                                   nprocs=world, join=True, start_method="fork")
+                return dict(results)
+        except mp.ProcessRaisedException as error:
+            if "EADDRINUSE" not in str(error) or attempt == PORT_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")
 
 
 @pytest.fixture(scope="module")
