@@ -282,6 +282,8 @@ class Trainer:
             "data_time_s": times.data_s / steps, "compute_time_s": times.compute_s / steps}
         if not math.isfinite(loss):
             return self._stop_on_nan(loss)
+        if times.cpu_s:  # on a CPU: images per second of processor time, the rate neighbours' work leaves alone
+            record["images_per_cpu_s"] = self.window_samples / times.cpu_s
         if math.isfinite(energy):  # NaN where any GPU has no energy counter (and on CPUs)
             record.update(window_energy_j=energy, window_images=int(samples))
         util = self.gpu_monitor.latest_util_pct() if self.gpu_monitor is not None else None

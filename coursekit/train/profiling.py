@@ -38,6 +38,7 @@ class WindowTimes:
     data_s: float
     compute_s: float
     steps: int
+    cpu_s: float | None = None  # processor time this process got (CPU runs only): what a busy machine cannot inflate
 
 
 class StepTimer:
@@ -55,6 +56,7 @@ class StepTimer:
     def begin_window(self) -> None:
         self._sync()
         self._start = time.perf_counter()
+        self._cpu_start = time.process_time()
         self._steps = 0
         self._compute_host_s = 0.0
 
@@ -83,7 +85,8 @@ class StepTimer:
         else:
             compute = self._compute_host_s
         compute = min(compute, wall)
-        times = WindowTimes(wall_s=wall, data_s=wall - compute, compute_s=compute, steps=self._steps)
+        cpu = None if self.cuda else time.process_time() - self._cpu_start
+        times = WindowTimes(wall_s=wall, data_s=wall - compute, compute_s=compute, steps=self._steps, cpu_s=cpu)
         self.begin_window()
         return times
 

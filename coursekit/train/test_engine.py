@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from coursekit.train.checks import validate
 from coursekit.train.config import TrainConfig, build_parser
 from coursekit.train.engine import ConfigError, main, train
 from coursekit.train.precision import precision_problem, setup_precision
+from coursekit.train.profiling import StepTimer
 
 SMALL = {"dataset": "generated", "model": "mlp", "num_samples": 160, "image_size": 8, "batch_size": 16,
          "progress": "off", "num_classes": 4}
@@ -39,6 +41,7 @@ def test_records_are_complete_and_sane(tmp_path: Path, capsys: pytest.CaptureFix
         assert math.isfinite(record["loss"]) and record["lr"] == pytest.approx(0.05)
         assert record["images_per_s"] > 0 and record["images_per_s_global"] == pytest.approx(record["images_per_s"])
         assert record["compute_time_s"] > 0 and record["data_time_s"] >= 0
+        assert record["images_per_cpu_s"] > 0  # a CPU run: per second of its processor time as well
         assert "loss_scale" not in record and "params" not in record
     epoch_records = epochs(records)
     assert [r["epoch"] for r in epoch_records] == [1, 2, 3]
@@ -52,6 +55,15 @@ def test_records_are_complete_and_sane(tmp_path: Path, capsys: pytest.CaptureFix
     assert result["memory_estimate"]["total_bytes"] > 4 * result["num_parameters"]
     assert result["memory_estimate_total_mb"] == pytest.approx(result["memory_estimate"]["total_bytes"] / 2**20)
     assert result["config"]["lr"] == 0.05 and result["world_size"] == 1
+
+
+def test_processor_time_leaves_out_the_time_other_processes_took() -> None:
+    timer = StepTimer(torch.device("cpu"))
+    timer.batch_ready()
+    time.sleep(0.3)  # as if the processor served another process meanwhile
+    timer.step_done()
+    times = timer.end_window()
+    assert times.wall_s >= 0.3 and times.cpu_s is not None and times.cpu_s < 0.1
 
 
 def test_help_lists_every_option(capsys: pytest.CaptureFixture[str]) -> None:

@@ -18,7 +18,8 @@ DEFAULT_FLOAT_DIGITS = 3
 # Column names -> words with units (plots' axes, HTML headers); other names: see column_label
 COLUMN_LABELS = {
     "batch_size": "batch size", "lr": "learning rate", "job_id": "job id", "n_gpu": "GPUs", "oom": "out of memory",
-    "images_per_s": "images/s", "images_per_s_median": "images/s (median)", "img_s": "images/s",
+    "images_per_s": "images/s", "images_per_s_median": "images/s (median)",
+    "images_per_cpu_s_median": "images per processor-second (median)", "img_s": "images/s",
     "img_s_std": "images/s (std)", "val_acc": "validation accuracy", "val_loss": "validation loss",
     "train_loss": "training loss", "train_acc": "training accuracy", "loss": "training loss",
     "data_fraction": "share of step time waiting for data", "grad_noise_var": "gradient noise variance",

@@ -37,7 +37,8 @@ def write_run(path, steps=4, epochs=2):
         writer.write("start", config={})
         for step in range(1, steps + 1):
             writer.write("step", step=step, epoch=1, loss=1.0 / step, data_time_s=0.01 * step, compute_time_s=0.03,
-                         mem_allocated_peak_mb=100.0 + step, images_per_s_global=10.0 * step)
+                         mem_allocated_peak_mb=100.0 + step, images_per_s_global=10.0 * step,
+                         images_per_cpu_s=[50.0, 20.0, 40.0, 30.0][(step - 1) % 4])
         for epoch in range(1, epochs + 1):
             writer.write("epoch", epoch=epoch, val_acc=0.5 + 0.1 * epoch, val_loss=1.0, epoch_time_s=1.0)
         writer.write("summary", status="completed", images_per_s=123.0, total_time_s=5.0, val_acc=0.7, val_loss=0.9,
@@ -67,7 +68,7 @@ def test_summarize_run_reads_every_figure(tmp_path):
     assert run["data_time_s"] == pytest.approx(0.03) and run["step_time_s"] == pytest.approx(0.06)
     assert run["peak_mem_mb"] == 104.0 and run["train_loss"] == 0.25
     assert run["images_per_s_median"] == 30.0  # median of steps 2..4
-    assert run["images_per_s_best"] == max(r["images_per_s_global"] for r in run["steps"][1:])  # their fastest
+    assert run["images_per_cpu_s_median"] == 30.0  # per processor-second, median of steps 2..4 (not step 1's 50)
     assert len(run["steps"]) == 4 and len(run["epochs"]) == 2
 
 
