@@ -6,9 +6,11 @@ inherits this process's environment, so setting it here is enough. The pseudonym
 take the one chosen in lab 00, which nbval runs separately; a set ``$COURSEKIT_PSEUDONYM`` is never written
 to the user's config).
 
-Notebooks 00 and 06 run against the real Slurm in CI (tests/integration/test_notebooks_on_slurm.py names
-where: 00 in a JupyterHub server, 06 in the browser; they fail when Slurm is not up); a run of the whole folder on the local site leaves them
-to that test rather than execute them twice (CI's budget). Named on the command line, they run here too.
+Four notebooks run in CI as a participant meets them instead (``RUN_ELSEWHERE``): 00 in a JupyterHub server
+on the real Slurm, 06 as a participant's copy in the browser on the real Slurm (both fail when Slurm is not
+up), 04 and 05 as participants' copies in the browser on the local site, their scripts completed in the
+editor. A run of the whole folder on the local site leaves them to those tests rather than execute them twice
+(CI's budget). Named on the command line, they run here too.
 """
 
 from __future__ import annotations
@@ -24,9 +26,13 @@ SITE_ENV = "COURSEKIT_SITE"
 COURSE_DIR_ENV = "COURSEKIT_COURSE_DIR"
 PSEUDONYM_ENV = "COURSEKIT_PSEUDONYM"  # labs 01-09 take the pseudonym chosen in lab 00; nbval runs each alone
 _created: list[str] = []
-# run against the local Slurm, not by the local nbval run: 00 in a JupyterHub server (tests/hub/test_hub_browser.py),
-# 06 as a participant's copy in the browser (tests/browser/test_participant_ddp.py)
-ON_SLURM = ("00_cluster_from_the_notebook.ipynb", "06_data_parallelism.ipynb")
+# notebooks that CI runs as a participant does, not by the local nbval run -> the test that runs them
+RUN_ELSEWHERE = {
+    "00_cluster_from_the_notebook.ipynb": "tests/hub/test_hub_browser.py",  # in a JupyterHub server, on Slurm
+    "06_data_parallelism.ipynb": "tests/browser/test_participant_ddp.py",  # the participant's copy, on Slurm
+    "04_mixed_precision.ipynb": "tests/browser/test_participant_exercises.py",  # the participant's copy
+    "05_data_loading_profiler.ipynb": "tests/browser/test_participant_exercises.py",
+}
 
 
 def pytest_configure(config: object) -> None:
@@ -46,8 +52,8 @@ def pytest_unconfigure(config: object) -> None:
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    """00 and 06 are left to their runs against Slurm, unless this run is one of them or names them."""
-    if collection_path.name not in ON_SLURM or os.environ.get(SITE_ENV) != "local":
+    """The notebooks of RUN_ELSEWHERE are left to their tests, unless this run is one of them or names them."""
+    if collection_path.name not in RUN_ELSEWHERE or os.environ.get(SITE_ENV) != "local":
         return None
     named = {Path(arg.split("::")[0]).resolve() for arg in config.args}
     return None if collection_path.resolve() in named else True

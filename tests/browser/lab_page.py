@@ -60,3 +60,65 @@ CHROMIUM_NAMES = ("chromium", "chromium-browser")
 def find_chromium() -> str | None:
     """Debian's chromium (or its older name) on PATH, None when there is none."""
     return next((found for found in map(shutil.which, CHROMIUM_NAMES) if found), None)
+
+
+# ------------------------------------------------------------------ what a participant does in the page
+
+EDITOR_READY = """() => {
+    const widget = window.jupyterapp && window.jupyterapp.shell.currentWidget;
+    return Boolean(widget && widget.context && widget.context.isReady && document.querySelector('.jp-FileEditor .cm-content'));
+}"""
+EDITOR_CLEAN = "() => !window.jupyterapp.shell.currentWidget.context.model.dirty"
+EDITOR_TIMEOUT_S = 45
+
+
+def completed_script(stripped: str, answers: tuple[str, ...]) -> str:
+    """A stripped script with each placeholder (comment + raise) replaced by the next answer, indented as it."""
+    from coursekit.labs.kit import exercises
+
+    lines, out, given = stripped.splitlines(), [], iter(answers)
+    index = 0
+    while index < len(lines):
+        line = lines[index]
+        if line.strip() == exercises.PLACEHOLDER_COMMENT:
+            indent = line[: len(line) - len(line.lstrip())]
+            assert lines[index + 1].strip() == exercises.SCRIPT_PLACEHOLDER_RAISE, lines[index + 1]
+            out += [indent + answer_line for answer_line in next(given).splitlines()]
+            index += 2
+            continue
+        out.append(line)
+        index += 1
+    assert next(given, None) is None, "the stripped script has fewer TODO blocks than answers"
+    return "\n".join(out) + "\n"
+
+
+def paste_script(page, url: str, path: Path, text: str) -> str:  # noqa: ANN001 - playwright's Page
+    """Open ``path`` (at ``url``) in JupyterLab's editor, replace its text with ``text`` as pasted, save;
+    returns what was saved."""
+    page.goto(url)
+    page.wait_for_function(EDITOR_READY, timeout=EDITOR_TIMEOUT_S * MS)
+    page.locator(".jp-FileEditor .cm-content").click()
+    page.keyboard.press("Control+a")
+    page.keyboard.insert_text(text)  # a paste: the editor does not re-indent it
+    page.keyboard.press("Control+s")
+    page.wait_for_function(EDITOR_CLEAN, timeout=EDITOR_TIMEOUT_S * MS)
+    saved = path.read_text()
+    assert saved.rstrip("\n") == text.rstrip("\n"), "the editor changed the pasted script"
+    return saved
+
+
+def type_over_placeholder(page, index: int, source: str, answer: str) -> None:  # noqa: ANN001
+    """Click into cell ``index``, select the placeholder's two lines and type ``answer`` over them."""
+    from coursekit.labs.kit import exercises
+
+    lines = source.splitlines()
+    first = lines.index(exercises.PLACEHOLDER_COMMENT)
+    assert lines[first + 1] == exercises.PLACEHOLDER_RAISE, source
+    page.locator(".jp-Notebook .jp-Cell").nth(index).locator(".cm-content").click()
+    page.keyboard.press("Control+Home")
+    for _ in range(first):
+        page.keyboard.press("ArrowDown")
+    page.keyboard.press("Home")
+    page.keyboard.press("Shift+ArrowDown")
+    page.keyboard.press("Shift+ArrowDown")
+    page.keyboard.type(answer + "\n")

@@ -6,7 +6,7 @@ notebook's exercise answered by typing, Run All.
 Checks: the copy and its script start without the solution; Run All goes to the end with no error output;
 the checker passes the participant's script; ``labs.horovod_table`` points at the participant's own lines;
 every claim holds. This is lab 06's run in CI: it replaced the nbval run of the solved notebook on Slurm
-(tests/integration/test_notebooks_on_slurm.py), which ran the same cells but not the participant's path.
+(notebooks/conftest.py, RUN_ELSEWHERE), which ran the same cells but not the participant's path.
 """
 
 from __future__ import annotations
@@ -26,6 +26,9 @@ from lab_page import (
     OUTPUT_COUNT,
     PLACEHOLDER_CELLS,
     SOURCE_OF,
+    completed_script,
+    paste_script,
+    type_over_placeholder,
 )
 
 from coursekit.labs.kit import exercises
@@ -35,7 +38,6 @@ pytestmark = pytest.mark.slurm  # also an integration test: its jobs go to the l
 NOTEBOOK = "06_data_parallelism.ipynb"
 SCRIPT = "lab06_ddp/train_ddp.py"
 OPEN_TIMEOUT_S = 45
-SAVE_TIMEOUT_S = 30
 RUN_ALL_TIMEOUT_S = 600  # ~25 job processes, each importing torch (~6 CPU-s), on a busy 2-core machine
 NOTEBOOK_ANSWER = f'my_script = "{SCRIPT}"'
 # The eight TODOs of train_ddp.py, in order, answered another way than the solution: a local import under
@@ -74,13 +76,6 @@ loss_sum, steps, correct, total = totals.tolist()""",
 dist.barrier()
 dist.destroy_process_group()""",
 )
-EDITOR_READY = """() => {
-    const widget = window.jupyterapp && window.jupyterapp.shell.currentWidget;
-    return Boolean(widget && widget.context && widget.context.isReady && document.querySelector('.jp-FileEditor .cm-content'));
-}"""
-EDITOR_CLEAN = "() => !window.jupyterapp.shell.currentWidget.context.model.dirty"
-
-
 @pytest.fixture
 def lab_site() -> str:
     """The kernels' jobs go to the local two-node Slurm (multi-process jobs, the two-node job, sbatch scripts)."""
@@ -93,55 +88,12 @@ def lab_site() -> str:
     return "slurm"
 
 
-def completed_script(stripped: str) -> str:
-    """The stripped script with each placeholder (comment + raise) replaced by the next answer, indented as it."""
-    lines, out, answers = stripped.splitlines(), [], iter(SCRIPT_ANSWERS)
-    index = 0
-    while index < len(lines):
-        line = lines[index]
-        if line.strip() == exercises.PLACEHOLDER_COMMENT:
-            indent = line[: len(line) - len(line.lstrip())]
-            assert lines[index + 1].strip() == exercises.SCRIPT_PLACEHOLDER_RAISE, lines[index + 1]
-            out += [indent + answer_line for answer_line in next(answers).splitlines()]
-            index += 2
-            continue
-        out.append(line)
-        index += 1
-    assert next(answers, None) is None, "the stripped script has fewer TODO blocks than answers"
-    return "\n".join(out) + "\n"
-
-
 def _complete_the_script(page, lab) -> str:  # noqa: ANN001
     """Open the participant's script in JupyterLab's editor, put the completed version in (as pasted), save."""
     path = lab.root / SCRIPT
     stripped = path.read_text()
     assert exercises.SCRIPT_PLACEHOLDER_RAISE in stripped and "DDP(model" not in stripped, "the copy holds a solution"
-    mine = completed_script(stripped)
-    page.goto(lab.notebook_url(SCRIPT))
-    page.wait_for_function(EDITOR_READY, timeout=OPEN_TIMEOUT_S * MS)
-    page.locator(".jp-FileEditor .cm-content").click()
-    page.keyboard.press("Control+a")
-    page.keyboard.insert_text(mine)  # a paste: the editor does not re-indent it
-    page.keyboard.press("Control+s")
-    page.wait_for_function(EDITOR_CLEAN, timeout=SAVE_TIMEOUT_S * MS)
-    saved = path.read_text()
-    assert saved.rstrip("\n") == mine.rstrip("\n"), "the editor changed the pasted script"
-    return saved
-
-
-def _answer_the_exercise(page, index: int, source: str) -> None:  # noqa: ANN001
-    """Click into cell ``index``, select the placeholder's two lines and type the answer over them."""
-    lines = source.splitlines()
-    first = lines.index(exercises.PLACEHOLDER_COMMENT)
-    assert lines[first + 1] == exercises.PLACEHOLDER_RAISE, source
-    page.locator(".jp-Notebook .jp-Cell").nth(index).locator(".cm-content").click()
-    page.keyboard.press("Control+Home")
-    for _ in range(first):
-        page.keyboard.press("ArrowDown")
-    page.keyboard.press("Home")
-    page.keyboard.press("Shift+ArrowDown")
-    page.keyboard.press("Shift+ArrowDown")
-    page.keyboard.type(NOTEBOOK_ANSWER + "\n")
+    return paste_script(page, lab.notebook_url(SCRIPT), path, completed_script(stripped, SCRIPT_ANSWERS))
 
 
 def test_participant_copy_of_lab_06_runs_on_slurm_with_a_ddp_script_of_its_own(page, jupyter_lab):
@@ -154,7 +106,7 @@ def test_participant_copy_of_lab_06_runs_on_slurm_with_a_ddp_script_of_its_own(p
     assert page.evaluate(OUTPUT_COUNT) == 0, "the participant copy shows outputs of the solved notebook"
     cells = page.evaluate(PLACEHOLDER_CELLS, exercises.PLACEHOLDER_RAISE)
     assert len(cells) == 1, f"exercise cells: {cells}"
-    _answer_the_exercise(page, cells[0], page.evaluate(SOURCE_OF, cells[0]))
+    type_over_placeholder(page, cells[0], page.evaluate(SOURCE_OF, cells[0]), NOTEBOOK_ANSWER)
     assert NOTEBOOK_ANSWER in page.evaluate(SOURCE_OF, cells[0])
 
     page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")

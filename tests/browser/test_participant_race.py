@@ -22,6 +22,7 @@ from lab_page import (
     OUTPUT_COUNT,
     PLACEHOLDER_CELLS,
     SOURCE_OF,
+    type_over_placeholder,
 )
 
 from coursekit.labs.kit import exercises
@@ -37,22 +38,6 @@ ANSWERS = {"labs.predict(": "my_guess = 50",
            "my_run = ": 'timed_share = my_run["train_time_s"] / my_run["total_time_s"]',
            "ticket.grade(": 'answers = {"timed_share": 100 * timed_share, "reached": 3}'}
 CLEAR_PROMPTS = "() => window.jupyterapp.commands.execute('notebook:clear-all-cell-outputs')"
-
-
-def _type_answer(page, index: int, source: str) -> None:  # noqa: ANN001
-    """Click into cell ``index``, select the placeholder's two lines and type the answer over them."""
-    lines = source.splitlines()
-    first = lines.index(exercises.PLACEHOLDER_COMMENT)
-    assert lines[first + 1] == PLACEHOLDER, source
-    answer = next(answer for marker, answer in ANSWERS.items() if marker in source)
-    page.locator(".jp-Notebook .jp-Cell").nth(index).locator(".cm-content").click()
-    page.keyboard.press("Control+Home")
-    for _ in range(first):
-        page.keyboard.press("ArrowDown")
-    page.keyboard.press("Home")
-    page.keyboard.press("Shift+ArrowDown")
-    page.keyboard.press("Shift+ArrowDown")
-    page.keyboard.type(answer + "\n")
 
 
 def _run_all_and_wait(page) -> list[str]:  # noqa: ANN001
@@ -73,7 +58,8 @@ def test_participant_copy_of_lab_09_runs_twice_and_the_entry_counts(page, jupyte
     cells = page.evaluate(PLACEHOLDER_CELLS, PLACEHOLDER)
     assert len(cells) == len(ANSWERS), f"exercise cells: {cells}"
     for index in cells:
-        _type_answer(page, index, page.evaluate(SOURCE_OF, index))
+        source = page.evaluate(SOURCE_OF, index)
+        type_over_placeholder(page, index, source, next(a for marker, a in ANSWERS.items() if marker in source))
     typed = [page.evaluate(SOURCE_OF, index) for index in cells]
     assert not any(PLACEHOLDER in source for source in typed), typed
     assert all(any(answer in source for source in typed) for answer in ANSWERS.values()), typed
