@@ -75,23 +75,33 @@ def resnet50():
 
 def test_calculator_matches_measured_gpu_peaks(resnet50):
     shape = (3, 224, 224)
+    # one probe (a ResNet-50 forward on the CPU) per precision; the other batches by at_batch, checked once
+    fp32 = estimate_memory(resnet50, "sgd", "fp32", 64, shape, convention="pytorch", input_batches=2,
+                           cudnn_benchmark=True)
     for batch, measured in MEASURED_FP32_MIB.items():
-        est = estimate_memory(resnet50, "sgd", "fp32", batch, shape, convention="pytorch", input_batches=2,
-                              cudnn_benchmark=True)
+        est = fp32.at_batch(batch)
         assert est.total_bytes / 2**20 == pytest.approx(measured, rel=0.03), batch
         # without the autotuning workspace the estimate is 10-60 % low: the named term matters
         assert est.total_bytes - est.workspace_bytes < 0.9 * measured * 2**20
+    bf16 = estimate_memory(resnet50, "sgd", "bf16", 256, shape, convention="pytorch", input_batches=2,
+                           cudnn_benchmark=True)
     for batch, measured in MEASURED_BF16_GIB.items():
-        est = estimate_memory(resnet50, "sgd", "bf16", batch, shape, convention="pytorch", input_batches=2,
-                              cudnn_benchmark=True)
+        est = bf16.at_batch(batch)
         assert est.workspace_bytes == 0 and est.total_bytes / 2**30 == pytest.approx(measured, rel=0.05), batch
-        assert est.at_batch(batch).total_bytes == pytest.approx(est.total_bytes, rel=1e-6)
-        assert est.at_batch(64).total_bytes == pytest.approx(
-            estimate_memory(resnet50, "sgd", "fp32", 64, shape, convention="pytorch", input_batches=2,
-                            cudnn_benchmark=True).total_bytes, rel=1e-6) if batch == 32 else True
+    assert bf16.at_batch(256).total_bytes == pytest.approx(bf16.total_bytes, rel=1e-6)
     bare = estimate_memory(resnet50, "sgd", "fp32", 256, shape, convention="pytorch")
     assert bare.total_bytes / 2**30 == pytest.approx(MEASURED_NO_AUTOTUNE_GIB, rel=0.03)
     assert bare.fixed_bytes + 256 * bare.per_sample_bytes == pytest.approx(bare.total_bytes)
+
+
+def test_at_batch_equals_a_new_probe_at_that_batch():
+    model = build_model(TrainConfig(model="resnet18"), 10, (3, 16, 16))
+    options = {"convention": "pytorch", "input_batches": 2, "cudnn_benchmark": True}
+    for precision in ("fp32", "bf16"):
+        small = estimate_memory(model, "sgd", precision, 8, (3, 16, 16), **options)
+        large = estimate_memory(model, "sgd", precision, 96, (3, 16, 16), **options)
+        assert small.at_batch(96).total_bytes == pytest.approx(large.total_bytes, rel=1e-4), precision
+        assert small.at_batch(96).workspace_bytes == pytest.approx(large.workspace_bytes, rel=1e-4), precision
 
 
 def test_sgd_without_momentum_has_no_state_and_frozen_parameters_no_gradient():
