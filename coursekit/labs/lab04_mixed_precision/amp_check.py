@@ -13,27 +13,18 @@ reference, then judges:
 
 The script must take the reference's options (``--steps --batch-size --width --lr --seed --device --dtype
 --poison-step --out``) and save ``{"model": state_dict}`` (or a bare state_dict) with ``torch.save``.
-What it did is recorded from inside (``amp_runner.py``). On a CPU one server process imports torch once and
-forks a child per run, so a check takes seconds; on a GPU each run is a process of its own (a forked child
-cannot use CUDA once its parent started it), and the two runs take turns so that their times are fair. The
-reference runs once per set of options and is cached.
+What it did is recorded from inside (``amp_runner.py``). On a CPU one server process
+(``kit/script_server.py``) imports torch once and forks a child per run, so a check takes seconds; on a GPU
+each run is a process of its own (a forked child cannot use CUDA once its parent started it), and the two
+runs take turns so that their times are fair. The reference runs once per set of options and is cached.
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
-import json
 import os
-import select
-import signal
 import statistics
-import subprocess
-import sys
 import tempfile
-import threading
-import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -41,20 +32,18 @@ from typing import Any
 
 import torch
 
-from coursekit.labs.kit import script_check
-from coursekit.labs.kit.script_check import FAIL, PASS, SKIP, Check, CheckReport, read_text, tail
+from coursekit.labs.kit import script_check, script_server
+from coursekit.labs.kit.script_check import FAIL, PASS, SKIP, Check, CheckReport, tail
+from coursekit.labs.kit.script_server import RunnerRun, RunnerServer
 from coursekit.labs.lab04_mixed_precision import SCRIPTS
 
 REFERENCE_NAME = "train_fp32.py"
 SOLUTION = SCRIPTS / "train_amp.py"  # the packaged copy of notebooks/lab04_amp/train_amp.py
 RUNNER = Path(__file__).with_name("amp_runner.py")
-STDOUT, STDERR, RECORD, EXIT = "stdout.txt", "stderr.txt", "record.json", "exit.txt"  # amp_runner's files
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 DEVICES = ("auto", "cpu", "cuda")
 DEFAULT_TIMEOUT_S = 120.0
-SERVER_START_S = 120.0  # importing torch on a busy machine
-STOP_GRACE_S = script_check.STOP_GRACE_S  # a stopped run gets this long to end before SIGKILL
-POLL_S = 0.05
+STOP_GRACE_S = script_server.STOP_GRACE_S  # a stopped run gets this long to end before SIGKILL
 TIMING_WARMUP = 2  # step intervals left out of the time per step (first calls pick kernels, allocate)
 MIN_SPEEDUP = 1.3  # on a GPU, float16/bfloat16 matrix products on tensor cores beat float32 by far more
 BACKOFF = 0.5  # GradScaler's default backoff_factor: the scale halves after an overflow
@@ -129,15 +118,11 @@ class AMPCheckReport(CheckReport):
 
 
 @dataclass
-class ScriptRun:
-    returncode: int | None  # None: stopped, or ended without the runner's exit code
-    timed_out: bool
-    stdout: str
-    stderr: str
-    record: dict[str, Any] | None
-    checkpoint: Any  # what the script saved with torch.save (None: nothing, or unreadable)
-    checkpoint_note: str
-    seconds: float
+class ScriptRun(RunnerRun):
+    """A run under amp_runner.py, and the checkpoint the script saved."""
+
+    checkpoint: Any = None  # what the script saved with torch.save (None: nothing, or unreadable)
+    checkpoint_note: str = ""
 
 
 # Mistakes planted in the solution (scripts/train_amp.py) for the tests and the notebook:
@@ -163,124 +148,15 @@ PLANTED_MISTAKES: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
 
 # ---------------------------------------------------------------- running: one server, a child per run
 
-class _Server:
-    """amp_runner.py, started once per Python session: it has imported torch, and forks a child per run."""
-
-    def __init__(self) -> None:
-        self.process: subprocess.Popen | None = None
-        self.lock = threading.Lock()
-        self.log: Path | None = None  # the server's own error output (a broken torch install shows there)
-        atexit.register(self.stop)
-
-    def _start(self) -> subprocess.Popen:
-        fd, name = tempfile.mkstemp(prefix="amp-check-server-", suffix=".err")
-        self.log = Path(name)
-        with os.fdopen(fd, "wb") as err:
-            return subprocess.Popen([sys.executable, "-u", str(RUNNER)], stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, stderr=err, env=_runner_env(), start_new_session=True)
-
-    def fork(self, request: dict[str, Any]) -> int:
-        """Start one run; the child's process id (it leads its own process group)."""
-        with self.lock:
-            if self.process is None or self.process.poll() is not None:
-                self.process = self._start()
-            process = self.process
-            process.stdin.write((json.dumps(request) + "\n").encode())
-            process.stdin.flush()
-            ready, _, _ = select.select([process.stdout], [], [], SERVER_START_S)
-            line = process.stdout.readline() if ready else b""
-            if not line:
-                log = read_text(self.log) if self.log else ""
-                self.stop()
-                raise RuntimeError(f"the checker's runner did not start: {tail(log)}")
-            return int(json.loads(line)["pid"])
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            with contextlib.suppress(OSError):
-                self.process.stdin.close()
-            try:
-                self.process.wait(STOP_GRACE_S)
-            except subprocess.TimeoutExpired:
-                _kill_group(self.process.pid)
-                self.process.wait()
-        self.process = None
-        if self.log is not None:
-            self.log.unlink(missing_ok=True)
-            self.log = None
-
-
-_SERVER = _Server()
-
-
-def _runner_env() -> dict[str, str]:
-    # NVML_BASED_CUDA_CHECK: torch.cuda.is_available() asks NVML, and does not start CUDA in the server
-    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _kill_group(pid: int, alive: Callable[[], bool] | None = None) -> None:
-    """Stop a process group this module started (a run's child leads its own), leader first."""
-    alive = alive or (lambda: _alive(pid))
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, sig)
-        deadline = time.monotonic() + STOP_GRACE_S
-        while alive() and time.monotonic() < deadline:
-            time.sleep(POLL_S)
-        if not alive():
-            break
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)  # what the script started, if anything is left
+_SERVER = RunnerServer(RUNNER, "amp-check-server-")
 
 
 def run_script(script: Path, args: list[str], workdir: Path, timeout_s: float, fork: bool = True) -> ScriptRun:
-    """Run `script` with `args` in `workdir` under the recording runner: forked from the server (`fork`),
-    or in a process of its own (on a GPU: a child forked after CUDA started could not use it)."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    request = {"script": str(script), "args": args, "workdir": str(workdir)}
-    process = None
-    if fork:
-        pid = _SERVER.fork(request)
-    else:
-        process = subprocess.Popen([sys.executable, "-u", str(RUNNER), "--run", json.dumps(request)], cwd=workdir,
-                                   env=_runner_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.DEVNULL, start_new_session=True)
-        pid = process.pid
-
-    def alive() -> bool:  # the server's children are reaped by the system; our own child, by poll()
-        return process.poll() is None if process is not None else _alive(pid)
-
-    start = time.monotonic()  # the server's start (importing torch, once per session) is not the script's time
-    deadline, timed_out = start + timeout_s, False
-    while alive() and not (workdir / EXIT).is_file():
-        if time.monotonic() > deadline:
-            timed_out = True
-            break
-        time.sleep(POLL_S)
-    if not timed_out:  # the exit code is written just before the child ends
-        end = time.monotonic() + STOP_GRACE_S
-        while alive() and time.monotonic() < end:
-            time.sleep(POLL_S)
-    _kill_group(pid, alive)  # and whatever the script started
-    if process is not None:
-        process.wait()
-    seconds = time.monotonic() - start
-    exit_text = read_text(workdir / EXIT).strip()
-    record_text = read_text(workdir / RECORD)
+    """Run `script` with `args` in `workdir` under amp_runner.py (see :func:`script_server.run_script`), and
+    load the checkpoint it saved in ``workdir/out``."""
+    run = script_server.run_script(_SERVER, script, args, workdir, timeout_s, fork)
     checkpoint, note = _load_checkpoint(workdir / "out")
-    return ScriptRun(int(exit_text) if exit_text and not timed_out else None, timed_out, read_text(workdir / STDOUT),
-                     read_text(workdir / STDERR), json.loads(record_text) if record_text else None, checkpoint, note,
-                     seconds)
+    return ScriptRun(**vars(run), checkpoint=checkpoint, checkpoint_note=note)
 
 
 def _load_checkpoint(folder: Path) -> tuple[Any, str]:

@@ -1,6 +1,7 @@
 """Run training scripts for the AMP checker: one server imports torch once and forks a child per run.
 
-    python amp_runner.py                  # one JSON request per line on stdin; answers {"pid": <child>} per line
+    python amp_runner.py                  # {"cuda": <bool>}, then one JSON request per line on stdin;
+                                          # answers {"pid": <child>} per line
     python amp_runner.py --run REQUEST    # one run, in this process (GPU runs: a forked child and CUDA do not mix)
 
 Importing torch (and torch._dynamo, which the first optimizer imports) costs seconds of CPU; a forked child
@@ -128,8 +129,10 @@ def _child(request: dict[str, Any]) -> int:
 
 
 def serve() -> None:
-    """Fork a child per request line until stdin closes."""
+    """Say whether a GPU is visible (without starting CUDA: the checker's script_server expects this first
+    line), then fork a child per request line until stdin closes."""
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the system reaps the children
+    print(json.dumps({"cuda": torch.cuda.is_available()}), flush=True)
     for line in sys.stdin:
         if not line.strip():
             continue

@@ -14,46 +14,36 @@ to it) as the reference, a few steps each, and judges:
 The first four are read from what the script did, recorded from inside (``loader_runner.py``): they are
 the checks that count. The measured one works on any machine, also on two busy CPU cores, because the
 scripts' images wait to be "read" (as files on a shared file system do), and workers overlap such waits
-even without cores of their own. On a CPU one server process imports torch once and forks a child per
-run, so a check takes seconds; on a GPU each run is a process of its own (a forked child cannot use CUDA
-once its parent started it). The reference runs once per set of options and is cached.
+even without cores of their own. On a CPU one server process (``kit/script_server.py``) imports torch
+once and forks a child per run, so a check takes seconds; on a GPU each run is a process of its own (a
+forked child cannot use CUDA once its parent started it). The reference runs once per set of options and
+is cached.
 """
 
 from __future__ import annotations
 
-import atexit
-import contextlib
 import json
 import math
 import os
-import select
-import signal
 import statistics
-import subprocess
-import sys
 import tempfile
-import threading
-import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from coursekit.labs.kit import script_check
-from coursekit.labs.kit.script_check import FAIL, PASS, SKIP, Check, CheckReport, read_text, tail
+from coursekit.labs.kit import script_check, script_server
+from coursekit.labs.kit.script_check import FAIL, PASS, SKIP, Check, CheckReport, tail
+from coursekit.labs.kit.script_server import RunnerRun, RunnerServer
 from coursekit.labs.lab05_data_loading import SCRIPTS
 
 REFERENCE_NAME = "train_starving.py"
 SOLUTION = SCRIPTS / "train_fed.py"  # the packaged copy of notebooks/lab05_loader/train_fed.py
 RUNNER = Path(__file__).with_name("loader_runner.py")
-STDOUT, STDERR, RECORD, EXIT = "stdout.txt", "stderr.txt", "record.json", "exit.txt"  # loader_runner's files
 TIMES_FILE = "loader_times.json"  # what the scripts write to --out
 DEVICES = ("auto", "cpu", "cuda")
 DEFAULT_TIMEOUT_S = 60.0
-SERVER_START_S = 120.0  # importing torch on a busy machine
-STOP_GRACE_S = script_check.STOP_GRACE_S  # a stopped run gets this long to end before SIGKILL
-POLL_S = 0.05
+STOP_GRACE_S = script_server.STOP_GRACE_S  # a stopped run gets this long to end before SIGKILL
 MAX_SHARE_RATIO = 0.5  # a fed loader waits at most half the starving script's share of step time
 CHECK_QUESTIONS = {
     "run": "the script runs to its end",
@@ -108,15 +98,11 @@ class LoaderCheckReport(CheckReport):
 
 
 @dataclass
-class ScriptRun:
-    returncode: int | None  # None: stopped, or ended without the runner's exit code
-    timed_out: bool
-    stdout: str
-    stderr: str
-    record: dict[str, Any] | None
-    times: dict[str, Any] | None  # what the script wrote to --out (None: nothing, or not JSON)
-    times_note: str
-    seconds: float
+class ScriptRun(RunnerRun):
+    """A run under loader_runner.py, and the times the script wrote."""
+
+    times: dict[str, Any] | None = None  # what the script wrote to --out (None: nothing, or not JSON)
+    times_note: str = ""
 
 
 # Mistakes planted in the solution (scripts/train_fed.py) for the tests and the notebook:
@@ -141,146 +127,15 @@ PLANTED_MISTAKES: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
 
 # ---------------------------------------------------------------- running: one server, a child per run
 
-class _Server:
-    """loader_runner.py, started once per Python session: it has imported torch, and forks a child per run."""
-
-    def __init__(self) -> None:
-        self.process: subprocess.Popen | None = None
-        self.lock = threading.Lock()
-        self.log: Path | None = None  # the server's own error output (a broken torch install shows there)
-        atexit.register(self.stop)
-
-        self.cuda = False  # whether the server sees a GPU (it asks NVML: CUDA does not start)
-
-    def _start(self) -> subprocess.Popen:
-        fd, name = tempfile.mkstemp(prefix="loader-check-server-", suffix=".err")
-        self.log = Path(name)
-        with os.fdopen(fd, "wb") as err:
-            process = subprocess.Popen([sys.executable, "-u", str(RUNNER)], stdin=subprocess.PIPE,
-                                       stdout=subprocess.PIPE, stderr=err, env=_runner_env(), start_new_session=True)
-        self.cuda = bool(json.loads(self._answer(process))["cuda"])
-        return process
-
-    def _answer(self, process: subprocess.Popen) -> bytes:
-        ready, _, _ = select.select([process.stdout], [], [], SERVER_START_S)
-        line = process.stdout.readline() if ready else b""
-        if not line:
-            log = read_text(self.log) if self.log else ""
-            self.process = process
-            self.stop()
-            raise RuntimeError(f"the checker's runner did not start: {tail(log)}")
-        return line
-
-    def started(self) -> subprocess.Popen:
-        """The server, started if it is not running."""
-        if self.process is None or self.process.poll() is not None:
-            self.process = self._start()
-        return self.process
-
-    def sees_gpu(self) -> bool:
-        """Whether a GPU is visible, asked of the server: the notebook's kernel need not import torch."""
-        with self.lock:
-            self.started()
-            return self.cuda
-
-    def fork(self, request: dict[str, Any]) -> int:
-        """Start one run; the child's process id (it leads its own process group)."""
-        with self.lock:
-            process = self.started()
-            process.stdin.write((json.dumps(request) + "\n").encode())
-            process.stdin.flush()
-            return int(json.loads(self._answer(process))["pid"])
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            with contextlib.suppress(OSError):
-                self.process.stdin.close()
-            try:
-                self.process.wait(STOP_GRACE_S)
-            except subprocess.TimeoutExpired:
-                _kill_group(self.process.pid)
-                self.process.wait()
-        self.process = None
-        if self.log is not None:
-            self.log.unlink(missing_ok=True)
-            self.log = None
-
-
-_SERVER = _Server()
-
-
-def _runner_env() -> dict[str, str]:
-    # NVML_BASED_CUDA_CHECK: torch.cuda.is_available() asks NVML, and does not start CUDA in the server
-    env = script_check.launcher_free_env() | {"PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
-    env.pop("CUDA_VISIBLE_DEVICES", None)  # launcher_free_env hides the GPU: the GPU path needs it
-    if "CUDA_VISIBLE_DEVICES" in os.environ:
-        env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
-    return env
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _kill_group(pid: int, alive: Callable[[], bool] | None = None) -> None:
-    """Stop a process group this module started (a run's child leads its own, with its DataLoader workers)."""
-    alive = alive or (lambda: _alive(pid))
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, sig)
-        deadline = time.monotonic() + STOP_GRACE_S
-        while alive() and time.monotonic() < deadline:
-            time.sleep(POLL_S)
-        if not alive():
-            break
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)  # workers the script left behind, if any
+_SERVER = RunnerServer(RUNNER, "loader-check-server-")
 
 
 def run_script(script: Path, args: list[str], workdir: Path, timeout_s: float, fork: bool = True) -> ScriptRun:
-    """Run `script` with `args` in `workdir` under the recording runner: forked from the server (`fork`),
-    or in a process of its own (on a GPU: a child forked after CUDA started could not use it)."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    request = {"script": str(script), "args": args, "workdir": str(workdir)}
-    process = None
-    if fork:
-        pid = _SERVER.fork(request)
-    else:
-        process = subprocess.Popen([sys.executable, "-u", str(RUNNER), "--run", json.dumps(request)], cwd=workdir,
-                                   env=_runner_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.DEVNULL, start_new_session=True)
-        pid = process.pid
-
-    def alive() -> bool:  # the server's children are reaped by the system; our own child, by poll()
-        return process.poll() is None if process is not None else _alive(pid)
-
-    start = time.monotonic()  # the server's start (importing torch, once per session) is not the script's time
-    deadline, timed_out = start + timeout_s, False
-    while alive() and not (workdir / EXIT).is_file():
-        if time.monotonic() > deadline:
-            timed_out = True
-            break
-        time.sleep(POLL_S)
-    if not timed_out:  # the exit code is written just before the child ends
-        end = time.monotonic() + STOP_GRACE_S
-        while alive() and time.monotonic() < end:
-            time.sleep(POLL_S)
-    _kill_group(pid, alive)  # and the workers the script started
-    if process is not None:
-        process.wait()
-    seconds = time.monotonic() - start
-    exit_text = read_text(workdir / EXIT).strip()
-    record_text = read_text(workdir / RECORD)
+    """Run `script` with `args` in `workdir` under loader_runner.py (see :func:`script_server.run_script`),
+    and read the times it wrote to ``workdir/TIMES_FILE``."""
+    run = script_server.run_script(_SERVER, script, args, workdir, timeout_s, fork)
     times, note = _read_times(workdir / TIMES_FILE)
-    return ScriptRun(int(exit_text) if exit_text and not timed_out else None, timed_out, read_text(workdir / STDOUT),
-                     read_text(workdir / STDERR), json.loads(record_text) if record_text else None, times, note,
-                     seconds)
+    return ScriptRun(**vars(run), times=times, times_note=note)
 
 
 def _read_times(path: Path) -> tuple[dict[str, Any] | None, str]:
