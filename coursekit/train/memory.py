@@ -343,7 +343,7 @@ def smallest_n_that_fits(num_parameters: int, strategy: str, gpu_bytes: float, o
                          precision: str = "bf16", headroom: float = 0.0, max_n: int = 4096) -> int | None:
     """The fewest GPUs (1, 2, 4, 8 ...) on which the training state of a model fits, or None.
 
-    - ``num_parameters``: the model's parameters Ψ, e.g. ``70_000_000_000``;
+    - ``num_parameters``: the model's parameters Ψ, e.g. ``70_000_000_000`` or ``70e9``;
     - ``strategy``: how the state is spread: "DP", "ZeRO-1", "ZeRO-2", "ZeRO-3" (or "FSDP"), "TP", "PP" as in
       the lab's table, or the engine's names "ddp", "zero1", "zero2", "zero3", "tp", "pp";
     - ``gpu_bytes``: the memory of one GPU in bytes, e.g. ``80e9`` for an 80 GB GPU;
@@ -353,8 +353,11 @@ def smallest_n_that_fits(num_parameters: int, strategy: str, gpu_bytes: float, o
     - ``max_n``: the most GPUs tried; None when even that many do not hold the state (DP never shards).
     """
     strategy = sharding_strategy(strategy)
+    if isinstance(num_parameters, float) and num_parameters.is_integer():
+        num_parameters = int(num_parameters)  # 70e9, as a participant types 70 billion
     if isinstance(num_parameters, bool) or not isinstance(num_parameters, int) or num_parameters < 1:
-        raise ValueError(f"num_parameters={num_parameters!r} must be a whole number of parameters >= 1")
+        raise ValueError(f"num_parameters={num_parameters!r} must be a whole number of parameters >= 1, "
+                         "e.g. 70e9 or 70_000_000_000")
     if not isinstance(gpu_bytes, (int, float)) or isinstance(gpu_bytes, bool) or not gpu_bytes > 0:
         raise ValueError(f"gpu_bytes={gpu_bytes!r} must be one GPU's memory in bytes, e.g. 80e9")
     if not isinstance(headroom, (int, float)) or not 0 <= headroom < 1:

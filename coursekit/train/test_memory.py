@@ -180,11 +180,13 @@ def test_smallest_n_takes_the_tables_strategy_names(table_name, engine_name):
     answers = {name: smallest_n_that_fits(70_000_000_000, name, 80e9, headroom=0.2) for name in (table_name, engine_name)}
     assert answers[table_name] == answers[engine_name]
     assert smallest_n_that_fits(70_000_000_000, "ZeRO-3", 80e9, headroom=0.2) == 32  # 1.12 TB / 64 GB = 17.5
+    assert smallest_n_that_fits(70e9, "ZeRO-3", 80e9, headroom=0.2) == 32  # as a participant types 70 billion
 
 
 @pytest.mark.parametrize("kwargs, word", [({"strategy": "ZeRO-4"}, "strategy="), ({"strategy": 3}, "strategy="),
                                           ({"gpu_bytes": 0}, "gpu_bytes="), ({"headroom": 1.5}, "headroom="),
-                                          ({"num_parameters": 0}, "num_parameters="), ({"max_n": 0}, "max_n=")])
+                                          ({"num_parameters": 0}, "num_parameters="), ({"num_parameters": 7.5e9 + 0.5}, "num_parameters="),
+                                          ({"max_n": 0}, "max_n=")])
 def test_smallest_n_bad_input_names_the_parameter(kwargs, word):
     args = {"num_parameters": 7_000_000_000, "strategy": "zero3", "gpu_bytes": 80e9, **kwargs}
     with pytest.raises(ValueError, match=word):
