@@ -1,6 +1,7 @@
 """What the browser tests ask a JupyterLab page, as JavaScript run in it (``page.evaluate``)."""
 
 import shutil
+import time
 from pathlib import Path
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
@@ -101,6 +102,10 @@ def paste_script(page, url: str, path: Path, text: str) -> str:  # noqa: ANN001 
     page.keyboard.press("Control+a")
     page.keyboard.insert_text(text)  # a paste: the editor does not re-indent it
     page.keyboard.press("Control+s")
+    # the file on disk, not the editor's dirty flag: right after Ctrl+S the flag may not be set yet
+    deadline = time.monotonic() + EDITOR_TIMEOUT_S
+    while path.read_text().rstrip("\n") != text.rstrip("\n") and time.monotonic() < deadline:
+        time.sleep(0.2)
     page.wait_for_function(EDITOR_CLEAN, timeout=EDITOR_TIMEOUT_S * MS)
     saved = path.read_text()
     assert saved.rstrip("\n") == text.rstrip("\n"), "the editor changed the pasted script"
