@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import csv
 import secrets
+import string
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -13,7 +15,24 @@ import coursekit
 from coursekit import cli
 
 END_S = 120
-PREFIX = f"k{secrets.randbelow(10_000):04d}"  # own prefix: cancel --course hits every user's jobs with it
+PREFIX_CHARS = string.ascii_lowercase + string.digits
+
+
+def unused_prefix() -> str:
+    """A job prefix no job in Slurm's accounting has used (cancel --course hits every user's jobs with it, and
+    the room counts a week of finished jobs: an earlier run's jobs under the same prefix would be counted)."""
+    try:
+        used = subprocess.run(["sacct", "-a", "-n", "-P", "-X", "-S", "now-7days", "-o", "jobname"],
+                              capture_output=True, text=True, timeout=60).stdout.split()
+    except (OSError, subprocess.SubprocessError):  # no Slurm here: the tests fail on the cluster fixture
+        used = []
+    while True:
+        prefix = "k" + "".join(secrets.choice(PREFIX_CHARS) for _ in range(4))
+        if not any(name.startswith(prefix + "-") for name in used):
+            return prefix
+
+
+PREFIX = unused_prefix()
 SLEEP = "-c 'import time; time.sleep(300)'"
 TINY_RUN = "-m coursekit.train --model mlp --dataset generated --num-samples 200 --image-size 8 --epochs 1 --progress off"
 
