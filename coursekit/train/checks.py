@@ -104,6 +104,9 @@ def static_problems(cfg: TrainConfig) -> list[str]:
         problems += parallel_problems(cfg)
     if cfg.target_acc is not None:
         problems += _target_problems(cfg)
+    elif cfg.confirm_fraction:
+        problems.append(f"confirm_fraction={cfg.confirm_fraction} confirms the accuracy at a --target-acc stop: "
+                        "give --target-acc too, or drop it")
     if cfg.resume:
         if cfg.out is None and default_run_dir() is None:
             problems.append("resume needs the run folder: give --out (the folder of the run to continue)")
@@ -145,6 +148,12 @@ def _target_problems(cfg: TrainConfig) -> list[str]:
         problems.append(f"eval_every={cfg.eval_every} must be at least 1 (or left out: at each epoch's end)")
     if cfg.timing_warmup < 0:
         problems.append(f"timing_warmup={cfg.timing_warmup} must not be negative")
+    if not 0 <= cfg.confirm_fraction < 1:
+        problems.append(f"confirm_fraction={cfg.confirm_fraction} must be in [0, 1), e.g. 0.5 (half the validation "
+                        "set confirms the accuracy at the stop)")
+    elif cfg.confirm_fraction and (cfg.device_data or cfg.gpu_decode or cfg.gpu_resident):
+        problems.append(f"confirm_fraction={cfg.confirm_fraction} splits a DataLoader's validation set; it does not "
+                        "apply with --device-data, --gpu-decode or --gpu-resident: drop one of them")
     return problems
 
 

@@ -140,6 +140,9 @@ class TrainConfig:
         "help": "--target-acc: evaluate every N steps (default: at each epoch's end); evaluations are not timed"})
     timing_warmup: int = field(default=3, metadata={
         "help": "--target-acc: untimed warm-up steps on random data (compile, cuDNN autotuning), then state reset"})
+    confirm_fraction: float = field(default=0.0, metadata={
+        "help": "--target-acc: this share of the validation set (spread evenly over it) is left out of the stopping "
+                "evaluations and evaluated once at the stop: a target reached on evaluation noise shows there"})
     device: str = field(default="auto", metadata={"help": "auto, cpu or cuda"})
     out: str | None = field(default=None, metadata={"help": "output folder (metrics, checkpoints, traces)"})
     checkpoint_every: int | None = field(default=None, metadata={"help": "save a checkpoint every N steps"})

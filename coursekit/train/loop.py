@@ -362,9 +362,9 @@ class Trainer:
         return self.target is not None or last or number % self.cfg.val_every_epochs == 0
 
     @torch.no_grad()
-    def evaluate(self) -> tuple[float | None, float | None]:
-        """Validation loss and accuracy over the whole validation set, summed over ranks."""
-        loader = getattr(self.data, "val_loader", None)
+    def evaluate(self, loader: Any | None = None) -> tuple[float | None, float | None]:
+        """Validation loss and accuracy over the whole validation set (or ``loader``'s), summed over ranks."""
+        loader = loader if loader is not None else getattr(self.data, "val_loader", None)
         if loader is None:
             return None, None
         self.run_model.eval()

@@ -4,6 +4,10 @@
   which the model, optimizer, schedule, scaler and random state are put back as they were;
 - a clock that runs during training only: it stops for every evaluation on the full validation set
   (every ``--eval-every`` steps, else at each epoch's end) and the run stops when the target is reached;
+- ``--confirm-fraction f``: a share ``f`` of the validation set is never read by those evaluations; it is
+  evaluated once at the stop (``confirm_acc``). The first evaluation over the target may owe it to luck (the
+  winner's curse of many noisy evaluations); the held-out part, unread until then, shows the accuracy the
+  model really has;
 - the fingerprints that make a result verifiable: a hash of the configuration (seed and output options
   left out, so the seeds of one submission share it), a hash of the coursekit source that ran, a hash of
   the validation set, the versions and the GPUs.
@@ -74,6 +78,7 @@ class TargetRun:
         self.evaluations: list[dict[str, Any]] = []
         self.reached_at: dict[str, Any] | None = None
         self.fingerprint: dict[str, Any] = {}
+        self.confirmation: dict[str, Any] = {}  # --confirm-fraction: the held-out accuracy at the stop
 
     # ------------------------------------------------------------------ the clock
     def _sync(self) -> None:
@@ -116,10 +121,24 @@ class TargetRun:
         if val_acc is not None and val_acc >= self.cfg.target_acc and self.reached_at is None:
             self.reached_at = record
             trainer.writer.write("event", event="target_reached", target_acc=self.cfg.target_acc, **record)
+            self._confirm(trainer)
             trainer.total_steps = step  # the loop ends here
         else:
             self.start()
         return val_loss, val_acc
+
+    def _confirm(self, trainer: Any) -> None:
+        """The held-out part of the validation set (``--confirm-fraction``), never read for stopping, evaluated
+        once at the stop: the accuracy the model really has there, free of the luck of the stopping evaluations."""
+        loader = getattr(trainer.data, "confirm_loader", None)
+        if loader is None:
+            return
+        _, confirm_acc = trainer.evaluate(loader)
+        self.confirmation = {"confirm_acc": confirm_acc}
+        if trainer.ctx.is_main:
+            fingerprint = val_fingerprint(loader)
+            self.confirmation.update(confirm_samples=fingerprint["val_samples"], confirm_hash=fingerprint["val_hash"])
+        trainer.writer.write("event", event="target_confirmed", **self.confirmation)
 
     def summary(self, world_size: int) -> dict[str, Any]:
         reached = self.reached_at
@@ -132,7 +151,7 @@ class TargetRun:
                 "seed": self.cfg.seed, "config_hash": config_hash(self.cfg.to_dict()), "code_hash": code_hash(),
                 "gpu_count": world_size if self.device.type == "cuda" else 0,
                 "gpu_name": torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else None,
-                **self.fingerprint}
+                **self.fingerprint, **self.confirmation}
 
     def _warm_up(self, trainer: Any, steps: int) -> None:
         """``steps`` training steps and one evaluation forward on random data, then everything put back."""

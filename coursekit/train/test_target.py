@@ -1,4 +1,5 @@
-"""--target-acc: the untimed warm-up leaves the run as if it never happened; bad input is refused."""
+"""--target-acc: the untimed warm-up leaves the run as if it never happened; --confirm-fraction holds part of the
+validation set out of the stopping evaluations; bad input is refused."""
 
 from pathlib import Path
 
@@ -6,6 +7,7 @@ import pytest
 
 from coursekit.train.checks import validate
 from coursekit.train.config import TrainConfig
+from coursekit.train.data import confirm_split
 from coursekit.train.engine import train
 from coursekit.train.target import code_hash, config_hash
 
@@ -30,7 +32,29 @@ def test_hashes_ignore_the_seed_but_not_the_settings() -> None:
 @pytest.mark.parametrize(("change", "message"), [({"target_acc": 1.5}, "target_acc=1.5 must be an accuracy"),
                                                  ({"test_steps": 5}, "drop --test-steps"),
                                                  ({"eval_every": 0}, "eval_every=0 must be at least 1"),
-                                                 ({"timing_warmup": -1}, "timing_warmup=-1")])
+                                                 ({"timing_warmup": -1}, "timing_warmup=-1"),
+                                                 ({"confirm_fraction": 1.0}, "confirm_fraction=1.0 must be in"),
+                                                 ({"confirm_fraction": 0.5, "target_acc": None}, "give --target-acc"),
+                                                 ({"confirm_fraction": 0.5, "device_data": True},
+                                                  "does not apply with --device-data")])
 def test_bad_target_options_are_refused_before_any_work(change: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         validate(RUN.replace(**change))
+
+
+def test_the_confirmation_part_is_spread_over_the_set_and_disjoint_from_the_stopping_part() -> None:
+    stopping, held = confirm_split(10, 0.5)
+    assert held == [1, 3, 5, 7, 9] and stopping == [0, 2, 4, 6, 8]
+    stopping, held = confirm_split(12, 0.25)
+    assert held == [3, 7, 11] and not set(held) & set(stopping) and len(stopping) + len(held) == 12
+
+
+def test_the_held_out_part_is_evaluated_once_at_the_stop_and_the_stopping_set_shrinks(tmp_path: Path) -> None:
+    plain = train(RUN.replace(target_acc=0.5, timing_warmup=0, out=str(tmp_path / "plain")))
+    held = train(RUN.replace(target_acc=0.5, timing_warmup=0, confirm_fraction=0.5, out=str(tmp_path / "held")))
+    assert plain["target_reached"] and held["target_reached"] and "confirm_acc" not in plain
+    assert plain["val_samples"] == 200 and held["val_samples"] == 100 and held["confirm_samples"] == 100
+    assert held["confirm_hash"] != held["val_hash"] and 0 < held["confirm_acc"] <= 1
+    events = [line for line in (tmp_path / "held" / "metrics.jsonl").read_text().splitlines()
+              if '"target_confirmed"' in line]
+    assert len(events) == 1

@@ -12,7 +12,7 @@
 #    the configuration, of the code and of the validation set, the versions and the GPUs;
 # 3. submit an entry of `k` seeds built from what labs 02–06 taught, and read its mean ± std;
 # 4. explain why an entry is marked: a broken rule, another validation set, changed code, a seed that
-#    missed the target.
+#    missed the target, or a target reached on a lucky evaluation.
 #
 # Courses often end with a race. Some time it by hand, extrapolate epochs from a one-GPU test, or post
 # results with an API key written into the notebook. The open speed records (airbench for CIFAR-10,
@@ -56,14 +56,23 @@ print("leaderboard:", race.leaderboard_path())
 # 2. it runs `--timing-warmup` steps on random data. These steps compile the model and let cuDNN pick
 #    its kernels. Then it puts back the weights, the optimizer, the schedule, the loss scaler and the
 #    random state, so the run is the same as one without the warm-up;
-# 3. the clock starts. It stops for each evaluation on the **full** validation set, every
-#    `--eval-every` steps. The run ends at the first evaluation that reaches the target;
-# 4. the summary records `time_to_target_s`, the steps, the seed, and `config_hash` (the options that
+# 3. the clock starts. It stops for each evaluation on the **stopping half** of the validation set,
+#    every `--eval-every` steps. The run ends at the first evaluation that reaches the target;
+# 4. at that stop, the other half of the validation set, which no evaluation has read so far, is
+#    evaluated once (`--confirm-fraction 0.5`): `confirm_acc`;
+# 5. the summary records `time_to_target_s`, the steps, the seed, and `config_hash` (the options that
 #    shape the run, without the seed). It also records `code_hash` (the coursekit source that ran),
 #    `val_hash` (the validation samples), the torch and CUDA versions, and the GPU model and count.
 #
+# Why the held-out half? An accuracy measured on a few thousand images is noisy: it moves by a few
+# tenths of a percent from one evaluation to the next even when the model barely changes. A run that
+# stops at the *first* evaluation over the target is stopped by a lucky draw as often as by learning,
+# and the more often you evaluate, the sooner luck comes (the winner's curse). The held-out half has had
+# no chance to be lucky: it tells the accuracy the model really had at the stop.
+#
 # A submission is `k` runs that differ only in the seed. The entry is the mean ± std of their
-# time-to-target. It counts only if **every** seed reaches the target.
+# time-to-target. It counts only if **every** seed reaches the target, and if the held-out half, averaged
+# over the seeds, is not clearly below the target (more than two standard errors: the noise of both halves).
 
 # %% [markdown] tags=["exercise"]
 # ### Predict, then run
@@ -169,6 +178,21 @@ for row in sorted(board, key=lambda row: (row["participant"], row["submission"])
     print(f"{row['participant']}/{row['submission']}: {row['seeds']} seeds, {row['reached']} reached the target, "
           + ("counts" if row["counts"] else "MARKED: " + row["marks"]))
 
+# %% [markdown]
+# ### The stopping half and the held-out half
+#
+# Each run stopped at an evaluation of the stopping half that read at least the target. The held-out half,
+# evaluated at the same moment, is the honest reading. Look at the difference run by run: where it is
+# mostly positive, the runs were stopped by lucky evaluations.
+
+# %%
+for row in board:
+    for run in row["runs"]:
+        if run.get("target_reached") and run.get("confirm_acc") is not None:
+            print(f"{row['participant']}/{row['submission']} seed {run['seed']}: stopping half "
+                  f"{run['val_acc_at_target']:.1%}, held-out half {run['confirm_acc']:.1%} "
+                  f"({run['val_acc_at_target'] - run['confirm_acc']:+.1%})")
+
 # %% [markdown] tags=["exercise"]
 # ### Exercise — read a run's record
 #
@@ -202,10 +226,12 @@ base, ours = rows.get((race.BASELINE, "baseline")), rows.get((pseudo, submission
 bob = rows.get(("bob", "small-val"))
 runs = [run for r in board for run in r["runs"]]
 verdicts = [
-    labs.check_claim("every seed of the baseline reached the target and the baseline counts",
-                     base is not None and base["counts"] and base["reached"] == rules.seeds,
-                     f"baseline: {base['reached'] if base else 0} of {rules.seeds} seeds, marks: "
-                     f"{base['marks'] if base else '-'}"),
+    labs.check_claim("every seed of the baseline reached the target, the held-out half confirms it, and the "
+                     "baseline counts",
+                     base is not None and base["counts"] and base["reached"] == rules.seeds
+                     and base["confirm_acc"] is not None,
+                     f"baseline: {base['reached'] if base else 0} of {rules.seeds} seeds, held-out half "
+                     f"{(base or {}).get('confirm_acc') or 0:.1%} at the stops, marks: {base['marks'] if base else '-'}"),
     labs.check_claim("the engine's clock counts training only: every run's timed part is shorter than its wall time",
                      bool(runs) and all(r["train_time_s"] < r["total_time_s"] for r in runs),
                      f"timed / wall: {min(r['train_time_s'] / r['total_time_s'] for r in runs):.0%} to "
@@ -231,7 +257,7 @@ verdicts = [
 # %% [markdown]
 # ## 7. Exit ticket
 #
-# Four questions on what *you* measured above: the answers are in the leaderboard and in your run's record,
+# Five questions on what *you* measured above: the answers are in the leaderboard and in your run's record,
 # not in a book. The ticket is checked at once, and your score is saved for the instructor.
 
 # %%
@@ -242,6 +268,9 @@ ticket = labs.exit_ticket("09", {
     "my_time": labs.Question("What was your entry's mean time to the target, in seconds?",
                              ours["time_to_target_s"] if ours else None, unit="s", rel_tol=0.05),
     "my_rank": labs.Question("What rank did your entry get on the leaderboard?", ours["rank"] if ours else None),
+    "held_out": labs.Question("What was your entry's mean accuracy on the held-out half at the stops, in %?",
+                              100 * ours["confirm_acc"] if ours and ours["confirm_acc"] is not None else None,
+                              unit="%", abs_tol=0.5),
 })
 answers = ticket.blank()
 
@@ -252,6 +281,6 @@ answers = ticket.blank()
 # %% tags=["exercise"]
 ### BEGIN SOLUTION
 answers = {"timed_share": 100 * timed_share, "reached": ours["reached"], "my_time": ours["time_to_target_s"],
-           "my_rank": ours["rank"]}
+           "my_rank": ours["rank"], "held_out": 100 * ours["confirm_acc"]}
 ### END SOLUTION
 graded = ticket.grade(answers)

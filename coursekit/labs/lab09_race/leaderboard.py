@@ -45,7 +45,8 @@ BASELINE = "baseline"  # the submission name of the instructor's baseline
 ENTRY_HASH_CHARS = 8  # of the config hash, in an entry's name
 # the summary fields a run keeps on the leaderboard
 RUN_FIELDS = ("status", "target_acc", "target_reached", "time_to_target_s", "steps_to_target", "epochs_to_target",
-              "val_acc_at_target", "seed", "config_hash", "code_hash", "val_samples", "val_hash", "torch_version",
+              "val_acc_at_target", "confirm_acc", "confirm_samples", "confirm_hash", "seed", "config_hash", "code_hash",
+              "val_samples", "val_hash", "torch_version",
               "cuda_version", "device_name", "gpu_name", "gpu_count", "world_size", "num_parameters", "train_time_s",
               "total_time_s", "evaluations", "config")
 

@@ -18,7 +18,7 @@ from coursekit.train.config import TrainConfig
 DEFAULT_SEEDS = 3
 # What defines the task: every entry must keep the base configuration's value of these.
 FIXED_FIELDS = ("dataset", "data_dir", "num_samples", "val_fraction", "num_classes", "image_size", "data_seed",
-                "target_acc", "eval_every", "timing_warmup", "test_steps")
+                "target_acc", "eval_every", "timing_warmup", "test_steps", "confirm_fraction")
 # What participants may tune (the labs' subjects); anything else must keep the baseline's value too.
 FREE_FIELDS = ("model", "batch_size", "epochs", "steps", "lr", "momentum", "weight_decay", "optimizer", "lr_scaling",
                "base_batch", "warmup_epochs", "warmup_start_factor", "schedule", "step_every_epochs", "step_gamma",
@@ -86,16 +86,21 @@ class Rules:
     def text(self) -> str:
         """The rules, as printed in the notebook."""
         b = self.baseline
+        part = "stopping part of the validation set" if b.confirm_fraction else "full validation set"
         task = (f"{b.dataset}" + (f" ({b.num_samples:,} samples, {b.num_classes} classes, {b.image_size} px, "
                                   f"validation {b.val_fraction:.0%}, data seed {b.data_seed})" if b.num_samples else ""))
         lines = [f"Race {self.name!r}",
                  f"  task: reach {self.target_acc:.1%} validation accuracy on {task} as fast as possible",
-                 f"  evaluation: the full validation set every {b.eval_every} steps" if b.eval_every
-                 else "  evaluation: the full validation set at each epoch's end",
+                 f"  evaluation: the {part} every {b.eval_every} steps" if b.eval_every
+                 else f"  evaluation: the {part} at each epoch's end",
+                 *([f"  confirmation: {b.confirm_fraction:.0%} of the validation set is held out of those "
+                    "evaluations and evaluated once at the stop; an entry whose held-out accuracy falls clearly "
+                    "below the target (it stopped on a lucky evaluation) is marked"] if b.confirm_fraction else []),
                  "  timing: by the engine; an untimed warm-up of "
                  f"{b.timing_warmup} steps (compile, autotuning) first; evaluations are not timed",
                  f"  submission: {self.seeds} seeds; the entry is mean ± std of time-to-target and counts only "
-                 "when every seed reaches the target",
+                 "when every seed reaches the target" + (" and the held-out part confirms it" if b.confirm_fraction
+                                                         else ""),
                  f"  models: {', '.join(self.models)}, at most {self.max_parameters:,} parameters, "
                  f"at most {self.max_gpus} GPU(s)",
                  f"  fixed: {', '.join(FIXED_FIELDS)}",

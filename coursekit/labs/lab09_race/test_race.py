@@ -14,7 +14,8 @@ from coursekit.train.config import TrainConfig
 from coursekit.train.engine import train
 
 DRY = TrainConfig(model="mlp", dataset="generated", num_samples=2000, num_classes=4, image_size=16, batch_size=50,
-                  epochs=10, lr=0.05, target_acc=0.6, eval_every=5, data_seed=0, progress="off", device="cpu")
+                  epochs=10, lr=0.05, target_acc=0.6, eval_every=5, data_seed=0, confirm_fraction=0.5, progress="off",
+                  device="cpu")
 RULES = race.Rules("dry", DRY, models=("mlp",), max_parameters=300_000)
 WRITERS, LINES_EACH = 4, 250
 WRITER_JOIN_S = 600  # an end, not a margin: 4 spawned interpreters import torch, slow on a busy 2-core machine
@@ -51,6 +52,8 @@ def test_dry_race_two_participants_three_seeds_one_rule_breaker_marked(tmp_path:
         assert run["target_reached"] and run["val_acc_at_target"] >= 0.6 and run["code_hash"] == race.code_hash()
         assert run["config_hash"] == by_who["ada"]["runs"][0]["config_hash"]
     assert {r["seed"] for r in by_who["ada"]["runs"]} == {0, 1, 2}
+    assert all(run["confirm_samples"] == 200 and run["val_samples"] == 200 for run in by_who["ada"]["runs"])
+    assert 0.5 < by_who["ada"]["confirm_acc"] <= 1  # the held-out half confirms the target, within its noise
     race.plot_leaderboard(table)
 
 
@@ -61,7 +64,8 @@ def test_target_run_stops_at_the_target_and_times_training_only(tmp_path: Path) 
     assert summary["target_reached"] and summary["steps"] == summary["steps_to_target"] < 50 * 32
     assert evaluations[-1]["val_acc"] >= 0.6 > max(e["val_acc"] for e in evaluations[:-1])
     assert summary["time_to_target_s"] < summary["total_time_s"]
-    assert summary["val_samples"] == 400 and summary["gpu_count"] == 0 and summary["seed"] == 0
+    assert summary["val_samples"] == 200 and summary["gpu_count"] == 0 and summary["seed"] == 0
+    assert summary["confirm_samples"] == 200 and summary["confirm_acc"] is not None
 
 
 def test_unreached_target_and_tampered_runs_are_marked(tmp_path: Path) -> None:
@@ -84,9 +88,28 @@ def test_unreached_target_and_tampered_runs_are_marked(tmp_path: Path) -> None:
     assert "model = 'resnet50' is not allowed" in rows["max"]["marks"]
 
 
+@pytest.mark.parametrize(("confirmed", "lucky"), [((0.60, 0.59, 0.62), False),  # at the target, within noise
+                                                  ((0.50, 0.52, 0.51), True),  # stopped on lucky evaluations
+                                                  ((0.40, 0.45, 0.70), True)])  # lucky on average
+def test_an_entry_whose_held_out_part_falls_clearly_below_the_target_is_marked(tmp_path: Path,
+                                                                              confirmed: tuple, lucky: bool) -> None:
+    board = tmp_path / "b.jsonl"
+    run = {"target_reached": True, "time_to_target_s": 1.0, "steps_to_target": 10, "val_acc_at_target": 0.61,
+           "config": DRY.to_dict(), "code_hash": race.code_hash(), "val_hash": "v", "val_samples": 200,
+           "confirm_samples": 200, "device_name": "cpu", "config_hash": "c", "num_parameters": 1000}
+    for seed, acc in enumerate(confirmed):
+        race.append_run(race.run_record(race.BASELINE, "baseline", {**run, "seed": seed, "confirm_acc": 0.6},
+                                        f"b{seed}"), board)
+        race.append_run(race.run_record("lee", "fast", {**run, "seed": seed, "confirm_acc": acc}, f"l{seed}"), board)
+    rows = {r["participant"]: r for r in race.standings(RULES, race.code_hash(), board)}
+    assert rows["baseline"]["counts"] and rows["lee"]["confirm_acc"] == pytest.approx(sum(confirmed) / 3)
+    assert rows["lee"]["counts"] is not lucky
+    assert ("evaluation luck" in rows["lee"]["marks"]) is lucky
+
+
 def test_rules_are_printed_and_refuse_a_race_without_a_fixed_task() -> None:
     text = RULES.text()
-    assert "60.0%" in text and "3 seeds" in text and "every 5 steps" in text
+    assert "60.0%" in text and "3 seeds" in text and "every 5 steps" in text and "50% of the validation set" in text
     assert RULES.problems(DRY.replace(batch_size=256, precision="bf16", seed=4)) == []
     assert RULES.problems(DRY.replace(num_classes=2))[0].startswith("num_classes = 2")
     with pytest.raises(ValueError, match="data_seed"):

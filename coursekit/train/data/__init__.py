@@ -79,6 +79,15 @@ class DataBundle:
     task: str  # "classification" | "regression"
     train_sampler: DistributedSampler | None
     steps_per_epoch: int
+    confirm_loader: Any | None = None  # --confirm-fraction: the validation samples the stopping evaluations leave out
+
+
+def confirm_split(length: int, fraction: float) -> tuple[list[int], list[int]]:
+    """The validation indices the stopping evaluations read and those held out to confirm (``fraction`` of
+    them, spread evenly over the set so that both halves hold every part of it)."""
+    held = [i for i in range(length) if math.floor((i + 1) * fraction) > math.floor(i * fraction)]
+    chosen = set(held)
+    return [i for i in range(length) if i not in chosen], held
 
 
 class SyntheticImages(Dataset):
@@ -211,13 +220,22 @@ def shutdown_workers(*loaders: Any) -> float:
 def _bundle(train_set: Dataset, val_set: Dataset | None, cfg: Any, ctx: RankInfo, num_classes: int,
             input_shape: tuple[int, ...], task: str = "classification") -> DataBundle:
     train_loader, sampler = make_loader(train_set, cfg, ctx, train=True)
-    val_loader = None
+    val_loader = confirm_loader = None
     if val_set is not None and len(val_set) > 0 and cfg.test_steps is None:
+        fraction = getattr(cfg, "confirm_fraction", 0.0)
+        if fraction and getattr(cfg, "target_acc", None) is not None:
+            stopping, held = confirm_split(len(val_set), fraction)
+            if not stopping or not held:
+                raise ValueError(f"confirm_fraction={fraction} of {len(val_set)} validation samples leaves one part "
+                                 "empty: use a fraction nearer 0.5 or a larger validation set")
+            confirm_loader, _ = make_loader(Subset(val_set, held), cfg, ctx, train=False)
+            val_set = Subset(val_set, stopping)
         val_loader, _ = make_loader(val_set, cfg, ctx, train=False)
     if len(train_loader) == 0:
         raise ValueError(f"the {cfg.dataset} train set ({len(train_set)} samples over {ctx.world_size} processes) "
                          f"gives no full batch of batch_size={cfg.batch_size}; lower --batch-size or drop --drop-last")
-    return DataBundle(train_loader, val_loader, num_classes, tuple(input_shape), task, sampler, len(train_loader))
+    return DataBundle(train_loader, val_loader, num_classes, tuple(input_shape), task, sampler, len(train_loader),
+                      confirm_loader)
 
 
 def _split(images: torch.Tensor, labels: torch.Tensor, val_fraction: float) -> tuple[TensorDataset, TensorDataset]:
