@@ -13,7 +13,8 @@
 # 3. show, on numbers, that N processes give the weights one process gives on the global batch, that
 #    forgetting `set_epoch` repeats the same order every epoch, and that a metric one rank prints is not
 #    the global one;
-# 4. explain what DDP does during the backward pass (gradient buckets, overlap, `no_sync`);
+# 4. explain what DDP does during the backward pass (gradient buckets, overlap, `no_sync`), what a slow
+#    network changes, and what a communication hook (bf16 compression) saves;
 # 5. measure strong and weak scaling from one sweep over GPU counts, and read NCCL's log to see which
 #    links the all-reduce uses.
 
@@ -255,6 +256,45 @@ plots.bars(buckets.column("setting"), buckets.column("step_ms"), ylabel="median 
 # 1.8 ms of a 19 ms step, and one bucket, 25 MB and 4 MB buckets all ran in 18.8–18.9 ms — the claim
 # below checks exactly that. Buckets pay where the link is slow next to the compute: between nodes over
 # the network, GPUs on PCIe, CPUs.
+#
+# ### Over a network
+#
+# You can see the network case on one node: tell NCCL to leave its fast links alone and talk over TCP
+# sockets on the loopback interface, as it would between two nodes without InfiniBand:
+# `NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_IB_DISABLE=1 NCCL_NET=Socket NCCL_SOCKET_IFNAME=lo`
+# (`dp.SOCKET_ENV`). The job below times the same rows with these variables set, on an MLP whose compute
+# and all-reduce are of one order there. Two rows are new: the all-reduce alone in bf16, and the smallest
+# buckets with DDP's **communication hook** `bf16_compress_hook`, which sends the gradients in bf16 (half
+# the bytes) and puts the averaged gradients back into fp32. The cost: the sum is rounded to bf16's 8 bits
+# of mantissa.
+
+# %% tags=["nbval-ignore-output"]
+if s.network:
+    network_job = coursekit.submit_function(dp.bucket_overlap, n_gpu=s.n_processes, name=labs.job_name(pseudo, "net"),
+                                            **{**s.job, "env": {**s.job["env"], **s.network["env"]}},
+                                            **s.network["buckets"])
+    print(f"job {network_job.job_id}: the same over TCP sockets; waiting for its timings ...", flush=True)
+    network = dp.bucket_table(network_job.results(timeout=s.timeout_s))
+else:
+    print("gloo, the CPU backend, talks over TCP already: the table above is the network case.")
+    network = buckets
+network
+
+# %%
+effects = dp.network_effects(network)
+print(f"compute alone {effects['compute']:.1f} ms, all-reduce alone {effects['allreduce']:.1f} ms "
+      f"(bf16: {effects['allreduce_bf16']:.1f} ms)")
+print(f"one bucket {effects['one_bucket']:.1f} ms, best smaller buckets {effects['best_buckets']:.1f} ms: "
+      f"{effects['hidden_ms']:.1f} ms hidden of at most {effects['overlap_room_ms']:.1f}")
+print(f"smallest buckets with bf16 compression: {effects['compressed']:.1f} ms")
+plots.bars(network.column("setting"), network.column("step_ms"), ylabel="median time (ms)",
+           title=f"one DDP step on rank 0 of {s.n_processes}, {network[0]['transport']} (measured)")
+
+# %% [markdown]
+# What to read in it: over sockets the all-reduce is no longer a small part of a step, the buckets hide
+# part of it behind the backward pass, and bf16 compression halves what is left to send. On the CPU
+# (gloo) compression saves less than half, or nothing: gloo converts and sums bf16 in software, and two
+# shared cores are noisy, so the claims below are checked on GPUs.
 
 # %% [markdown]
 # ## 6. Scaling: strong and weak, from one sweep
@@ -404,6 +444,8 @@ no_sync_rows = {r["no_sync"]: r["step_ms"] for r in buckets if r.get("no_sync") 
 bucket_steps = [r["step_ms"] for r in buckets if r.get("bucket_cap_mb")]
 allreduce_alone = next(r["step_ms"] for r in buckets if r["setting"].startswith("all-reduce only"))
 bucket_spread = (max(bucket_steps) - min(bucket_steps)) / min(bucket_steps)
+network_holds = dp.network_claims(buckets, network)
+ms_per_mb = {"links": dp.allreduce_ms_per_mb(buckets), "net": dp.allreduce_ms_per_mb(network)}
 strong_last = strong[-1] if len(strong) else {"speedup": None, "n_gpu": None}  # a team's rows may be missing
 NO_SYNC_VISIBLE = 0.05  # no_sync's saving is measurable when the all-reduce is at least this share of a step
 # efficiency on 2 GPUs, against the 1-GPU run of the same row (both posted: a team's rows may be missing)
@@ -439,6 +481,24 @@ verdicts = [
         f"bucket sizes {min(bucket_steps):.1f}-{max(bucket_steps):.1f} ms ({100 * bucket_spread:.1f} %)",
         applies=profile.is_gpu,
         why_not="on two shared CPU cores DDP's copies into its buckets and the noise outweigh the overlap (above)"),
+    labs.check_claim(
+        f"over TCP sockets an all-reduce costs at least {dp.SOCKETS_SLOWER:g}x more per MB than over the node's own "
+        "links", network_holds["sockets_slower"],
+        f"{ms_per_mb['net']:.3f} ms/MB over sockets, {ms_per_mb['links']:.3f} ms/MB over the node's links",
+        applies=profile.is_gpu, why_not="gloo on a CPU talks over TCP in both tables: there is one link here"),
+    labs.check_claim(
+        f"over sockets, buckets hide communication: the best bucket size saves at least {dp.OVERLAP_SHARE:.0%} of "
+        "what an overlap could hide (the smaller of compute and all-reduce) against one bucket",
+        network_holds["buckets_hide"],
+        f"one bucket {effects['one_bucket']:.1f} ms, best buckets {effects['best_buckets']:.1f} ms: "
+        f"{effects['hidden_ms']:.1f} ms hidden of at most {effects['overlap_room_ms']:.1f}",
+        applies=profile.is_gpu,
+        why_not="on two shared CPU cores DDP's copies into its buckets and the noise outweigh the overlap (above)"),
+    labs.check_claim(
+        f"bf16 compression halves the bytes: over sockets the bf16 all-reduce takes at most {dp.BF16_TIME:g}x the "
+        "time of the fp32 one", network_holds["bf16_halves"],
+        f"{effects['allreduce_bf16']:.1f} ms in bf16 against {effects['allreduce']:.1f} ms in fp32",
+        applies=profile.is_gpu, why_not="gloo sums bf16 in software on the CPU: not what a GPU's network shows"),
     labs.check_claim(
         "two processes on two CPU cores give overhead, not speed-up (strong-scaling speed-up below 1)",
         strong_last["speedup"] is not None and strong_last["speedup"] < 1,

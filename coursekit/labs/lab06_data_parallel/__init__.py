@@ -29,11 +29,18 @@ from typing import Any
 
 from coursekit.labs.kit.settings import QUIET, job_options, workshop_budget
 from coursekit.labs.lab06_data_parallel.buckets import (
+    BF16_TIME,
     FLOAT_BYTES,
     MB,
     ONE_BUCKET_MB,
+    OVERLAP_SHARE,
+    SOCKET_ENV,
+    SOCKETS_SLOWER,
+    allreduce_ms_per_mb,
     bucket_overlap,
     bucket_table,
+    network_claims,
+    network_effects,
 )
 from coursekit.labs.lab06_data_parallel.ddp_recording import (
     describe_recording,
@@ -61,12 +68,13 @@ from coursekit.labs.lab06_data_parallel.scaling import (
 from coursekit.labs.lab06_data_parallel.team import TeamPart, post_part, take_part, team_table
 from coursekit.train.config import TrainConfig
 
-__all__ = ["EQUIVALENCE_TOLERANCE_CPU", "EXAMPLE_NCCL_LOG", "FLOAT_BYTES", "GPUS", "MB", "ONE_BUCKET_MB", "SCRIPTS",
-           "NcclReport", "RichTable", "TeamPart", "bucket_overlap", "bucket_table", "ddp_equivalence",
-           "describe_recording", "equivalence_table", "parse_nccl_log", "post_part", "recorded_busbw_table",
-           "recorded_nccl_logs", "recorded_scaling_table", "recorded_scaling_tables", "rich", "same_order_every_epoch",
-           "sampler_orders", "scaling_batches", "scaling_figure", "scaling_tables", "settings", "take_part",
-           "team_table", "two_node_options", "usable_gpu_counts"]
+__all__ = ["BF16_TIME", "EQUIVALENCE_TOLERANCE_CPU", "EXAMPLE_NCCL_LOG", "FLOAT_BYTES", "GPUS", "MB", "NcclReport",
+           "ONE_BUCKET_MB", "OVERLAP_SHARE", "RichTable", "SCRIPTS", "SOCKETS_SLOWER", "SOCKET_ENV", "TeamPart",
+           "allreduce_ms_per_mb", "bucket_overlap", "bucket_table", "ddp_equivalence", "describe_recording",
+           "equivalence_table", "network_claims", "network_effects", "parse_nccl_log", "post_part",
+           "recorded_busbw_table", "recorded_nccl_logs", "recorded_scaling_table", "recorded_scaling_tables", "rich",
+           "same_order_every_epoch", "sampler_orders", "scaling_batches", "scaling_figure", "scaling_tables",
+           "settings", "take_part", "team_table", "two_node_options", "usable_gpu_counts"]
 
 # The lab's scripts as shipped with coursekit (package data); participants work on their copies in the
 # notebook folder (notebooks/lab06_ddp/, the same files: tests/notebooks/test_participant_view.py checks it).
@@ -82,7 +90,9 @@ GPUS = 2  # GPUs the notebook needs at once in the gpu profile: its 2-process jo
 # cuDNN autotuning) plus 60 test steps; every per-GPU batch runs on every GPU count (one sweep), once per
 # team of TEAM_SIZE: each member runs one row of the sweep (team.py), the team pools its results.
 LAB06_MINUTES_PER_JOB = 1.5
-LAB06_OTHER_JOBS = {"ranks, serial/DDP scripts, DDP = serial, buckets, NCCL log (2 GPUs each)": (6, 2 * 1.0)}
+# the buckets over sockets: ~20 s to start NCCL and torch, ~15 s of timings (134 MB all-reduces at a few GB/s)
+LAB06_OTHER_JOBS = {"ranks, serial/DDP scripts, DDP = serial, buckets, NCCL log (2 GPUs each)": (6, 2 * 1.0),
+                    "buckets over TCP sockets (2 GPUs)": (1, 2 * 0.6)}
 TEAM_SIZE = 4
 
 
@@ -105,7 +115,8 @@ def settings(profile: str) -> dict[str, Any]:
         batch_per_gpu, global_batch = 16, 32
         # 16 MB of gradients: 25 MB would be one bucket, so the sweep goes below it.
         buckets = {"bucket_caps_mb": [1000.0, 4.0, 1.0], "width": 1024, "depth": 4, "batch": 8,
-                   "backward_ms_per_layer": 8.0, "accumulation": 4, "repeats": 4, "warmup": 1}
+                   "backward_ms_per_layer": 8.0, "accumulation": 4, "repeats": 4, "warmup": 1, "compression": True}
+        network = None  # gloo talks over TCP already: the table above is the network case
     else:
         # Synthetic images kept on the GPU: scaling measures compute and communication, not the file system
         # (and needs no CIFAR-10 on a machine that has none).
@@ -114,6 +125,12 @@ def settings(profile: str) -> dict[str, Any]:
         batch_per_gpu, global_batch = 256, 256
         buckets = {"bucket_caps_mb": [1000.0, 25.0, 4.0], "width": 4096, "depth": 8, "batch": 1024,
                    "backward_ms_per_layer": 0.0, "accumulation": 4, "repeats": 10, "warmup": 3}
+        # The same over NCCL's TCP sockets on the loopback interface, as between nodes without InfiniBand. A
+        # narrower, longer-batch MLP (134 MB of gradients, 4,096 images a step) so that compute and all-reduce
+        # are of one order (a few GB/s over sockets): then the overlap has something to hide.
+        network = {"env": dict(SOCKET_ENV), "buckets": {
+            "bucket_caps_mb": [1000.0, 25.0, 4.0], "width": 2048, "depth": 8, "batch": 4096,
+            "backward_ms_per_layer": 0.0, "accumulation": 4, "repeats": 10, "warmup": 3, "compression": True}}
     values = {
         "n_processes": 2,
         "scripts": {"serial": "lab06_ddp/train_serial.py", "ddp": "lab06_ddp/train_ddp.py",
@@ -121,7 +138,7 @@ def settings(profile: str) -> dict[str, Any]:
         "sampler": {"dataset_size": 16, "world_size": 2, "epochs": 3},
         "equivalence": {"steps": 5, "global_batch": 32},
         "tolerance": 1e-5,
-        "buckets": buckets,
+        "buckets": buckets, "network": network,
         "scaling_base": scaling, "n_gpus": n_gpus, "batch_per_gpu": batch_per_gpu, "global_batch": global_batch,
         "nccl_env": {"NCCL_DEBUG": "INFO"}, "team_size": TEAM_SIZE,
         "job": job_options(profile, "00:10:00" if cpu else "00:20:00"), "timeout_s": 300 if cpu else 1800,

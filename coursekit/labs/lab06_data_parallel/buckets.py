@@ -1,6 +1,11 @@
 """Lab 06, section 5: gradient buckets and overlap. Runs inside a job of N processes: step time for several
 ``bucket_cap_mb`` and for gradient accumulation with and without ``no_sync``, beside compute alone and one
-all-reduce alone."""
+all-reduce alone; with ``compression``, the same in bf16 (DDP's ``bf16_compress_hook``: half the bytes).
+
+Between the GPUs of one node NCCL's links (NVLink, PCIe peer-to-peer, shared memory) are so fast that there is
+little to hide. ``SOCKET_ENV`` makes NCCL talk over TCP sockets on the loopback interface instead, as it would
+between nodes without InfiniBand: a job submitted with it shows what buckets and compression do where the
+network is slow next to the compute. (gloo, the CPU backend, always talks over TCP.)"""
 
 from __future__ import annotations
 
@@ -15,6 +20,24 @@ from coursekit.labs.kit.results import ResultsTable
 ONE_BUCKET_MB = 1000.0  # larger than any model of the lab: every gradient in a single bucket
 MB = 2**20
 FLOAT_BYTES = 4
+# NCCL over TCP sockets on one node: no peer-to-peer, no shared memory, no InfiniBand; the loopback interface
+SOCKET_ENV = {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1", "NCCL_IB_DISABLE": "1", "NCCL_NET": "Socket",
+              "NCCL_SOCKET_IFNAME": "lo"}
+COMPRESSED = "bf16 compression"  # in the settings of the rows that all-reduce bf16 gradients
+# The network claims (gpu profile): over sockets an all-reduce costs at least SOCKETS_SLOWER times more per MB than
+# over the node's own links; buckets hide at least OVERLAP_SHARE of what an overlap could hide (the smaller of
+# compute and all-reduce); the bf16 all-reduce (half the bytes) takes at most BF16_TIME of the fp32 one.
+SOCKETS_SLOWER, OVERLAP_SHARE, BF16_TIME = 3.0, 0.25, 0.7
+
+
+def transport(backend: str, env: dict[str, str]) -> str:
+    """How the ranks' gradients travel, in words: gloo over TCP, NCCL over sockets (``SOCKET_ENV``), or NCCL
+    over whatever links it finds."""
+    if backend == "gloo":
+        return "gloo over TCP"
+    if all(env.get(name) == value for name, value in SOCKET_ENV.items() if name != "NCCL_SOCKET_IFNAME"):
+        return "NCCL over TCP sockets"
+    return "NCCL over the node's links"
 
 
 def _median_time(run: Any, repeats: int, warmup: int, synchronize: Any = None) -> float:
@@ -53,7 +76,8 @@ def _delay_layer(milliseconds: float) -> Any:
 
 def bucket_overlap(bucket_caps_mb: Sequence[float] = (ONE_BUCKET_MB, 25.0, 4.0), accumulation: int = 4,
                    width: int = 1024, depth: int = 8, batch: int = 8, backward_ms_per_layer: float = 10.0,
-                   repeats: int = 4, warmup: int = 1, device: str = "auto") -> list[dict[str, Any]]:
+                   repeats: int = 4, warmup: int = 1, device: str = "auto",
+                   compression: bool = False) -> list[dict[str, Any]]:
     """Median step times of a ``depth`` x ``width`` MLP under DDP on this rank (run it in a job of N ranks).
 
     Rows: ``compute only`` (DDP's ``no_sync``: no communication), ``all-reduce only`` (one all-reduce
@@ -61,11 +85,15 @@ def bucket_overlap(bucket_caps_mb: Sequence[float] = (ONE_BUCKET_MB, 25.0, 4.0),
     over ``accumulation`` micro-batches synchronising every micro-batch vs only the last (``no_sync``).
     ``hidden`` = the share of the all-reduce time that did not add to the step (overlap). With
     ``backward_ms_per_layer`` > 0 each layer's backward also sleeps that long: on a CPU the compute of
-    a GPU is emulated so that the processor is free to communicate, as it is on a GPU node."""
+    a GPU is emulated so that the processor is free to communicate, as it is on a GPU node. ``compression``
+    adds one all-reduce alone in bf16 and the smallest bucket size again with DDP's ``bf16_compress_hook``
+    (gradients sent in bf16, half the bytes, then put back into fp32)."""
     import contextlib
+    import os
 
     import torch
     import torch.distributed as dist
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
     from torch.nn.parallel import DistributedDataParallel
 
     from coursekit.train.parallel import process_group as distributed
@@ -98,12 +126,25 @@ def bucket_overlap(bucket_caps_mb: Sequence[float] = (ONE_BUCKET_MB, 25.0, 4.0),
         comm = timed(lambda: dist.all_reduce(flat))
         rows.append({"setting": "compute only (no_sync)", "step_ms": 1e3 * compute})
         rows.append({"setting": f"all-reduce only ({params * FLOAT_BYTES / MB:.0f} MB at once)", "step_ms": 1e3 * comm})
+        if compression:
+            half = torch.zeros(params, device=ctx.device, dtype=torch.bfloat16)
+            rows.append({"setting": f"all-reduce only, {COMPRESSED} ({params * FLOAT_BYTES / 2 / MB:.0f} MB)",
+                         "step_ms": 1e3 * timed(lambda: dist.all_reduce(half)), "compressed": True})
+            half = None
         for cap in bucket_caps_mb:
             model = DistributedDataParallel(net, bucket_cap_mb=cap)
             seconds = timed(lambda model=model: step(model))
             label = "one bucket" if cap >= ONE_BUCKET_MB else f"buckets of {cap:g} MB"
             rows.append({"setting": label, "bucket_cap_mb": cap, "step_ms": 1e3 * seconds,
                          "hidden": (compute + comm - seconds) / comm})
+        if compression:
+            cap = min(bucket_caps_mb)
+            model = DistributedDataParallel(net, bucket_cap_mb=cap)
+            model.register_comm_hook(None, default_hooks.bf16_compress_hook)
+            seconds = timed(lambda model=model: step(model))
+            label = "one bucket" if cap >= ONE_BUCKET_MB else f"buckets of {cap:g} MB"
+            rows.append({"setting": f"{label}, {COMPRESSED}", "bucket_cap_mb": cap, "compressed": True,
+                         "step_ms": 1e3 * seconds, "hidden": (compute + comm - seconds) / comm})
         model = DistributedDataParallel(net, bucket_cap_mb=ONE_BUCKET_MB)  # every sync costs a whole all-reduce
         for use_no_sync in (False, True):
             def accumulate(model: Any = model, use_no_sync: bool = use_no_sync) -> None:
@@ -113,8 +154,9 @@ def bucket_overlap(bucket_caps_mb: Sequence[float] = (ONE_BUCKET_MB, 25.0, 4.0),
             label = (f"{accumulation} micro-batches, " + ("no_sync until the last" if use_no_sync else "sync every one"))
             rows.append({"setting": label + " (one bucket)", "step_ms": 1e3 * seconds,
                          "accumulation": accumulation, "no_sync": use_no_sync})
+        link = transport(dist.get_backend(), dict(os.environ))
         for row in rows:
-            row.update({"rank": ctx.rank, "world_size": ctx.world_size, "params": params,
+            row.update({"rank": ctx.rank, "world_size": ctx.world_size, "params": params, "transport": link,
                         "device": str(ctx.device), "backward_ms_per_layer": backward_ms_per_layer})
         base = model = accumulate = None  # drop every DDP wrapper (the closures hold some) ...
         gc.collect()  # ... and free their reducers (reference cycles)
@@ -126,5 +168,44 @@ def bucket_table(results: Sequence[Any], rank: int = 0) -> ResultsTable:
     """Rank ``rank``'s rows of :func:`bucket_overlap` (``results``: its rows, or ``job.results()``)."""
     rows = [r for item in results for r in (item if isinstance(item, list) else [item])]
     mine = [r for r in rows if r["rank"] == rank]
+    link = f", {mine[0]['transport']}" if mine and mine[0].get("transport") else ""
     return ResultsTable(mine, columns=["setting", "step_ms", "hidden"],
-                        title=f"DDP step times on rank {rank} of {mine[0]['world_size'] if mine else '?'} (median)")
+                        title=f"DDP step times on rank {rank} of {mine[0]['world_size'] if mine else '?'}{link} "
+                              "(median)")
+
+
+def network_effects(table: Sequence[dict[str, Any]]) -> dict[str, float | None]:
+    """What one bucket table says about the network (ms, medians): ``compute`` (no_sync), ``allreduce`` and
+    ``allreduce_bf16`` alone, ``one_bucket`` and ``best_buckets`` (the fastest smaller bucket size, fp32),
+    ``compressed`` (bf16 hook); ``hidden_ms`` = one bucket − best buckets: the communication the buckets hid;
+    ``overlap_room_ms`` = the smaller of compute and all-reduce: the most any overlap can hide."""
+    def step(predicate: Any) -> float | None:
+        values = [r["step_ms"] for r in table if predicate(r)]
+        return min(values) if values else None
+
+    compute = step(lambda r: r["setting"].startswith("compute only"))
+    allreduce = step(lambda r: r["setting"].startswith("all-reduce only") and not r.get("compressed"))
+    one = step(lambda r: r.get("bucket_cap_mb", 0) >= ONE_BUCKET_MB and not r.get("compressed"))
+    best = step(lambda r: 0 < r.get("bucket_cap_mb", 0) < ONE_BUCKET_MB and not r.get("compressed"))
+    return {"compute": compute, "allreduce": allreduce, "one_bucket": one, "best_buckets": best,
+            "allreduce_bf16": step(lambda r: r["setting"].startswith("all-reduce only") and r.get("compressed")),
+            "compressed": step(lambda r: r.get("bucket_cap_mb") and r.get("compressed")),
+            "hidden_ms": one - best if one is not None and best is not None else None,
+            "overlap_room_ms": min(compute, allreduce) if compute is not None and allreduce is not None else None}
+
+
+def allreduce_ms_per_mb(table: Sequence[dict[str, Any]]) -> float:
+    """The fp32 all-reduce alone, in ms per MB of gradients."""
+    row = next(r for r in table if r["setting"].startswith("all-reduce only") and not r.get("compressed"))
+    return row["step_ms"] / (row["params"] * FLOAT_BYTES / MB)
+
+
+def network_claims(links: Sequence[dict[str, Any]], network: Sequence[dict[str, Any]]) -> dict[str, bool]:
+    """The three network claims from the bucket table over the node's own links and the one over sockets:
+    ``sockets_slower``, ``buckets_hide``, ``bf16_halves`` (see SOCKETS_SLOWER, OVERLAP_SHARE, BF16_TIME)."""
+    effects = network_effects(network)
+    hidden, room = effects["hidden_ms"], effects["overlap_room_ms"]
+    bf16, fp32 = effects["allreduce_bf16"], effects["allreduce"]
+    return {"sockets_slower": allreduce_ms_per_mb(network) >= SOCKETS_SLOWER * allreduce_ms_per_mb(links),
+            "buckets_hide": hidden is not None and room is not None and hidden >= OVERLAP_SHARE * room,
+            "bf16_halves": bf16 is not None and fp32 is not None and bf16 <= BF16_TIME * fp32}

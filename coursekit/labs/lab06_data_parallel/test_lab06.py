@@ -192,3 +192,39 @@ def test_lab06_scaling_tables_carry_energy_only_where_measured():
     assert "energy_per_image_j" in weak.columns and weak[1]["energy_per_image_j"] == 0.5
     _, weak = scaling_tables(sweep(None), 32, 64)
     assert "energy_per_image_j" not in weak.columns
+
+
+def _bucket_rows(allreduce_ms, params, one_bucket, buckets, compute=20.0, bf16_ms=None):
+    rows = [{"setting": "compute only (no_sync)", "step_ms": compute},
+            {"setting": "all-reduce only (x MB at once)", "step_ms": allreduce_ms},
+            {"setting": "one bucket", "bucket_cap_mb": 1000.0, "step_ms": one_bucket},
+            {"setting": "buckets of 25 MB", "bucket_cap_mb": 25.0, "step_ms": buckets}]
+    if bf16_ms is not None:
+        rows.append({"setting": "all-reduce only, bf16 compression", "step_ms": bf16_ms, "compressed": True})
+    return [{**r, "params": params} for r in rows]
+
+
+NVLINK = _bucket_rows(allreduce_ms=1.8, params=134_000_000, one_bucket=19.0, buckets=18.9)
+
+
+@pytest.mark.parametrize(("network", "expected"), [
+    (_bucket_rows(30.0, 33_500_000, one_bucket=50.0, buckets=40.0, bf16_ms=16.0),
+     {"sockets_slower": True, "buckets_hide": True, "bf16_halves": True}),
+    # planted wrong: as fast as NVLink per MB, buckets slower than one bucket, bf16 no cheaper than fp32
+    (_bucket_rows(0.45, 33_500_000, one_bucket=20.0, buckets=21.0, bf16_ms=0.45),
+     {"sockets_slower": False, "buckets_hide": False, "bf16_halves": False}),
+])
+def test_the_network_claims_hold_on_a_slow_link_and_fail_on_planted_rows(network, expected):
+    assert dp.network_claims(NVLINK, network) == expected
+    effects = dp.network_effects(network)
+    assert effects["hidden_ms"] == network[2]["step_ms"] - network[3]["step_ms"]
+    assert effects["overlap_room_ms"] == min(network[0]["step_ms"], network[1]["step_ms"])
+
+
+def test_the_transport_is_named_from_the_backend_and_the_nccl_environment():
+    from coursekit.labs.lab06_data_parallel.buckets import transport
+
+    assert transport("gloo", {}) == "gloo over TCP"
+    assert transport("nccl", dict(dp.SOCKET_ENV)) == "NCCL over TCP sockets"
+    assert transport("nccl", {"NCCL_P2P_DISABLE": "1"}) == "NCCL over the node's links"
+    assert "NCCL_NET" in dp.settings("gpu")["network"]["env"] and dp.settings("cpu")["network"] is None
