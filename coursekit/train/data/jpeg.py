@@ -353,6 +353,11 @@ class _Producer:
         self.out: queue.Queue = queue.Queue(maxsize=owner.prefetch)
         self.at_epoch_start = True  # no batch of its current epoch taken yet: a new pass may use it
         self.stop = threading.Event()
+        if owner.endless_epochs is not None:
+            owner.endless_epochs.start_epoch = epoch or 0
+        # The loader's workers are forked here, in the caller's thread: a process forked from a helper thread
+        # inherits locks other threads held (a gloo process group's, seen hanging in ~ProcessGroupGloo).
+        self.iterator = iter(owner.loader)
         self.thread = threading.Thread(target=self._run, name="jpeg-decode", daemon=True)
         self.thread.start()
 
@@ -369,9 +374,7 @@ class _Producer:
         stream = torch.cuda.Stream(owner.device) if cuda else None
         endless = owner.endless_epochs
         try:
-            if endless is not None:
-                endless.start_epoch = self.epoch or 0
-            iterator = iter(owner.loader)
+            iterator, self.iterator = self.iterator, None
             per_epoch = len(owner) if endless is not None else None  # else: the loader ends each epoch itself
             while True:
                 for index, batch in enumerate(itertools.islice(iterator, per_epoch)):
