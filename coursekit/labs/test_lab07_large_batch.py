@@ -33,14 +33,29 @@ def test_the_gpu_plan_is_the_measured_design():
     s = gpu_settings()
     runs = lb.plan(s)
     a = [r for r in runs if r.tags["part"] == "A"]
-    assert len(a) == 6 * 3 and {r.config.schedule for r in a} == {"linear"}
+    # 6 scaling arms and ghost BN for 3 seeds; SGD's middle grid point, LARS's and LAMB's grids, equal steps: 1 seed
+    assert len(a) == 7 * 3 + 8 and {r.config.schedule for r in a} == {"linear"}
     seed0 = {r.tags["arm"]: r.config for r in a if r.tags["seed"] == 0}
     assert seed0["reference B=256"].lr == 0.1 and seed0["reference B=256"].warmup_steps == 0
     assert seed0["linear 4x + warm-up B=1024"].lr == pytest.approx(0.4)
     assert seed0["linear 4x + warm-up B=1024"].warmup_steps == 116
+    assert seed0["sqrt 4x + warm-up B=4096"].lr == pytest.approx(0.4)
     assert seed0["linear 16x + warm-up B=4096"].lr == pytest.approx(1.6)
     assert seed0["linear 16x + warm-up B=4096"].warmup_steps == 28
-    assert all(c.model == "airbench" and c.device_data and c.epochs == 10 and c.nesterov for c in seed0.values())
+    assert all(c.model == "airbench" and c.device_data and c.epochs == 10 for c in seed0.values())
+    assert all(c.nesterov for c in seed0.values() if c.optimizer == "sgd")
+    assert {r.tags["arm"] for r in a if r.tags["seed"] == 1} == set(lb.arm_names(s, lb.SCALING, lb.GHOST))
+    # the same grid shape for every optimizer: centre x {1/2, 1, 2}, the same warm-up and schedule
+    for optimizer, centre in (("sgd", 0.8), ("lars", 10.0), ("lamb", 0.05)):
+        grid = [seed0[name] for name in s.optimizer_grid[optimizer]]
+        assert [c.lr for c in grid] == pytest.approx([centre / 2, centre, centre * 2])
+        assert {(c.optimizer, c.warmup_steps, c.batch_size) for c in grid} == {(optimizer, 28, 4096)}
+        assert all(c.nesterov == (optimizer == "sgd") for c in grid)  # the engine refuses Nesterov for LARS/LAMB
+    ghost = seed0[s.claim_arms["large_ghost"]]
+    assert ghost.ghost_batch_size == 256 and ghost.lr == pytest.approx(1.6) and ghost.warmup_steps == 28
+    equal = seed0[s.claim_arms["large_equal_steps"]]
+    assert equal.steps == 2340 and equal.warmup_steps == 468 and equal.lr == pytest.approx(1.6)
+    assert equal.val_every_epochs >= equal.steps / 14  # one validation, after the last step
     b = [r.config for r in runs if r.tags["part"] == "B"]
     assert len(b) == 4 * 3 and all(c.log_every == 1 and c.batch_size == 4096 for c in b)
     assert sorted({(c.lr, c.warmup_steps) for c in b}) == [(6.4, 0), (6.4, 28), (12.8, 0), (12.8, 28)]
@@ -53,6 +68,14 @@ def test_the_gpu_plan_is_the_measured_design():
     assert d.batch_size == 256 and d.accumulation_steps == 4 and d.noise_every >= 1 and d.target_acc is None
 
 
+@pytest.mark.parametrize("profile", ["gpu", "cpu"])
+def test_the_engine_accepts_every_planned_run(profile):
+    from coursekit.train.checks import static_problems
+
+    problems = {r.tags["arm"]: static_problems(r.config) for r in lb.plan(S(lb.settings(profile)))}
+    assert not any(problems.values()), {arm: found for arm, found in problems.items() if found}
+
+
 def test_submit_names_bad_input():
     with pytest.raises(ValueError, match="jobs"):
         lb.submit(lb.plan(gpu_settings()), name="x", jobs=0)
@@ -63,7 +86,11 @@ def test_submit_names_bad_input():
 # ----------------------------------------------------------------------------- planted tables
 
 ARMS = {"reference B=256": 0.94, "naive B=1024": 0.93, "linear 4x + warm-up B=1024": 0.938, "naive B=4096": 0.90,
-        "4x + warm-up B=4096": 0.915, "linear 16x + warm-up B=4096": 0.905}
+        "sqrt 4x + warm-up B=4096": 0.915, "linear 16x + warm-up B=4096": 0.905,
+        "ghost BN 256, linear 16x + warm-up B=4096": 0.91}
+FIRST_SEED_ARMS = {"8x + warm-up B=4096": 0.918, "LARS lr 5 B=4096": 0.90, "LARS lr 10 B=4096": 0.912,
+                   "LARS lr 20 B=4096": 0.905, "LAMB lr 0.025 B=4096": 0.90, "LAMB lr 0.05 B=4096": 0.92,
+                   "LAMB lr 0.1 B=4096": 0.91, "equal steps, linear 16x + warm-up B=4096": 0.937}
 PLANTED_STEPS = {64: 1200, 128: 600, 256: 320, 512: 180, 1024: 130, 2048: 120, 4096: 115}
 
 
@@ -71,13 +98,17 @@ def _steps(peak, n=60):
     return [{"step": i, "loss": peak if i == 3 else 2.3} for i in range(1, n + 1)]
 
 
-def planted(arms=ARMS, spike=(2.6, 9.0), spike_acc=(0.85, 0.80), critical=PLANTED_STEPS, b_simple=600.0):
+def planted(arms=ARMS, spike=(2.6, 9.0), spike_acc=(0.85, 0.80), critical=PLANTED_STEPS, b_simple=600.0,
+            first_seed_arms=FIRST_SEED_ARMS):
+    """A table of every part as the gpu plan makes it: A's grid points and equal steps on the first seed only."""
+    lrs = {arm.name: arm.lr for arm in lb.settings("gpu")["arms"]}
     rows = []
     for seed in (0, 1, 2):
-        for arm, acc in arms.items():
+        for arm, acc in {**arms, **(first_seed_arms if seed == 0 else {})}.items():
             batch = int(arm.rsplit("=", 1)[1])
-            rows.append({"part": "A", "arm": arm, "batch_size": batch, "lr": 0.1, "seed": seed, "status": "completed",
-                         "val_acc": acc + 0.001 * seed, "total_time_s": 1.0, "steps": [], "summary": {"steps": 10}})
+            rows.append({"part": "A", "arm": arm, "batch_size": batch, "lr": lrs.get(arm, 0.1), "seed": seed,
+                         "status": "completed", "val_acc": acc + 0.001 * seed, "total_time_s": 1.0, "steps": [],
+                         "summary": {"steps": 10}})
         for name, peak, acc in (("lr 12.8, 28 warm-up steps", spike[0], spike_acc[0]),
                                 ("lr 12.8, no warm-up", spike[1], spike_acc[1])):
             rows.append({"part": "B", "arm": name, "batch_size": 4096, "lr": 12.8, "seed": seed,
@@ -112,13 +143,13 @@ def test_the_analysis_reads_the_planted_table():
     b = lb.cells(table, "B")
     assert b.one(arm="lr 12.8, no warm-up")["early_peak_loss"] == 9.0
     assert lb.b_simple_at(lb.noise_series(table), 320) == pytest.approx(600 * 320 / 300)
-    rec = lb.recovery(table, "reference B=256", "naive B=4096", "4x + warm-up B=4096")
+    rec = lb.recovery(table, "reference B=256", "naive B=4096", "sqrt 4x + warm-up B=4096")
     assert rec["gap"] == pytest.approx(0.04) and rec["share"] == pytest.approx(0.375)
 
 
 def test_every_claim_holds_on_a_table_planted_to_show_them():
     results = lb.check_claims(planted(), gpu_settings())
-    assert len(results) == 7 and all(r.holds for r in results), [str(r) for r in results if not r.holds]
+    assert len(results) == 12 and all(r.holds for r in results), [str(r) for r in results if not r.holds]
 
 
 @pytest.mark.parametrize(("change", "message"), [
@@ -129,10 +160,56 @@ def test_every_claim_holds_on_a_table_planted_to_show_them():
     ({"spike_acc": (0.80, 0.85)}, "early loss spikes"),
     ({"critical": {b: 300 for b in PLANTED_STEPS}}, "doubling the smallest batch"),
     ({"critical": {b: 100 * (1 + 20_000 / b) for b in PLANTED_STEPS}}, "a knee shows"),
+    ({"arms": {**ARMS, "sqrt 4x + warm-up B=4096": 0.90}}, "square-root scaling"),
+    ({"first_seed_arms": {**FIRST_SEED_ARMS, "LAMB lr 0.05 B=4096": 0.935}}, "SGD ends at most"),
+    ({"first_seed_arms": {**FIRST_SEED_ARMS, "LARS lr 20 B=4096": 0.93}}, "SGD ends at most"),
+    ({"arms": {**ARMS, "ghost BN 256, linear 16x + warm-up B=4096": 0.90}}, "ghost batch norm"),
+    ({"first_seed_arms": {**FIRST_SEED_ARMS, "equal steps, linear 16x + warm-up B=4096": 0.91}}, "2340 steps"),
 ])
 def test_each_strict_claim_fails_on_planted_data(change, message):
     with pytest.raises(AssertionError, match=message):
         lb.check_claims(planted(**change), gpu_settings())
+
+
+def test_the_large_batch_helpers_read_the_planted_table():
+    table, s = planted(), gpu_settings()
+    assert lb.shared_seeds(table, lb.arm_names(s, lb.SCALING)) == [0, 1, 2]
+    assert lb.shared_seeds(table, lb.arm_names(s)) == [0]
+    grid = lb.grid_table(table, s)
+    assert len(grid) == 9 and set(grid.column("seeds")) == {1}
+    assert grid.where(optimizer="lars").column("lr_multiple") == pytest.approx([0.5, 1.0, 2.0])
+    assert {k: v["arm"] for k, v in lb.best_of_grid(grid).items()} == {
+        "sgd": "8x + warm-up B=4096", "lars": "LARS lr 10 B=4096", "lamb": "LAMB lr 0.05 B=4096"}
+    assert lb.best_inside_grid(grid) == {"sgd": True, "lars": True, "lamb": True}
+    tuned = lb.optimizer_comparison(table, s)
+    assert tuned["layerwise"]["optimizer"] == "lamb" and tuned["margin"] == pytest.approx(0.002)
+    assert lb.sqrt_over_linear(table, s)[0] == pytest.approx(0.01)
+    assert lb.ghost_gain(table, s)[0] == pytest.approx(0.005)
+    equal = lb.equal_steps_recovery(table, s)
+    assert equal["gap"] == pytest.approx(0.04) and equal["share"] == pytest.approx(0.925)
+    with pytest.raises(ValueError, match="groups"):
+        lb.arm_names(s, "no such group")
+
+
+def test_the_large_batch_helpers_show_planted_wrong_rows():
+    s = gpu_settings()
+    wrong = planted(arms={**ARMS, "sqrt 4x + warm-up B=4096": 0.89, "ghost BN 256, linear 16x + warm-up B=4096": 0.9},
+                    first_seed_arms={**FIRST_SEED_ARMS, "LARS lr 5 B=4096": 0.95,
+                                     "equal steps, linear 16x + warm-up B=4096": 0.90})
+    assert lb.sqrt_over_linear(wrong, s)[0] < 0 and lb.ghost_gain(wrong, s)[0] < 0
+    tuned = lb.optimizer_comparison(wrong, s)
+    assert tuned["layerwise"]["arm"] == "LARS lr 5 B=4096" and tuned["margin"] > lb.SGD_VS_LAYERWISE_MAX
+    assert lb.best_inside_grid(lb.grid_table(wrong, s))["lars"] is False  # the best LR sits on the grid's edge
+    assert lb.equal_steps_recovery(wrong, s)["share"] == pytest.approx(0.0)
+    no_shared_seed = ResultsTable([{**r, "seed": 1} if r["arm"] == "LARS lr 5 B=4096" else r for r in planted()])
+    with pytest.raises(ValueError, match="no seed ran every point"):
+        lb.grid_table(no_shared_seed, s)
+
+
+def test_a_grid_that_misses_its_optimum_is_printed_never_asserted():
+    results = lb.check_claims(planted(first_seed_arms={**FIRST_SEED_ARMS, "LARS lr 5 B=4096": 0.915}), gpu_settings())
+    (bracket,) = [r for r in results if "brackets its optimum" in r.statement]
+    assert bracket.holds is False and not bracket.strict and "LARS best at 0.5x" in bracket.evidence
 
 
 def test_b_simple_far_from_b_crit_is_reported_not_seen():
@@ -153,8 +230,10 @@ def test_the_figures_draw_what_the_table_holds():
     curve = lb.critical_curve(table)
     fit = lb.fit_critical_batch(curve)
     figures = [lb.accuracy_figure(lb.cells(table, "A")), lb.spike_figure(table),
-               lb.critical_figure(curve, fit, 600.0), lb.noise_figure(lb.noise_series(table), fit["b_crit"], 320)]
-    assert [len(f.axes) for f in figures] == [1, 2, 2, 1]
-    assert len(figures[0].axes[0].patches) == len(ARMS)
+               lb.critical_figure(curve, fit, 600.0), lb.noise_figure(lb.noise_series(table), fit["b_crit"], 320),
+               lb.grid_figure(lb.grid_table(table, gpu_settings()), reference_acc=0.94)]
+    assert [len(f.axes) for f in figures] == [1, 2, 2, 1, 1]
+    assert len(figures[0].axes[0].patches) == len(ARMS) + len(FIRST_SEED_ARMS)
+    assert len(figures[4].axes[0].containers) == 3  # one error-bar line per optimizer
     assert len(figures[1].axes[0].lines) == 2 and max(figures[1].axes[0].lines[1].get_ydata()) == 9.0
     assert math.isfinite(fit["b_crit"])

@@ -4,7 +4,9 @@ Four parts, one engine (``python -m coursekit.train``), one schedule shape for e
 warm-up counted in steps, then linear decay to 0: only the peak LR, the warm-up and the batch vary):
 
 - **A. gap and recovery** at equal epochs: the reference batch, 4x it naive and linearly scaled with warm-up,
-  16x it naive, 4x-scaled and linearly (16x) scaled with warm-up;
+  16x it naive, square-root (4x) and linearly (16x) scaled with warm-up; at 16x also the same 3-point LR grid
+  for SGD, LARS and LAMB (tuned alike, Nado et al. 2021), ghost batch norm (Hoffer et al. 2017) and the
+  reference's number of steps (equal steps instead of equal epochs);
 - **B. warm-up**: the large batch at a very large LR with and without warm-up, the loss logged every step;
 - **C. critical batch** (Shallue et al., McCandlish et al.): steps to a target accuracy on a held-out split
   for batches from small to large, the best of a {1/4, 1/2, 1} x linear LR grid per batch, warm-up in
@@ -12,17 +14,17 @@ warm-up counted in steps, then linear decay to 0: only the peak LR, the warm-up 
 - **D. noise scale**: B_simple in train mode from the micro-batches of the reference run (two-batch
   estimator, separate moving averages; ``coursekit/train/noise.py``), read at C's target.
 
-``plan(s)`` names every run (tags ``part``, ``arm``, ``batch_size``, ``lr``, ``seed``) with its ``TrainConfig``;
-``submit`` sends them as ``s.jobs`` jobs of ``python -m coursekit.train.sweep`` (one start of Python and torch
-for many runs); ``results`` waits (a bar counting runs) and reads the table; the rest computes from it.
-"""
+``plan(s)`` names every run (tags ``part``, ``arm``, ``batch_size``, ``lr``, ``seed``, ``optimizer``) with its
+``TrainConfig``; ``submit`` sends them as ``s.jobs`` jobs of ``python -m coursekit.train.sweep`` (one start of
+Python and torch for many runs); ``results`` waits (a bar counting runs) and reads the table; the rest computes
+from it."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from coursekit.labs.kit.claims import ClaimResult, check_claim, mean_std
 from coursekit.labs.kit.experiments import DEFAULT_TIMEOUT_S, Sweep, submit_sweeps, summarize_run, wait_runs
@@ -56,6 +58,27 @@ def steps_per_epoch(train_images: int, batch: int) -> int:
     return train_images // batch
 
 
+# A's arms fall in four groups: the scaling rules, the LR grid of each optimizer, ghost batch norm, equal steps
+SCALING, GRID, GHOST, EQUAL_STEPS = "scaling rules", "optimizer grid", "ghost batch norm", "equal steps"
+GROUPS = (SCALING, GRID, GHOST, EQUAL_STEPS)
+
+
+class Arm(NamedTuple):
+    """One arm of part A: its name (unique, ending in ``B=<batch>``), batch, peak LR and warm-up (a share of the
+    run's steps); its group; the optimizer; ghost batch norm's virtual batch (None: plain batch norm); the run's
+    steps (None: the lab's epochs); ``all_seeds`` False: the first seed only (a grid point, equal steps)."""
+
+    name: str
+    batch_size: int
+    lr: float
+    warmup_share: float
+    group: str = SCALING
+    optimizer: str = "sgd"
+    ghost_batch: int | None = None
+    steps: int | None = None
+    all_seeds: bool = True
+
+
 @dataclass
 class Run:
     """One planned run: its tags (a row's first columns) and its configuration."""
@@ -65,24 +88,35 @@ class Run:
 
 
 def _run(part: str, arm: str, config: TrainConfig) -> Run:
-    return Run({"part": part, "arm": arm, "batch_size": config.batch_size, "lr": config.lr, "seed": config.seed},
-               config)
+    return Run({"part": part, "arm": arm, "batch_size": config.batch_size, "lr": config.lr, "seed": config.seed,
+                "optimizer": config.optimizer}, config)
+
+
+def _arm_config(base: TrainConfig, arm: Arm, images: int, seed: int) -> TrainConfig:
+    """An arm's run: one schedule shape (warm-up for ``arm.warmup_share`` of its steps, then linear decay)."""
+    per_epoch = steps_per_epoch(images, arm.batch_size)
+    steps = arm.steps or base.epochs * per_epoch
+    config = base.replace(batch_size=arm.batch_size, lr=arm.lr, warmup_steps=round(arm.warmup_share * steps),
+                          optimizer=arm.optimizer, ghost_batch_size=arm.ghost_batch, seed=seed,
+                          nesterov=base.nesterov and arm.optimizer == "sgd")  # LARS: heavy ball, as its paper
+    if arm.steps:  # validate once, after the last step
+        config = config.replace(steps=arm.steps, val_every_epochs=math.ceil(arm.steps / per_epoch))
+    return config
 
 
 def plan(s: Any, seeds: Sequence[int] | None = None) -> list[Run]:
     """Every run of the lab from its settings ``s`` (``profile.settings("07")``), in the order A, B, C, D;
-    ``seeds``: A and B's seeds, the first also C and D's (``room.my_seeds``: each seat of a room its own);
-    None: ``s.seeds``."""
+    ``seeds``: A and B's seeds, the first also C and D's and that of A's first-seed arms (``room.my_seeds``: each
+    seat of a room its own); None: ``s.seeds``."""
     base, b0, lr0, images = s.base, s.base_batch, s.base_lr, s.train_images
     seeds = list(s.seeds if seeds is None else seeds)
     if not seeds or not all(isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0 for seed in seeds):
         raise ValueError(f"seeds={seeds!r}: give one or more whole numbers, 0 or more (or None: the lab's seeds)")
     runs: list[Run] = []
     for seed in seeds:
-        for arm, batch, factor, warmup_share in s.arms:  # A: one shape, only peak LR, warm-up and batch vary
-            warmup = round(warmup_share * base.epochs * steps_per_epoch(images, batch))
-            runs.append(_run("A", arm, base.replace(batch_size=batch, lr=lr0 * factor, warmup_steps=warmup,
-                                                    seed=seed)))
+        for arm in s.arms:  # A: one shape, only peak LR, warm-up and batch vary (and the optimizer of the grid)
+            if arm.all_seeds or seed == seeds[0]:
+                runs.append(_run("A", arm.name, _arm_config(base, arm, images, seed)))
         for lr in s.spike_lrs:  # B: the loss of every step, with and without warm-up
             for warmup in (s.spike_warmup_steps, 0):
                 arm = f"lr {lr:g}, " + (f"{warmup} warm-up steps" if warmup else "no warm-up")
@@ -149,7 +183,8 @@ def cells(table: ResultsTable, part: str = "A") -> ResultsTable:
     for arm in dict.fromkeys(table.where(part=part).column("arm")):
         rows = table.where(part=part, arm=arm)
         acc, acc_std = mean_std(list(arm_accuracy(table, arm, part).values()))
-        cell = {"arm": arm, "batch_size": rows[0]["batch_size"], "lr": rows[0]["lr"], "seeds": len(rows),
+        cell = {"arm": arm, "batch_size": rows[0]["batch_size"], "lr": rows[0]["lr"],
+                "optimizer": rows[0].get("optimizer", "sgd"), "seeds": len(rows),
                 "val_acc": acc, "val_acc_std": acc_std, "steps": rows[0]["summary"].get("steps"),
                 "time_s": mean_std([r["total_time_s"] or float("nan") for r in rows])[0],
                 "diverged": sum(not _ok(r) for r in rows)}
@@ -188,19 +223,123 @@ def recovery(table: ResultsTable, reference: str, naive: str, scaled: str) -> di
 
 def accuracy_figure(summary: ResultsTable) -> Any:
     """Final accuracy of each arm of A (mean ± std over seeds), grouped by batch."""
-    from coursekit.labs.kit.plots import new_figure
+    from coursekit.labs.kit.plots import WIDE_FIGSIZE, new_figure
 
-    figure, ax = new_figure()
+    figure, ax = new_figure(figsize=WIDE_FIGSIZE)
     rows = list(summary)
     ax.bar(range(len(rows)), [r["val_acc"] for r in rows], yerr=[r["val_acc_std"] for r in rows], capsize=3,
            color=[f"C{sorted({r['batch_size'] for r in rows}).index(r['batch_size'])}" for r in rows])
-    ax.set_xticks(range(len(rows)), [f"{r['arm']}\nB={r['batch_size']}, lr {r['lr']:g}" for r in rows],
-                  rotation=20, fontsize="small")
+    labels = [f"{_without_batch(r['arm'])}\nB={r['batch_size']}, lr {r['lr']:g}" for r in rows]
+    ax.set_xticks(range(len(rows)), labels, rotation=30, ha="right", fontsize="small")
     finite = [r["val_acc"] for r in rows if r["val_acc"] == r["val_acc"]]
     if finite:
         ax.set_ylim(max(0.0, min(finite) - 0.05), min(1.0, max(finite) + 0.02))
     ax.set_ylabel("test accuracy (mean ± std over seeds)")
-    ax.set_title("A. equal epochs: the gap, and what LR scaling wins back")
+    ax.set_title("A. the gap at equal epochs, and what wins it back")
+    return figure
+
+
+# ------------------------------------------------- A at the large batch: tuned alike, ghost BN, equal steps
+
+
+def arm_names(s: Any, *groups: str) -> list[str]:
+    """The names of A's arms in ``groups`` (every arm of A when none is given), in the plan's order."""
+    unknown = set(groups) - set(GROUPS)
+    if unknown:
+        raise ValueError(f"groups {sorted(unknown)} are unknown; choose from {', '.join(GROUPS)}")
+    return [arm.name for arm in s.arms if not groups or arm.group in groups]
+
+
+def shared_seeds(table: ResultsTable, arms: Sequence[str], part: str = "A") -> list[int]:
+    """The seeds that every one of ``arms`` ran (sorted)."""
+    seeds = [set(arm_accuracy(table, arm, part)) for arm in arms]
+    return sorted(set.intersection(*seeds)) if seeds else []
+
+
+def grid_table(table: ResultsTable, s: Any) -> ResultsTable:
+    """A's LR grid at the large batch: per optimizer and LR, the accuracy (mean ± std over the seeds that every
+    grid point ran: equal tuning effort for each optimizer), the LR as a multiple of the optimizer's grid centre,
+    and whether it is the optimizer's best point."""
+    names = [name for grid in s.optimizer_grid.values() for name in grid]
+    seeds = shared_seeds(table, names)
+    if not seeds:
+        raise ValueError("no seed ran every point of the LR grid: plan(s) runs them all on the first seed")
+    rows = []
+    for optimizer, grid in s.optimizer_grid.items():
+        points = []
+        for name in grid:
+            accuracy = arm_accuracy(table, name)
+            acc, acc_std = mean_std([accuracy[seed] for seed in seeds])
+            lr = table.where(part="A", arm=name)[0]["lr"]
+            points.append({"optimizer": optimizer, "arm": name, "lr": lr, "lr_multiple": lr / s.grid_centres[optimizer],
+                           "seeds": len(seeds), "val_acc": acc, "val_acc_std": acc_std})
+        best = max(points, key=lambda point: point["val_acc"])
+        rows += [{**point, "best": point is best} for point in points]
+    return ResultsTable(rows, title=f"A. the same LR grid for each optimizer at batch {s.large_batch}")
+
+
+def best_of_grid(grid: ResultsTable) -> dict[str, dict[str, Any]]:
+    """``{optimizer: its best grid point}``."""
+    return {row["optimizer"]: row for row in grid if row["best"]}
+
+
+def best_inside_grid(grid: ResultsTable) -> dict[str, bool]:
+    """``{optimizer: its best LR is inside its grid}`` (False: at an edge, the optimum may lie beyond it)."""
+    inside = {}
+    for optimizer, best in best_of_grid(grid).items():
+        multiples = grid.where(optimizer=optimizer).column("lr_multiple")
+        inside[optimizer] = min(multiples) < best["lr_multiple"] < max(multiples)
+    return inside
+
+
+def optimizer_comparison(table: ResultsTable, s: Any) -> dict[str, Any]:
+    """Tuned SGD against the better of the tuned layer-wise optimizers (LARS, LAMB): their best grid points and
+    ``margin`` = best layer-wise accuracy − best SGD accuracy (positive: LARS or LAMB ends ahead)."""
+    best = best_of_grid(grid_table(table, s))
+    layerwise = [row for optimizer, row in best.items() if optimizer != "sgd"]
+    if "sgd" not in best or not layerwise:
+        raise ValueError(f"the grid needs SGD and a layer-wise optimizer; it has {sorted(best)}")
+    top = max(layerwise, key=lambda row: row["val_acc"])
+    return {"sgd": best["sgd"], "layerwise": top, "margin": top["val_acc"] - best["sgd"]["val_acc"]}
+
+
+def sqrt_over_linear(table: ResultsTable, s: Any) -> tuple[float, float]:
+    """acc(square-root rule) − acc(linear rule) at the large batch, mean ± std paired over seeds."""
+    return paired(table, s.claim_arms["large_sqrt"], s.claim_arms["large_linear"])
+
+
+def ghost_gain(table: ResultsTable, s: Any) -> tuple[float, float]:
+    """acc(ghost batch norm) − acc(the same run with plain batch norm) at the large batch, paired over seeds."""
+    return paired(table, s.claim_arms["large_ghost"], s.claim_arms["large_linear"])
+
+
+def equal_steps_recovery(table: ResultsTable, s: Any) -> dict[str, float]:
+    """The gap at equal epochs (reference − naive large batch) and the share of it that the large batch given the
+    reference's steps wins back, paired over the seeds both ran."""
+    return recovery(table, s.claim_arms["reference"], s.claim_arms["large_naive"], s.claim_arms["large_equal_steps"])
+
+
+def grid_figure(grid: ResultsTable, reference_acc: float | None = None) -> Any:
+    """Final accuracy against the LR (as a multiple of each optimizer's grid centre), one line per optimizer, its
+    best point ringed; the reference batch's accuracy as a line."""
+    from coursekit.labs.kit.plots import new_figure, outside_legend
+
+    figure, ax = new_figure()
+    for index, optimizer in enumerate(dict.fromkeys(grid.column("optimizer"))):
+        points = grid.where(optimizer=optimizer)
+        centre = points[0]["lr"] / points[0]["lr_multiple"]
+        ax.errorbar(points.column("lr_multiple"), points.column("val_acc"), yerr=points.column("val_acc_std"),
+                    marker="o", capsize=3, color=f"C{index}", label=f"{optimizer.upper()} (centre lr {centre:g})")
+        best = best_of_grid(points)[optimizer]
+        ax.scatter([best["lr_multiple"]], [best["val_acc"]], s=150, facecolors="none", edgecolors=f"C{index}")
+    if reference_acc is not None:
+        ax.axhline(reference_acc, color="grey", linestyle=":", label="reference batch")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(GRID_FACTORS, [f"{factor:g}" for factor in GRID_FACTORS])
+    ax.set_xlabel("peak LR / the optimizer's grid centre")
+    ax.set_ylabel("final test accuracy")
+    ax.set_title(grid.title or "A. the LR grid")
+    outside_legend(ax)
     return figure
 
 
@@ -355,11 +494,18 @@ RECOVERY_BELOW_MIN = 0.4  # below the knee linear scaling + warm-up wins back at
 SPIKE_MARGIN = 1.0  # without warm-up the early loss peaks at least 1 nat above the warm-up run's
 NOISE_FACTOR = 10.0  # B_simple and B_crit agree within an order of magnitude (the literature's precision)
 PERFECT_SCALING_MAX = 1.5  # below the knee, doubling the batch cuts the steps to at most 1/1.5 of before
+SQRT_OVER_LINEAR_MIN = 0.0  # beyond the knee the square-root rule ends above the linear rule (paired mean)
+# tuned SGD ends at most 1 point below the best of tuned LARS and LAMB: a grid point is one seed (sd ~0.3-0.4 points
+# at 4096 in bench/REPORT-large-batch.md), so two best-of-three single runs differ by ~0.5 points by chance alone
+SGD_VS_LAYERWISE_MAX = 0.01
+GHOST_GAIN_MIN = 0.0  # ghost batch norm ends above the same run with plain batch norm (paired mean)
+EQUAL_STEPS_RECOVERY_MIN = 0.75  # given the reference's steps, the large batch wins back at least 75 % of the gap
 
 
 def check_claims(table: ResultsTable, s: Any) -> list[ClaimResult]:
     """The lab's claims on the measured table; each can fail. ``s.strict_claims`` False (the cpu profile's tiny
-    model, the stand-in): printed as measured, not asserted. B_simple ≈ B_crit is always printed, not asserted."""
+    model, the stand-in): printed as measured, not asserted. B_simple ≈ B_crit and whether each LR grid of A brackets
+    its optimum are always printed, not asserted."""
     strict = bool(s.get("strict_claims", True))
     ref, mid_naive, mid_scaled = s.claim_arms["reference"], s.claim_arms["mid_naive"], s.claim_arms["mid_linear"]
     big_naive, big_scaled = s.claim_arms["large_naive"], s.claim_arms["large_linear"]
@@ -378,6 +524,7 @@ def check_claims(table: ResultsTable, s: Any) -> list[ClaimResult]:
                     applies=big["gap"] > 0 and mid["gap"] > 0, why_not="no gap at one of the two batches",
                     strict=strict),
     ]
+    results += _large_batch_claims(table, s, strict)
     spikes = cells(table, "B")
     pairs = [(spikes[i], spikes[i + 1]) for i in range(0, len(spikes) - 1, 2)]  # (with warm-up, without)
     with_w, without = pairs[-1]  # the largest LR
@@ -409,6 +556,44 @@ def check_claims(table: ResultsTable, s: Any) -> list[ClaimResult]:
             f"B_simple at C's target and the fitted B_crit agree within a factor {NOISE_FACTOR:g}",
             1 / NOISE_FACTOR <= ratio <= NOISE_FACTOR,
             f"B_simple {b_simple:.0f}, B_crit {fit['b_crit']:.0f} (ratio {ratio:.2f})", strict=False))
+    return results
+
+
+def _large_batch_claims(table: ResultsTable, s: Any, strict: bool) -> list[ClaimResult]:
+    """A's claims at the large batch: sqrt vs linear, SGD vs LARS/LAMB tuned alike (and whether each grid brackets
+    its optimum: printed, never asserted), ghost batch norm, equal steps."""
+    arms, large = s.claim_arms, s.large_batch
+    gain, gain_std = sqrt_over_linear(table, s)
+    results = [check_claim(
+        f"beyond the knee, square-root scaling ({arms['large_sqrt']}) ends above linear scaling ({arms['large_linear']})",
+        gain > SQRT_OVER_LINEAR_MIN, f"{gain:+.3f} ± {gain_std:.3f} (paired over seeds)", strict=strict)]
+    tuned = optimizer_comparison(table, s)
+    sgd, top = tuned["sgd"], tuned["layerwise"]
+    results.append(check_claim(
+        f"tuned alike (the same {len(GRID_FACTORS)}-point LR grid, warm-up and schedule), SGD ends at most "
+        f"{SGD_VS_LAYERWISE_MAX:.2f} below the best of LARS and LAMB at batch {large}",
+        tuned["margin"] <= SGD_VS_LAYERWISE_MAX,
+        f"SGD {sgd['val_acc']:.3f} at lr {sgd['lr']:g}; {top['optimizer'].upper()} {top['val_acc']:.3f} at lr "
+        f"{top['lr']:g} ({top['optimizer'].upper()} − SGD {tuned['margin']:+.3f}; {sgd['seeds']} seed(s) per grid "
+        "point)", strict=strict))
+    grid = grid_table(table, s)
+    inside = best_inside_grid(grid)
+    results.append(check_claim(
+        "each optimizer's best LR lies inside its grid, not at an edge (the grid brackets its optimum)",
+        all(inside.values()), ", ".join(f"{row['optimizer'].upper()} best at {row['lr_multiple']:g}x its centre"
+                                        for row in best_of_grid(grid).values()), strict=False))
+    gain, gain_std = ghost_gain(table, s)
+    results.append(check_claim(
+        f"ghost batch norm (virtual batches of {s.ghost_batch}) narrows the gap at batch {large}: "
+        f"{arms['large_ghost']} ends above {arms['large_linear']}", gain > GHOST_GAIN_MIN,
+        f"{gain:+.3f} ± {gain_std:.3f} (paired over seeds)", strict=strict))
+    equal = equal_steps_recovery(table, s)
+    steps = next(arm.steps for arm in s.arms if arm.name == arms["large_equal_steps"])
+    results.append(check_claim(
+        f"given the reference's {steps} steps, {arms['large_equal_steps']} wins back at least "
+        f"{EQUAL_STEPS_RECOVERY_MIN:.0%} of the gap at equal epochs", equal["share"] >= EQUAL_STEPS_RECOVERY_MIN,
+        f"won back {equal['won']:+.3f} of a {equal['gap']:+.3f} gap ({equal['share']:.0%}; paired over the seeds both "
+        "ran)", applies=equal["gap"] > 0, why_not=f"no gap at equal epochs ({equal['gap']:+.3f})", strict=strict))
     return results
 
 
@@ -459,39 +644,83 @@ NOISE_MICRO_BATCHES = 4  # D: micro-batches of 64 in the reference batch of 256
 NOISE_EPOCHS_GPU = 3  # past C's reference target (~360 steps = 1.8 epochs of 50,000 at 256)
 
 
-def _arms(b0: int, mid: int, large: int) -> list[tuple[str, int, float, float]]:
-    """A's arms: (name, batch, peak LR / lr0, warm-up as a share of the run's steps)."""
+# A's LR grid at the large batch, the same for every optimizer: its centre times these (Nado et al. 2021: compare
+# optimizers at equal tuning effort). SGD's centre is the geometric middle of the square-root and the linear rule
+# (k^0.75 lr0: at k = 16 the grid is sqrt 4x, 8x and linear 16x, so two of its points are A's scaling arms).
+GRID_FACTORS = (0.5, 1.0, 2.0)
+# LARS's and LAMB's LRs live on other scales: LARS (trust coefficient eta = 0.001) moves each layer by about
+# lr eta |w| a step, LAMB by lr |w|, SGD by lr |g|; heavy-ball momentum (SGD, LARS) multiplies a steady step by up to
+# 1/(1 - 0.9) = 10, LAMB's averaged moments do not. Section 8 of LAB-REVIEW.md gives no LARS/LAMB LRs, so: first the
+# LR whose step per layer matches SGD's centre, lr_SGD median(|g|/|w|) / eta for LARS and that times eta for LAMB,
+# with |g|/|w| of the weight layers over the first steps at batch 512 measured on a CPU (--trust-ratio-every 1):
+# airbench 0.02-0.05 (SGD centre 0.8), mlp_bn 0.04-0.2 (SGD centre 0.4), i.e. LARS 20 and LAMB 0.02 for both
+# models. Then checked on the cpu profile's large batch (mlp_bn, 512, 2 seeds): LARS was flat from 2.5 to 10 (0.56-
+# 0.58) and fell at 20 and 40 (0.52, 0.40); LAMB rose to 0.60 at 0.04-0.05 and fell at 0.1 and 0.2 (0.56, 0.51). So
+# the centres are LARS 10 and LAMB 0.05 (between the matched 0.02 and 10x it, the momentum factor). Not yet checked
+# on the GPU: whether each grid brackets its optimum is printed beside the claims.
+LARS_LR_CENTRE = 10.0
+LAMB_LR_CENTRE = 0.05
+
+
+def _at(batch: int, name: str) -> str:
+    return f"{name} B={batch}"  # A's arm names repeat across batches ("naive" at two): the batch makes them unique
+
+
+def _without_batch(arm: str) -> str:
+    """An arm's name without its ``B=<batch>`` ending (a figure writes the batch on a line of its own)."""
+    name, _, batch = arm.rpartition(" B=")
+    return name if name and batch.isdigit() else arm
+
+
+def _arms(b0: int, mid: int, large: int, lr0: float, reference_steps: int) -> dict[str, Any]:
+    """A's arms, the names the claims read (``claim_arms``), the LR grid of each optimizer (``optimizer_grid``,
+    arm names) and its centre (``grid_centres``)."""
     k_mid, k_large = mid // b0, large // b0
-    return [("reference", b0, 1.0, 0.0), ("naive", mid, 1.0, 0.0),
-            (f"linear {k_mid}x + warm-up", mid, float(k_mid), WARMUP_SHARE), ("naive", large, 1.0, 0.0),
-            (f"{k_mid}x + warm-up", large, float(k_mid), WARMUP_SHARE),
-            (f"linear {k_large}x + warm-up", large, float(k_large), WARMUP_SHARE)]
-
-
-def _arm_names(b0: int, mid: int, large: int) -> dict[str, str]:
-    return {"reference": "reference", "mid_naive": "naive", "mid_linear": f"linear {mid // b0}x + warm-up",
-            "large_naive": "naive", "large_linear": f"linear {large // b0}x + warm-up"}
+    mid_linear, sqrt_lr, linear_lr = (scaled_lr(lr0, b0, mid, "linear"), scaled_lr(lr0, b0, large, "sqrt"),
+                                      scaled_lr(lr0, b0, large, "linear"))
+    roles = {"reference": Arm(_at(b0, "reference"), b0, lr0, 0.0),
+             "mid_naive": Arm(_at(mid, "naive"), mid, lr0, 0.0),
+             "mid_linear": Arm(_at(mid, f"linear {k_mid}x + warm-up"), mid, mid_linear, WARMUP_SHARE),
+             "large_naive": Arm(_at(large, "naive"), large, lr0, 0.0),
+             "large_sqrt": Arm(_at(large, f"sqrt {sqrt_lr / lr0:g}x + warm-up"), large, sqrt_lr, WARMUP_SHARE),
+             "large_linear": Arm(_at(large, f"linear {k_large}x + warm-up"), large, linear_lr, WARMUP_SHARE)}
+    centres = {"sgd": math.sqrt(sqrt_lr * linear_lr), "lars": LARS_LR_CENTRE, "lamb": LAMB_LR_CENTRE}
+    arms, grid = list(roles.values()), {}
+    for optimizer, centre in centres.items():
+        grid[optimizer] = []
+        for lr in (centre * factor for factor in GRID_FACTORS):
+            same = [arm for arm in arms if arm.batch_size == large and arm.optimizer == optimizer
+                    and math.isclose(arm.lr, lr, rel_tol=1e-9)]
+            if not same:  # a grid point of its own: the first seed only (the room's seats add seeds)
+                name = f"{lr / lr0:g}x + warm-up" if optimizer == "sgd" else f"{optimizer.upper()} lr {lr:g}"
+                same = [Arm(_at(large, name), large, lr, WARMUP_SHARE, GRID, optimizer, all_seeds=False)]
+                arms += same
+            grid[optimizer].append(same[0].name)
+    roles["large_ghost"] = Arm(_at(large, f"ghost BN {b0}, linear {k_large}x + warm-up"), large, linear_lr,
+                               WARMUP_SHARE, GHOST, ghost_batch=b0)
+    # equal steps: the large batch given the reference's steps (k_large times the epochs), one seed. From section 8's
+    # step times on one H100 (18.7 ms a step at 4096, ~5 ms at 1024): 2,340 steps at 4096 cost ~45 s a seed, three
+    # seeds ~2.2 min, a third of the lab's 7 minutes; the mid batch at equal steps would cost ~12-15 s a seed, but
+    # there linear scaling already wins back most of the small gap at equal epochs: the open question ("budget
+    # or batch?") is at the large batch, where LR scaling fails. So: the large batch, the first seed only.
+    roles["large_equal_steps"] = Arm(_at(large, f"equal steps, linear {k_large}x + warm-up"), large, linear_lr,
+                                     WARMUP_SHARE, EQUAL_STEPS, steps=reference_steps, all_seeds=False)
+    arms += [roles["large_ghost"], roles["large_equal_steps"]]
+    return {"arms": arms, "claim_arms": {role: arm.name for role, arm in roles.items()}, "optimizer_grid": grid,
+            "grid_centres": centres, "ghost_batch": b0}
 
 
 def settings(profile: str) -> dict[str, Any]:
     """Lab 07's numbers in ``profile`` ("cpu" or "gpu"); ``profile.settings("07")`` shows them."""
-    if profile == "cpu":
-        values = _cpu_settings()
-    else:
-        values = _gpu_settings()
-    arms = values["arms"]
-    # A's arm names repeat across batches ("naive" at two batches): make each name unique
-    values["arms"] = [(f"{name} B={batch}", batch, factor, warm) for name, batch, factor, warm in arms]
-    values["claim_arms"] = {k: f"{v} B={b}" for (k, v), b in zip(
-        values.pop("claim_names").items(),
-        (values["base_batch"], values["mid_batch"], values["mid_batch"], values["large_batch"],
-         values["large_batch"]), strict=True)}
+    values = _cpu_settings() if profile == "cpu" else _gpu_settings()
+    b0 = values["base_batch"]
+    reference_steps = values["base"].epochs * steps_per_epoch(values["train_images"], b0)
+    values.update(_arms(b0, values["mid_batch"], values["large_batch"], values["base_lr"], reference_steps))
     return values
 
 
 def _common(b0: int, mid: int, large: int) -> dict[str, Any]:
-    return {"base_batch": b0, "mid_batch": mid, "large_batch": large, "arms": _arms(b0, mid, large),
-            "claim_names": _arm_names(b0, mid, large), "spike_batch": large,
+    return {"base_batch": b0, "mid_batch": mid, "large_batch": large, "spike_batch": large,
             "critical_lr_factors": CRITICAL_LR_FACTORS, "target_acc": TARGET_ACC,
             "noise_micro_batches": NOISE_MICRO_BATCHES}
 
@@ -508,11 +737,14 @@ def _gpu_settings() -> dict[str, Any]:
               "critical_warmup_steps": CRITICAL_WARMUP_STEPS, "eval_every_samples": 2048, "eval_min_steps": 5,
               "noise_epochs": NOISE_EPOCHS_GPU, "noise_every": 1, "noise_log_every": 10, "jobs": 1,
               "strict_claims": True, "job": job_options("gpu", "00:20:00"), "timeout_s": 1800}
-    # estimated from section 8's step times on one H100 (4.9 ms a step up to batch 1024, 18.7 ms at 4096) plus ~1.5 s a
-    # run (data to the GPU, cuDNN autotuning, the final evaluation): A ~35 s and B ~16 s a seed; C ~100-150 s (the
-    # epoch caps bound an LR that misses); D ~20 s (4 micro-batches a step); one job's start ~30 s
-    values["budget"] = workshop_budget({"A and B, 3 seeds": (1, 2.6), "C, critical batch": (1, 2.2),
-                                        "D, noise scale": (1, 0.35), "start-up": (1, 0.5)})
+    # from bench/REPORT-large-batch.md (one H100, every run of the plan before A's grid, ghost BN and equal steps:
+    # 274 s in one process; the notebook 4.3 min): A's six arms 118 s and B 48 s for 3 seeds, C 87 s, D 21 s; one
+    # job's start ~30 s. A's new arms, from section 8's 18.7 ms a step at 4096 plus the record's ~1 s a run: the grid's
+    # 7 runs of 140 steps (1 seed; LARS/LAMB loop over the tensors, ~15 % slower) ~28 s, ghost BN (16 normalisations
+    # of 256 per layer, ~30 % slower) ~14 s for 3 seeds, equal steps 2,340 steps ~45 s: ~1.5 min. In all ~6.7 min.
+    values["budget"] = workshop_budget({"A and B, 3 seeds": (1, 2.8), "A: LR grid, ghost BN, equal steps": (1, 1.5),
+                                        "C, critical batch": (1, 1.5), "D, noise scale": (1, 0.35),
+                                        "start-up": (1, 0.5)})
     values = on_cifar10(values, "base")
     if values["base"].dataset == "generated":  # the stand-in: a smoke test (the notice says so)
         values["strict_claims"] = False
@@ -526,7 +758,7 @@ def _gpu_settings() -> dict[str, Any]:
 # cpu profile (CI: two cores, the whole notebook about a minute): the same four parts, scaled down: a batch-norm
 # MLP on the first 4,000 Fashion-MNIST images at 16 x 16 pixels, batches 32 / 128 / 512, 2 epochs (250, 62 and
 # 14 steps). Its claims are printed, not asserted: a tiny model on a subset is not the evidence the gpu profile
-# gives (on one CPU core: ~1-4 s a run, 32 runs in two jobs).
+# gives (on one CPU core: ~0.5-4 s a run, 42 runs in two jobs; A's equal-steps run, 250 steps at 512, ~4 s).
 CPU_SUBSET, CPU_SIDE, CPU_EPOCHS = 4000, 16, 2
 CPU_BASE_BATCH, CPU_MID, CPU_LARGE, CPU_BASE_LR = 32, 128, 512, 0.05
 
