@@ -186,8 +186,8 @@ for row in sorted(board, key=lambda row: (row["participant"], row["submission"])
 # mostly positive, the runs were stopped by lucky evaluations.
 
 # %%
-for row in board:
-    for run in row["runs"]:
+for row in sorted(board, key=lambda row: (row["participant"], row["submission"])):
+    for run in sorted(row["runs"], key=lambda run: run["seed"]):
         if run.get("target_reached") and run.get("confirm_acc") is not None:
             print(f"{row['participant']}/{row['submission']} seed {run['seed']}: stopping half "
                   f"{run['val_acc_at_target']:.1%}, held-out half {run['confirm_acc']:.1%} "
