@@ -406,6 +406,7 @@ class _Producer:
         left for a loader worker forked later to inherit)."""
         self.stop.set()
         self.thread.join()
+        self.iterator = None  # not taken by a thread stopped at once: its workers go with it
         with contextlib.suppress(queue.Empty):
             while True:
                 self.out.get_nowait()
