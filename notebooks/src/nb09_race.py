@@ -145,8 +145,9 @@ entry.with_columns("seed", "job_id", "state", "val_acc", "total_time_s")
 # %% [markdown]
 # ## 4. A rival who bends the rules
 #
-# In the cpu profile, a pretend participant, `bob`, posts an entry too. His validation set is smaller
-# (`val_fraction=0.1`): a smaller set is easier to pass by luck. The leaderboard does not drop his
+# In the cpu profile, a pretend participant, `bob`, posts an entry too. His runs stop on a smaller part of
+# the validation set (`confirm_fraction=0.9`: 10 % of it decides when a run stops, not 50 %): a smaller set
+# is easier to pass by luck. The leaderboard does not drop his
 # entry. It marks it and says why.
 
 # %% tags=["nbval-ignore-output"]
@@ -238,7 +239,7 @@ verdicts = [
                      f"{max(r['train_time_s'] / r['total_time_s'] for r in runs):.0%}" if runs else "no runs"),
     labs.check_claim("an entry that changes the validation set is marked with the broken rule, not ranked",
                      bob is not None and not bob["counts"] and bob["rank"] is None
-                     and "val_fraction" in bob["marks"] and "validation set differs" in bob["marks"],
+                     and "confirm_fraction" in bob["marks"] and "validation set differs" in bob["marks"],
                      bob["marks"] if bob else "-", applies=profile.is_cpu,
                      why_not="the pretend rival runs in the cpu profile only"),
     labs.check_claim("your entry keeps the rules and counts (same code, same validation set, every seed reached)",
