@@ -28,6 +28,7 @@ import torch
 CONFIG_HASH_IGNORES = ("seed", "out", "progress", "resume", "checkpoint_every", "log_every", "profile",
                        "profile_steps", "download", "device")
 HASH_CHARS = 16
+FINGERPRINT_CHUNK = 500  # samples read at once when a validation set is hashed
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # coursekit/
 
 
@@ -57,9 +58,12 @@ def val_fingerprint(loader: Any) -> dict[str, Any]:
         count = len(dataset)
     elif dataset is not None and hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__"):
         count = len(dataset)
-        for index in range(count):
-            for part in dataset[index][:2]:
-                digest.update(torch.as_tensor(part).cpu().contiguous().numpy().tobytes())
+        many = getattr(dataset, "__getitems__", None)  # a batch of samples at once (Subset, Fashion-MNIST)
+        for start in range(0, count, FINGERPRINT_CHUNK):
+            indices = range(start, min(start + FINGERPRINT_CHUNK, count))
+            for sample in (many(list(indices)) if many is not None else (dataset[i] for i in indices)):
+                for part in sample[:2]:
+                    digest.update(torch.as_tensor(part).cpu().contiguous().numpy().tobytes())
     else:  # an iterable of batches (generated on the device): hash what it yields
         count = 0
         for batch in loader:
