@@ -74,7 +74,8 @@ def _jsonable(value: Any) -> Any:
 
 
 def analyse(table: ResultsTable, s: Any) -> dict[str, Any]:
-    """Cells of A and B, C's curve and fit, D's series and B_simple, the claims (printed, never raised)."""
+    """Cells of A and B, C's curve and fit, D's series and B_simple, the claims (printed, never raised) and what is
+    reported whichever way it goes (SGD against LARS and LAMB)."""
     curve = lb.critical_curve(table)
     fit = lb.fit_critical_batch(curve)
     series = lb.noise_series(table) if table.where(part="D") else []
@@ -84,7 +85,8 @@ def analyse(table: ResultsTable, s: Any) -> dict[str, Any]:
     return {"cells_a": list(lb.cells(table, "A")), "cells_b": list(lb.cells(table, "B")), "curve": list(curve),
             "fit": fit, "noise_series": series, "b_simple_at_target": lb.b_simple_at(series, at_step),
             "reference_steps_to_target": at_step,
-            "claims": [{"statement": c.statement, "holds": c.holds, "evidence": c.evidence} for c in claims]}
+            "claims": [{"statement": c.statement, "holds": c.holds, "evidence": c.evidence} for c in claims],
+            "findings": [lb.optimizer_finding(lb.optimizer_comparison(table, s), s.large_batch)]}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -56,6 +56,9 @@ def report_text(result: dict[str, Any]) -> str:
                   f"{_num(result.get('b_simple_at_target'), 0)}.", "", "## Claims (as measured, never asserted here)", ""]
         lines += [f"- **{'holds' if c['holds'] else 'not checked' if c['holds'] is None else 'not seen'}**: "
                   f"{c['statement']} — {c['evidence']}" for c in result.get("claims", [])]
+        for finding in result.get("findings", []):  # reported whichever way it goes: "MEASURED ...: line\n measured: ..."
+            head, _, numbers = finding.partition("\n")
+            lines.append(f"- **reported either way**: {head.split(': ', 1)[-1]} — {numbers.strip()}")
     else:
         lines += ["Parts A-C did not all run: no analysis. Runs:", ""]
         lines += [f"- {r.get('part')} {r.get('arm')} B={r.get('batch_size')} seed {r.get('seed')}: {r.get('status')}, "

@@ -493,11 +493,15 @@ GAP_MIN = 0.02  # "a gap": the large batch at equal epochs loses at least 2 accu
 RECOVERY_BELOW_MIN = 0.4  # below the knee linear scaling + warm-up wins back at least 40 % of the gap
 SPIKE_MARGIN = 1.0  # without warm-up the early loss peaks at least 1 nat above the warm-up run's
 NOISE_FACTOR = 10.0  # B_simple and B_crit agree within an order of magnitude (the literature's precision)
-PERFECT_SCALING_MAX = 1.5  # below the knee, doubling the batch cuts the steps to at most 1/1.5 of before
+# below the knee, two doublings of the batch (the smallest batch to 4x it) cut the steps to the target at least
+# 2.25x, i.e. 1.5x a doubling (perfect scaling: 4x). Two doublings, not one: a step count is read at an evaluation,
+# so one doubling's ratio moves by ~10 % with where the evaluations fall (1.44-1.5x on one H100, 576/400 and 576/384)
+TWO_DOUBLINGS_MIN = 2.25
 SQRT_OVER_LINEAR_MIN = 0.0  # beyond the knee the square-root rule ends above the linear rule (paired mean)
-# tuned SGD ends at most 1 point below the best of tuned LARS and LAMB: a grid point is one seed (sd ~0.3-0.4 points
-# at 4096 in bench/REPORT-large-batch.md), so two best-of-three single runs differ by ~0.5 points by chance alone
-SGD_VS_LAYERWISE_MAX = 0.01
+# SGD against the best of LARS and LAMB, tuned alike, is reported as measured, whichever way it goes (Nado et al.
+# 2021 against You et al.): a grid point is one seed (sd ~0.3-0.4 points at 4096 in bench/REPORT-large-batch.md), so
+# a difference below half a point is called a tie
+OPTIMIZER_TIE = 0.005
 GHOST_GAIN_MIN = 0.0  # ghost batch norm ends above the same run with plain batch norm (paired mean)
 EQUAL_STEPS_RECOVERY_MIN = 0.75  # given the reference's steps, the large batch wins back at least 75 % of the gap
 
@@ -537,13 +541,15 @@ def check_claims(table: ResultsTable, s: Any) -> list[ClaimResult]:
         f"{without['val_acc']:.3f} vs {with_w['val_acc']:.3f} with warm-up", strict=strict))
     curve = critical_curve(table)
     fit = fit_critical_batch(curve)
-    reached = [r for r in curve if r["steps_to_target"]]
-    speedup = reached[0]["steps_to_target"] / reached[1]["steps_to_target"] if len(reached) >= 2 else float("nan")
+    smallest = min(s.critical_batches)
+    speedup = two_doublings_speedup(curve, smallest)
     results.append(check_claim(
-        f"doubling the smallest batch ({reached[0]['batch_size'] if reached else '-'}) cuts the steps to the target "
-        f"by at least {PERFECT_SCALING_MAX:g}x (close to perfect scaling)", speedup >= PERFECT_SCALING_MAX,
-        f"speed-up {speedup:.2f}x", applies=len(reached) >= 2,
-        why_not="fewer than two batches reached the target", strict=strict))
+        f"from batch {smallest} to {4 * smallest} (two doublings) the steps to the target fall at least "
+        f"{TWO_DOUBLINGS_MIN:g}x ({math.sqrt(TWO_DOUBLINGS_MIN):g}x a doubling; perfect scaling: 4x)",
+        speedup is not None and speedup >= TWO_DOUBLINGS_MIN,
+        f"speed-up {speedup:.2f}x ({math.sqrt(speedup):.2f}x a doubling)" if speedup else "-",
+        applies=speedup is not None, why_not=f"batch {smallest} or {4 * smallest} did not reach the target",
+        strict=strict))
     results.append(check_claim(
         "a knee shows: the fitted B_crit lies inside the batches measured", bool(fit) and
         min(s.critical_batches) <= fit["b_crit"] <= max(s.critical_batches),  # type: ignore[index]
@@ -560,22 +566,14 @@ def check_claims(table: ResultsTable, s: Any) -> list[ClaimResult]:
 
 
 def _large_batch_claims(table: ResultsTable, s: Any, strict: bool) -> list[ClaimResult]:
-    """A's claims at the large batch: sqrt vs linear, SGD vs LARS/LAMB tuned alike (and whether each grid brackets
-    its optimum: printed, never asserted), ghost batch norm, equal steps."""
+    """A's claims at the large batch: sqrt vs linear, ghost batch norm, equal steps; SGD vs LARS/LAMB tuned alike
+    and whether each grid brackets its optimum are printed as measured, never asserted."""
     arms, large = s.claim_arms, s.large_batch
     gain, gain_std = sqrt_over_linear(table, s)
     results = [check_claim(
         f"beyond the knee, square-root scaling ({arms['large_sqrt']}) ends above linear scaling ({arms['large_linear']})",
         gain > SQRT_OVER_LINEAR_MIN, f"{gain:+.3f} ± {gain_std:.3f} (paired over seeds)", strict=strict)]
-    tuned = optimizer_comparison(table, s)
-    sgd, top = tuned["sgd"], tuned["layerwise"]
-    results.append(check_claim(
-        f"tuned alike (the same {len(GRID_FACTORS)}-point LR grid, warm-up and schedule), SGD ends at most "
-        f"{SGD_VS_LAYERWISE_MAX:.2f} below the best of LARS and LAMB at batch {large}",
-        tuned["margin"] <= SGD_VS_LAYERWISE_MAX,
-        f"SGD {sgd['val_acc']:.3f} at lr {sgd['lr']:g}; {top['optimizer'].upper()} {top['val_acc']:.3f} at lr "
-        f"{top['lr']:g} ({top['optimizer'].upper()} − SGD {tuned['margin']:+.3f}; {sgd['seeds']} seed(s) per grid "
-        "point)", strict=strict))
+    print(optimizer_finding(optimizer_comparison(table, s), large))
     grid = grid_table(table, s)
     inside = best_inside_grid(grid)
     results.append(check_claim(
@@ -603,14 +601,27 @@ def reference_steps(curve: ResultsTable, batch: int) -> int | None:
     return rows[0]["steps_to_target"] if len(rows) else None
 
 
-def doubling_speedup(curve: ResultsTable) -> float | None:
-    """How many times fewer steps to the target twice the smallest batch that reached it needed (C's best LRs);
-    None when one of the two did not reach the target (perfect scaling: 2)."""
+def two_doublings_speedup(curve: ResultsTable, smallest: int) -> float | None:
+    """How many times fewer steps to the target batch ``4 * smallest`` needed than ``smallest`` (C's best LRs; two
+    doublings, perfect scaling: 4); None when one of the two did not reach the target."""
     steps = {r["batch_size"]: r["steps_to_target"] for r in curve if r["steps_to_target"]}
-    if not steps:
-        return None
-    smallest = min(steps)
-    return steps[smallest] / steps[2 * smallest] if 2 * smallest in steps else None
+    return steps[smallest] / steps[4 * smallest] if smallest in steps and 4 * smallest in steps else None
+
+
+def optimizer_finding(tuned: dict[str, Any], batch: int) -> str:
+    """One line on SGD against the best of LARS and LAMB tuned alike (``optimizer_comparison``), worded by the
+    measurement: a tie within ``OPTIMIZER_TIE``, else who ends ahead and by how much."""
+    sgd, top = tuned["sgd"], tuned["layerwise"]
+    name, margin = top["optimizer"].upper(), tuned["margin"]
+    if abs(margin) <= OPTIMIZER_TIE:
+        verdict = f"SGD and {name} end level (within {100 * OPTIMIZER_TIE:g} points, one seed's noise)"
+    elif margin > 0:
+        verdict = f"{name} ends {100 * margin:.1f} points above SGD"
+    else:
+        verdict = f"SGD ends {100 * -margin:.1f} points above {name}, the better layer-wise optimizer"
+    return (f"MEASURED (reported whichever way it goes): tuned alike at batch {batch}, {verdict}\n"
+            f"    measured: SGD {sgd['val_acc']:.3f} at lr {sgd['lr']:g}; {name} {top['val_acc']:.3f} at lr "
+            f"{top['lr']:g}; {sgd['seeds']} seed(s) per grid point")
 
 
 def gap_points(table: ResultsTable, s: Any) -> float:
@@ -645,8 +656,9 @@ NOISE_EPOCHS_GPU = 3  # past C's reference target (~360 steps = 1.8 epochs of 50
 
 
 # A's LR grid at the large batch, the same for every optimizer: its centre times these (Nado et al. 2021: compare
-# optimizers at equal tuning effort). SGD's centre is the geometric middle of the square-root and the linear rule
-# (k^0.75 lr0: at k = 16 the grid is sqrt 4x, 8x and linear 16x, so two of its points are A's scaling arms).
+# optimizers at equal tuning effort). SGD's centre is the square-root rule (at k = 16: 2x, sqrt 4x and 8x lr0). A
+# first grid between the square-root and the linear rule (4x, 8x, 16x) had its best at 4x, its lower edge, on
+# Fashion-MNIST on one H100 (0.919 / 0.912 / 0.908); the linear rule stays one of A's arms.
 GRID_FACTORS = (0.5, 1.0, 2.0)
 # LARS's and LAMB's LRs live on other scales: LARS (trust coefficient eta = 0.001) moves each layer by about
 # lr eta |w| a step, LAMB by lr |w|, SGD by lr |g|; heavy-ball momentum (SGD, LARS) multiplies a steady step by up to
@@ -684,7 +696,7 @@ def _arms(b0: int, mid: int, large: int, lr0: float, reference_steps: int) -> di
              "large_naive": Arm(_at(large, "naive"), large, lr0, 0.0),
              "large_sqrt": Arm(_at(large, f"sqrt {sqrt_lr / lr0:g}x + warm-up"), large, sqrt_lr, WARMUP_SHARE),
              "large_linear": Arm(_at(large, f"linear {k_large}x + warm-up"), large, linear_lr, WARMUP_SHARE)}
-    centres = {"sgd": math.sqrt(sqrt_lr * linear_lr), "lars": LARS_LR_CENTRE, "lamb": LAMB_LR_CENTRE}
+    centres = {"sgd": sqrt_lr, "lars": LARS_LR_CENTRE, "lamb": LAMB_LR_CENTRE}
     arms, grid = list(roles.values()), {}
     for optimizer, centre in centres.items():
         grid[optimizer] = []
