@@ -175,7 +175,9 @@ grid.where(best=True)
 #
 # Hoffer et al. (2017) named two more causes of the gap. First, batch norm over 4,096 images is less noisy than
 # over 256, and that noise helps a network generalise. *Ghost batch norm* normalises virtual batches of the
-# reference size inside the large batch, so the noise comes back. Second, the large batch makes 16 times fewer
+# reference size inside the large batch, so the noise comes back. Data parallelism without `SyncBatchNorm` already
+# does this: each GPU normalises its own share of the batch, so its ghost batch is the per-GPU batch (lab 06).
+# Second, the large batch makes 16 times fewer
 # steps. The *equal steps* arm gives it the reference's number of steps: 16 times the epochs. Both use the
 # linear rule with warm-up.
 #

@@ -78,8 +78,9 @@ Byte counts are of the local tensors this rank holds (a DTensor's local shard), 
 backward (gradients) and the last optimizer step (optimizer state). The bubble is measured per stage as
 1 - busy / wall over the schedule steps after the first (busy: the stage's forward and backward chunks;
 wall: the slowest stage's time in the schedule's step, summed over steps), then averaged over stages; the
-theory assumes backward = 2 x forward. Measured here (2 gloo processes, --stage-delay-ms 10, GPipe,
-m = 4): 0.22 vs theory 0.20 (a few ms of send/recv per micro-batch). The naive split (2 CPU stages): 0.5.
+theory holds whatever the ratio of backward to forward time. Measured here (2 gloo processes,
+--stage-delay-ms 10, GPipe, m = 4): 0.22 vs theory 0.20 (a few ms of send/recv per micro-batch). The naive
+split (2 CPU stages): 0.5.
 Tokens/s = samples/s x seq_len; ``final_loss`` is the last epoch's mean training loss (``train_loss``); the
 step records hold every step's loss. A pipeline has no validation pass (``val_loss`` None).
 """

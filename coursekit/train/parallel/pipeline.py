@@ -9,7 +9,8 @@ A batch is cut into ``--microbatches`` m micro-batches that flow through the sta
   of activations in flight (torch refuses m < p).
 
 Either way each stage idles while the pipeline fills and drains: the bubble, a fraction (p-1)/(m+p-1)
-of the step when backward takes twice the forward. It is measured here: each stage's busy time (its
+of the step whatever the ratio of backward to forward time (each stage idles p-1 forward-plus-backward
+times of the m+p-1 its step lasts). It is measured here: each stage's busy time (its
 ``forward_one_chunk``/``backward_one_chunk``) against the wall time of the schedule's step.
 
 Pitfalls handled: schedules scale gradients by 1/m by default, which breaks gradient accumulation
