@@ -29,9 +29,11 @@ PROFILE_ENV = "COURSEKIT_PROFILE"
 PROFILE_NAMES = ("cpu", "gpu")
 
 DESCRIPTIONS = {
-    "cpu": "cpu profile: tiny experiments (generated data, small models, a few steps) that finish in seconds "
-           "on a CPU; GPU figures, where a lab needs them, are the recorded ones",
-    "gpu": "gpu profile: course-size experiments (CIFAR-10, ResNets, full sweeps) submitted as GPU jobs",
+    "cpu": "cpu profile: tiny experiments (small models on a few thousand real images where Fashion-MNIST is "
+           "staged, else on generated data; a few steps) that finish in seconds on a CPU; GPU figures, where a lab "
+           "needs them, are the recorded ones",
+    "gpu": "gpu profile: course-size experiments (CIFAR-10 where staged, else Fashion-MNIST; ResNets, full sweeps) "
+           "submitted as GPU jobs",
 }
 
 
