@@ -142,11 +142,17 @@ SCRIPT_PATHS = {"fp32": "lab04_amp/train_fp32.py", "amp": "lab04_amp/train_amp.p
 def settings(profile: str) -> dict[str, Any]:
     """Lab 04's numbers in ``profile`` ("cpu" or "gpu"); ``profile.settings("04")`` shows them."""
     if profile == "cpu":
-        base = TrainConfig(model="mlp", dataset="generated", num_samples=2000, image_size=16, batch_size=64,
-                           epochs=2, lr=0.05, **QUIET)
-        return {"base": base, "precisions": ["fp32", "bf16", "fp16"], "ladder_base": None, "ladder": [],
-                "matmul_sizes": [], "job": job_options(profile, "00:10:00"), "timeout_s": 300,
-                "scripts": SCRIPT_PATHS}
+        # an MLP on the first 2,000 Fashion-MNIST training images at 16 px, held as one tensor (the generated set
+        # where Fashion-MNIST is absent). Measured on one CPU thread: final training loss fp32 0.965, bf16 0.940, fp16
+        # 0.966 (within 2.6 %), validation accuracy 0.62 / 0.64 / 0.64; on the generated set every format stayed at
+        # 0.29, a set this MLP barely learns in 2 epochs
+        base = TrainConfig(model="mlp", dataset="cifar10", data_dir=data_dir(), num_samples=2000, image_size=16,
+                           batch_size=64, epochs=2, lr=0.05, device_data=True, **QUIET)
+        values = on_cifar10({"base": base, "precisions": ["fp32", "bf16", "fp16"], "ladder_base": None, "ladder": [],
+                             "matmul_sizes": [], "job": job_options(profile, "00:10:00"), "timeout_s": 300,
+                             "scripts": SCRIPT_PATHS}, "base")
+        values["base"] = values["base"].replace(image_size=16)  # the fallbacks take CIFAR-10's 32 pixels
+        return values
     # cosine: at a constant LR of 0.1 the BatchNorm running statistics lag the moving weights and eval-mode
     # accuracy swings between 0.50 and 0.85 from epoch to epoch in every format (Fashion-MNIST, one H100,
     # bench/REPORT-real-data.md): an annealed LR lets the formats be compared on validation accuracy
