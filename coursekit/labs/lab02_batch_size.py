@@ -113,10 +113,9 @@ def _cpu_settings(profile: str) -> dict[str, Any]:
                        image_size=CPU_SIDE, epochs=3, lr=0.01, device_data=True, **QUIET)
     values = on_cifar10({"base": base, "batch_sizes": [4, 16, 64, 256, 1024], "target_acc": CPU_TARGET_ACC,
                          "longer_max_steps": 1000, "memory_base": None, "memory_batch_sizes": [],
-                         "job": job_options(profile, "00:10:00"), "timeout_s": 300}, "base")
+                         "job": job_options(profile, "00:10:00"), "timeout_s": 300}, "base", image_size=CPU_SIDE)
     if values["base"].dataset == "generated":  # 4 classes: the stand-in's smoke test of the same story
         values["base"] = values["base"].replace(num_samples=CPU_SUBSET, num_classes=4)
-    values["base"] = values["base"].replace(image_size=CPU_SIDE)  # the fallbacks take CIFAR-10's 32 pixels
     return values
 
 

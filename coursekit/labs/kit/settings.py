@@ -40,12 +40,15 @@ def workshop_budget(jobs: dict[str, tuple[int, float]]) -> dict[str, Any]:
             "estimate": ", ".join(f"{what}: {count} x {each:g} min" for what, (count, each) in jobs.items())}
 
 
-def on_cifar10(values: dict[str, Any], *names: str) -> dict[str, Any]:
+def on_cifar10(values: dict[str, Any], *names: str, image_size: int | None = None) -> dict[str, Any]:
     """Put the named cifar10 configurations on Fashion-MNIST, else on the generated stand-in, where CIFAR-10
-    is not staged; the notice goes into the settings (printed first)."""
+    is not staged; the notice goes into the settings (printed first). ``image_size``: the side the configurations
+    keep (a cpu profile's small images), where the fallbacks would take CIFAR-10's 32 pixels."""
     notice = None
     for name in names:
         values[name], notice = real_or_standin(values[name])
+        if image_size is not None:
+            values[name] = values[name].replace(image_size=image_size)
     values["dataset_notice"] = notice
     return values
 

@@ -150,8 +150,7 @@ def settings(profile: str) -> dict[str, Any]:
                            batch_size=64, epochs=2, lr=0.05, device_data=True, **QUIET)
         values = on_cifar10({"base": base, "precisions": ["fp32", "bf16", "fp16"], "ladder_base": None, "ladder": [],
                              "matmul_sizes": [], "job": job_options(profile, "00:10:00"), "timeout_s": 300,
-                             "scripts": SCRIPT_PATHS}, "base")
-        values["base"] = values["base"].replace(image_size=16)  # the fallbacks take CIFAR-10's 32 pixels
+                             "scripts": SCRIPT_PATHS}, "base", image_size=16)
         return values
     # cosine: at a constant LR of 0.1 the BatchNorm running statistics lag the moving weights and eval-mode
     # accuracy swings between 0.50 and 0.85 from epoch to epoch in every format (Fashion-MNIST, one H100,

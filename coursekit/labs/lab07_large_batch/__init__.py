@@ -787,9 +787,8 @@ def _cpu_settings() -> dict[str, Any]:
               "critical_warmup_steps": 5, "eval_every_samples": 256, "eval_min_steps": 2,
               "noise_epochs": 1, "noise_every": 1, "noise_log_every": 5, "jobs": 2,
               "strict_claims": False, "job": job_options("cpu", "00:10:00"), "timeout_s": 600}
-    values = on_cifar10(values, "base")
+    values = on_cifar10(values, "base", image_size=CPU_SIDE)
     values["target_acc"] = CPU_TARGET_ACC
-    values["base"] = values["base"].replace(image_size=CPU_SIDE)  # the fallbacks take CIFAR-10's 32 pixels
     if values["base"].dataset == "generated":  # the stand-in: CPU_SUBSET training images + CPU_STANDIN_VAL
         total = CPU_SUBSET + CPU_STANDIN_VAL
         values["base"] = values["base"].replace(num_samples=total, val_fraction=CPU_STANDIN_VAL / total)
