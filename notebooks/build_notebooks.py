@@ -304,12 +304,17 @@ def clean_outputs(nb: nbformat.NotebookNode) -> None:
 
 
 def execute(nb: nbformat.NotebookNode, name: str) -> float:
-    """Run `nb` in a fresh kernel with the local site and a throw-away course folder, in place."""
+    """Run `nb` in a fresh kernel as nbval does (notebooks/conftest.py: the local site, the pseudonym
+    ``ada``, one thread per process), in a throw-away course folder, in place."""
     from nbclient import NotebookClient
 
     with tempfile.TemporaryDirectory(prefix="coursekit-build-") as course:
-        saved = {k: os.environ.get(k) for k in ("COURSEKIT_SITE", "COURSEKIT_COURSE_DIR")}
+        saved = {k: os.environ.get(k) for k in ("COURSEKIT_SITE", "COURSEKIT_COURSE_DIR", "COURSEKIT_PSEUDONYM",
+                                                "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
         os.environ.setdefault("COURSEKIT_SITE", "local")
+        os.environ.setdefault("COURSEKIT_PSEUDONYM", "ada")  # the stored outputs show the pseudonym nbval sets
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
+        os.environ.setdefault("MKL_NUM_THREADS", "1")
         os.environ["COURSEKIT_COURSE_DIR"] = course
         try:
             start = time.perf_counter()

@@ -36,7 +36,7 @@ profile = labs.choose_profile()
 print(profile)
 s = profile.settings("00")
 
-# %%
+# %% tags=["exact-settings"]
 try:  # what a pseudonym that does not fit looks like
     labs.choose_pseudonym("Ada Lovelace")
 except ValueError as error:
@@ -110,7 +110,7 @@ print(job.tail(4))
 logs = coursekit.search_log(name=labs.job_name(pseudo, "first"), with_err=True)
 logs
 
-# %%
+# %% tags=["exact-counts"]
 print(f"{len(logs['stdout'])} stdout and {len(logs['stderr'])} stderr file(s)")
 
 # %% [markdown]
@@ -118,7 +118,7 @@ print(f"{len(logs['stdout'])} stdout and {len(logs['stderr'])} stderr file(s)")
 # step (loss, learning rate, images/s, time waiting for data, compute time, ...), one `epoch` record per
 # epoch (training and validation loss and accuracy) and a final `summary`.
 
-# %%
+# %% tags=["exact-counts"]
 records = job.metrics()
 print(Counter(record["kind"] for record in records))
 
@@ -157,7 +157,7 @@ print("state after cancel:", long_job.wait(timeout=s.timeout_s))
 # every combination, exactly like idr_pytools' function of the same name; it returns the job ids. Here:
 # the same run at three learning rates. On Slurm the three jobs go in as one job array.
 
-# %%
+# %% tags=["exact-counts"]
 configs = [s.first_job.replace(lr=lr) for lr in s.sweep_lrs]
 commands = [labs.engine_command(config) for config in configs]
 job_ids = coursekit.gpu_jobs_submitter(commands, n_gpu=1, name=labs.job_name(pseudo, "lr"), **s.job)

@@ -41,7 +41,7 @@ print(s)
 # the surface the optimiser has to walk down. The engine generates the same points from the same seed,
 # so the picture below is exactly the surface of the jobs.
 
-# %%
+# %% tags=["exact-arithmetic"]
 x, y = gd.line_points(s.base)
 w_best, b_best = gd.best_fit(x, y)
 print(f"{len(x)} training points; the bottom of the surface is at w = {w_best:.2f}, b = {b_best:.2f}")

@@ -111,7 +111,7 @@ labs.reveal("gpu_vs_cpu", gpu_vs_cpu)
 # optimizer, runs one training step, and counts the bytes of every tensor, the activations included
 # (it watches what autograd saves).
 
-# %%
+# %% tags=["nbval-ignore-output"]
 model_name, shape = s.anatomy_model, s.anatomy_input
 small, large = s.anatomy_batches
 cases = [dict(model_name=model_name, input_shape=shape, optimizer="sgd", batch_size=small),
@@ -132,7 +132,7 @@ measured.with_columns("model", "optimizer", "batch_size", "parameters_mb", "grad
 # The same figures from the calculator (`coursekit.train.memory.estimate_memory`), in both conventions.
 # It measures the activations of a two-sample forward and scales them to the batch.
 
-# %%
+# %% tags=["exact-arithmetic"]
 model = build_model(TrainConfig(model=model_name, image_size=shape[-1]), 10, shape)
 estimates = [estimate_memory(model, opt, "fp32", small, shape, convention=conv)
              for opt in ("sgd", "adamw") for conv in ("pytorch", "hipergator")]
@@ -147,7 +147,7 @@ calculator.with_columns("optimizer", "convention", "parameters_mb", "gradients_m
 # Below, the calculator's activation memory per image for three ResNets on 224 × 224 images, and the
 # total against the batch size.
 
-# %%
+# %% tags=["exact-arithmetic"]
 depth_rows = []
 for name in s.depth_models:
     net = build_model(TrainConfig(model=name, image_size=224), 1000, (3, 224, 224))
@@ -176,7 +176,7 @@ figure
 # off) but autograd still records the forward pass and keeps its activations. Only
 # `with torch.no_grad():` stops that. The job above measured both, on the same batch:
 
-# %%
+# %% tags=["nbval-ignore-output"]
 if measured:
     row = measured[0]
     print(f"model.eval() alone:         {row['eval_saved_bytes'] / 1e6:8.2f} MB saved for a backward pass")
@@ -209,7 +209,7 @@ anatomy.fill_figure(fill, [f"{e.precision}, batch {e.batch_size}" for e in fill]
 # and the allocator's rounding). `fill[0].fixed_bytes` is what does not grow with the batch and
 # `fill[0].per_sample_bytes` what each image adds. Store it in `largest_batch`.
 
-# %% tags=["exercise"]
+# %% tags=["exercise", "exact-arithmetic"]
 ### BEGIN SOLUTION
 budget = 0.9 * gpu_gb * 1e9
 largest_batch = int((budget - fill[0].fixed_bytes) // fill[0].per_sample_bytes)

@@ -44,7 +44,7 @@ print(s)
 # tf32. The engine's `--precision fp32` turns both off (true fp32, the ladder's first rung) and
 # `--precision tf32` turns both on.
 
-# %%
+# %% tags=["exact-arithmetic"]
 numerics.formats_table()
 
 # %% [markdown]
@@ -56,7 +56,7 @@ numerics.formats_table()
 # every gradient — by a large factor *S* before the backward pass, so that small gradients land in
 # fp16's range, then divides the (fp32) weight gradients by *S* before the optimizer step.
 
-# %%
+# %% tags=["exact-arithmetic"]
 numerics.underflow_table()
 
 # %% [markdown]
@@ -66,7 +66,7 @@ numerics.underflow_table()
 # weight whose gradient of 1000 flows through an fp16 operation: the first steps overflow and are
 # skipped, until the scale is small enough.
 
-# %%
+# %% tags=["exact-arithmetic"]
 numerics.grad_scaler_demo()
 
 # %% [markdown]
@@ -109,8 +109,8 @@ failed = failures.report_failures(table, "the precision sweep")
 table = failures.completed(table)
 fp16 = next((row for row in table if row["precision"] == "fp16"), None)
 if fp16 is not None:
-    print("fp16 run: loss scale", fp16["summary"].get("loss_scale"), "- skipped steps",
-          fp16["summary"].get("skipped_steps"))
+    print(f"fp16 run -> measured: loss scale {fp16['summary'].get('loss_scale')}, "
+          f"skipped steps {fp16['summary'].get('skipped_steps')}")
 
 # %%
 figure, (left, right) = plots.new_figure(ncols=2)
@@ -177,7 +177,7 @@ print("every check passed" if report.ok else "some checks failed (read the repor
 # core convolutions work on NHWC; given NCHW, cuDNN must transpose before and after. The engine's
 # `--channels-last` converts the model and every batch.
 
-# %%
+# %% tags=["exact-arithmetic"]
 numerics.strides_table()
 
 # %% [markdown]

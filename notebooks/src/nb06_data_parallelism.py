@@ -63,7 +63,7 @@ print(ranks_job.wait(s.timeout_s))
 for rank in range(s.n_processes):
     print(ranks_job.tail(14, rank=rank), end="\n\n")
 
-# %%
+# %% tags=["exact-arithmetic"]
 for rank in range(s.n_processes):
     print(*[line for line in ranks_job.tail(14, rank=rank).splitlines() if "all_reduce" in line])
 
@@ -141,10 +141,10 @@ print(labs.wait_all(list(jobs.values()), s.timeout_s, desc="serial and DDP jobs"
 # %% tags=["nbval-ignore-output"]
 print(coursekit.search_log(name=labs.job_name(pseudo, "ddp*"), all_tasks=True))
 
-# %%
+# %% tags=["exact-counts"]
 for label, job in jobs.items():
     last_epoch = job.tail(2, rank=0).splitlines()[0]
-    print(f"{label:>13}: {job.state}, rank 0 -> {last_epoch.rsplit('  ', 1)[0]}")  # without the img/s
+    print(f"{label:>13}: {job.state}, rank 0 -> measured: {last_epoch.rsplit('  ', 1)[0]}")  # without the img/s
 print(f"ddp-srun rank 1 wrote {len(jobs['ddp-srun'].tail(5, rank=1).strip())} characters")
 
 # %% tags=["nbval-ignore-output"]
@@ -160,7 +160,7 @@ for label in ("ddp-srun", "ddp-torchrun"):
 # The NVIDIA DLI course teaches data parallelism with Horovod; many scripts in the wild still use it.
 # Every Horovod step has its DDP line — the ones you just wrote:
 
-# %%
+# %% tags=["exact-settings"]
 labs.horovod_table(my_script)
 
 # %% [markdown]
@@ -199,7 +199,7 @@ equivalence.with_columns("rank", "world_size", "global_batch", "batch_per_rank",
 # the ranks' accuracies *is* the global accuracy; with unequal ones, all-reduce the counts (correct,
 # total) instead, as `train_ddp.py` does.
 
-# %%
+# %% tags=["nbval-ignore-output"]
 equivalence.with_columns("rank", "local_acc", "averaged_acc", "global_acc")
 
 # %% [markdown]
@@ -208,7 +208,7 @@ equivalence.with_columns("rank", "local_acc", "averaged_acc", "global_acc")
 # visits the data in the same order. The sampler needs no process group to show it — rank and world
 # size can be passed to it directly:
 
-# %%
+# %% tags=["exact-arithmetic"]
 without = dp.sampler_orders(**s.sampler, set_epoch=False)
 with_set_epoch = dp.sampler_orders(**s.sampler, set_epoch=True)
 print(without, with_set_epoch, sep="\n\n")
@@ -280,7 +280,7 @@ else:
     network = buckets
 network
 
-# %%
+# %% tags=["nbval-ignore-output"]
 effects = dp.network_effects(network)
 print(f"compute alone {effects['compute']:.1f} ms, all-reduce alone {effects['allreduce']:.1f} ms "
       f"(bf16: {effects['allreduce_bf16']:.1f} ms)")
@@ -312,7 +312,7 @@ plots.bars(network.column("setting"), network.column("step_ms"), ylabel="median 
 # then reads the whole team's table. Set `my_team` to the team name the instructor gave you. Left at
 # `None`, you are a team of one and run every row yourself (what a participant alone does).
 
-# %%
+# %% tags=["exact-counts"]
 my_team = None  # your team's name from the instructor, e.g. "red"; None: run the whole sweep yourself
 n_gpus = dp.usable_gpu_counts(s.n_gpus, site)
 batches = dp.scaling_batches(n_gpus, s.batch_per_gpu, s.global_batch)

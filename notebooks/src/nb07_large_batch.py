@@ -57,7 +57,7 @@ print(s)
 # to the number the instructor gave you, and you run seeds of your own. Left at `None`, you run the lab's
 # seeds (what a participant alone does).
 
-# %%
+# %% tags=["exact-settings"]
 my_seat = None  # your number in the room from the instructor (0, 1, 2, ...); None: you work alone
 seeds = room.my_seeds(my_seat, s.seeds)
 print("your seeds:", seeds)
@@ -91,7 +91,7 @@ sweeps = lb.submit(runs, name=labs.job_name(pseudo, "large-batch"), jobs=s.jobs,
 table = lb.results(sweeps, runs, timeout_s=s.timeout_s)
 table.with_columns("part", "arm", "batch_size", "lr", "seed", "status", "val_acc", "total_time_s")
 
-# %%
+# %% tags=["exact-counts"]
 failed = [r for r in table if r["status"] not in ("completed", "nan")]
 for r in failed[:5]:  # what went wrong, in the run's own words
     print(f"{r['part']} {r['arm']} seed {r['seed']}: {r['status']}: {(r['summary'] or {}).get('error')}")
@@ -126,7 +126,7 @@ labs.reveal("gap_large", gap_large)
 # `lb.steps_per_epoch(images, batch)` counts one epoch's steps. Put your answers in `linear_lr`, `sqrt_lr` and
 # `warmup_steps`.
 
-# %% tags=["exercise"]
+# %% tags=["exercise", "exact-arithmetic"]
 ### BEGIN SOLUTION
 linear_lr = lb.scaled_lr(0.1, 256, 8192, "linear")
 sqrt_lr = lb.scaled_lr(0.1, 256, 8192, "sqrt")
@@ -313,7 +313,7 @@ claims = lb.check_claims(table, s)
 # room's seats add the seeds they lack. A record that is not one of this lab's runs (another profile's, a broken
 # line) is left out and counted below the table.
 
-# %%
+# %% tags=["exact-counts"]
 print(f"posted {room.post_runs(table, pseudo, s)} of your runs to the room's results")
 
 # %% tags=["nbval-ignore-output"]

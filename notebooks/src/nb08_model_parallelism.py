@@ -58,7 +58,7 @@ print(f"site {site.name!r} ({site.scheduler}): {site.description}")
 # `coursekit.train.memory.sharded_memory` computes them (and the fp32 equivalents: 4 + 4 + 8 bytes for
 # Adam, k = 4 for SGD with momentum).
 
-# %%
+# %% tags=["exact-arithmetic"]
 seven = mp.seven_billion(7_000_000_000, n=8, optimizer="adamw", precision="bf16", gpu_gb=80)
 seven
 
@@ -78,7 +78,7 @@ plots.stacked_bars([f"{r['strategy']} x{r['n_gpu']}" for r in seven],
 # fewest GPUs, a power of two, or None when no number of GPUs is enough. Put your answers in `zero3_gpus` and
 # `ddp_gpus`.
 
-# %% tags=["exercise"]
+# %% tags=["exercise", "exact-arithmetic"]
 from coursekit.train.memory import smallest_n_that_fits
 
 ### BEGIN SOLUTION
@@ -120,7 +120,7 @@ print(f"ZeRO-3: {zero3_gpus} GPUs; DDP: {ddp_gpus} (a full copy of 1.1 TB never 
 # What 1F1B saves is memory: the activations a stage keeps waiting for their backward. Counted with
 # saved-tensor hooks (what autograd stores for backward) for one micro-batch of this model:
 
-# %%
+# %% tags=["exact-arithmetic"]
 labs.ResultsTable([mp.in_flight_activations(s.base, s.bubble["stages"], m) for m in s.bubble["microbatches"]],
                   title="activations held by one stage at its peak (MB)")
 
@@ -141,7 +141,7 @@ labs.ResultsTable([mp.in_flight_activations(s.base, s.bubble["stages"], m) for m
 # on a mix of DTensors and plain tensors; tensor parallelism pays for matrices many times wider, where
 # each GPU's share of a matrix product still fills it:
 
-# %%
+# %% tags=["exact-arithmetic"]
 comm = mp.tp_allreduce_bytes(s.base)
 print(f"{comm['allreduces_per_step']} all-reduces per step of {comm['bytes_per_allreduce'] / 2**20:.2f} MiB each: "
       f"{comm['bytes_per_step'] / 2**20:.1f} MiB per step ({s.base.gpt_layers} blocks, batch {s.base.batch_size} "

@@ -40,7 +40,7 @@ print(s)
 # loader settings, optimizer and LR schedule, the epoch budget. The model must be one of the allowed
 # family, within the parameter budget.
 
-# %%
+# %% tags=["exact-settings"]
 rules = race.Rules("lab 09", s.baseline, models=s.models, max_parameters=s.max_parameters,
                    max_gpus=s.max_gpus, seeds=s.seeds)
 print(rules)
@@ -174,7 +174,7 @@ board = race.standings(rules, kit)
 display(board)
 race.plot_leaderboard(board)
 
-# %%
+# %% tags=["exact-counts", "exact-settings"]
 for row in sorted(board, key=lambda row: (row["participant"], row["submission"])):
     print(f"{row['participant']}/{row['submission']}: {row['seeds']} seeds, {row['reached']} reached the target, "
           + ("counts" if row["counts"] else "MARKED: " + row["marks"]))
@@ -186,11 +186,11 @@ for row in sorted(board, key=lambda row: (row["participant"], row["submission"])
 # evaluated at the same moment, is the honest reading. Look at the difference run by run: where it is
 # mostly positive, the runs were stopped by lucky evaluations.
 
-# %%
+# %% tags=["exact-counts"]
 for row in sorted(board, key=lambda row: (row["participant"], row["submission"])):
     for run in sorted(row["runs"], key=lambda run: run["seed"]):
         if run.get("target_reached") and run.get("confirm_acc") is not None:
-            print(f"{row['participant']}/{row['submission']} seed {run['seed']}: stopping half "
+            print(f"{row['participant']}/{row['submission']} seed {run['seed']} -> measured: stopping half "
                   f"{run['val_acc_at_target']:.1%}, held-out half {run['confirm_acc']:.1%} "
                   f"({run['val_acc_at_target'] - run['confirm_acc']:+.1%})")
 
