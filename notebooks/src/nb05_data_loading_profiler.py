@@ -278,9 +278,12 @@ graded = ticket.grade(answers)
 no_workers = table[0]
 with_workers = [row for row in table if row["config"].workers > 0]
 best = min(with_workers, key=lambda row: row["data_fraction"])
+# by at least 5 points: the cpu profile's 4 steps an epoch start each epoch with the loader's pipeline empty,
+# so the cut depends on the machine (2 cores, one thread: 76 % -> 49 %; 16 Xeon cores beside three other
+# notebooks: 84 % -> 76 %); a loader whose workers did nothing moves the share by the runs' noise, 1-3 points
 verdicts = [
     labs.check_claim("worker processes cut the share of step time spent waiting for data",
-                     best["data_fraction"] < no_workers["data_fraction"] - 0.1,
+                     best["data_fraction"] < no_workers["data_fraction"] - 0.05,
                      f"{100 * no_workers['data_fraction']:.0f} % with workers=0, "
                      f"{100 * best['data_fraction']:.0f} % with {best['loader']}"),
     labs.check_claim("with workers an epoch takes less time than without",

@@ -329,7 +329,7 @@ print(f"{len(configs)} per-GPU batch(es) {part.my_batches} x GPU counts {n_gpus}
 # press Enter, or write it in the cell as `my_guess = 1.5`. The tables after the sweep set it beside
 # the measurement.
 
-# %%
+# %% tags=["nbval-ignore-output"]
 my_guess = None  # your guess, a number; None shows a box to type it in
 labs.predict("weak_speedup_2", "How many times more images per second will 2 GPUs process than 1, at the same "
              "batch per GPU?", unit="×", value=my_guess)

@@ -59,6 +59,7 @@ SETTING_LINE = re.compile(r"^(  \w+ = .*|REAL DATA: .*)$", re.MULTILINE)  # unde
 NUMBER = re.compile(r"(?<![A-Za-z_\d.^])[-+]?\d+(?:[.,]\d+)*(?:[eE][-+]?\d+)?(?:\s*%)?")
 DECIMAL = re.compile(r"\d\.\d|\d[eE][-+]?\d|%")
 HTML_TAG = re.compile(r"<[^>]*>")
+STORED_VIEW_TEXT = "(a live view: run the cell to see it)"  # build_notebooks.py's stored widget
 
 
 def sanitize_patterns(cfg: Path = NOTEBOOKS / "sanitize.cfg") -> list[tuple[str, str]]:
@@ -108,7 +109,12 @@ def problems_of(notebook: dict, patterns: list[tuple[str, str]]) -> list[str]:
             found.append(f"{where}: unknown tag(s) {sorted(unknown)}: use {sorted(EXACT_TAGS)}")
         if tags & NOT_COMPARED_TAGS:
             continue
-        numbers = NUMBER.findall(without_kit_lines(compared_text(cell, patterns)))
+        text = compared_text(cell, patterns)
+        if STORED_VIEW_TEXT in text:
+            found.append(f"{where}: a live view (a widget) is stored as its last rendering, which a fresh run's "
+                         "widget never equals: tag the cell nbval-ignore-output")
+            continue
+        numbers = NUMBER.findall(without_kit_lines(text))
         if not numbers:
             continue
         exact = tags & set(EXACT_TAGS)
@@ -165,6 +171,14 @@ def test_guarded_cells_pass():
     masked = _printed("job 1234 ended after 3.2 s in /tmp/coursekit-nbval-abc/jobs\n")
     settings = _printed("  lr = 0.05\n", "exact-settings")
     assert problems_of(_notebook(measured, ignored, masked, settings), sanitize_patterns()) == []
+
+
+def test_planted_live_view_fails():
+    """A widget stored as its last rendering never equals a fresh run's widget (lab 06's prediction box)."""
+    view = {"metadata": {"tags": []}, "outputs": [{"output_type": "display_data", "data": {
+        "text/plain": STORED_VIEW_TEXT}}]}
+    problems = problems_of(_notebook(view), sanitize_patterns())
+    assert len(problems) == 1 and "live view" in problems[0]
 
 
 def test_unknown_exact_tag_is_named():
