@@ -22,6 +22,9 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from robust import check_writable, save_text  # noqa: E402
 
 from coursekit.metrics import read_metrics, steps  # noqa: E402
 from coursekit.train.config import TrainConfig  # noqa: E402
@@ -60,18 +63,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=REPEATS)
     parser.add_argument("--steps", type=int, default=TIMED_STEPS)
     args = parser.parse_args(argv)
+    check_writable(args.out)
     rows: list[dict[str, Any]] = []
-    for label, config in CI_CONFIGS.items():
-        rate = measure(config, args.repeats, args.steps)
-        rows.append({"config": label, "args": config.to_args(), "img_s": rate})
-        print(f"{label:<40} {rate['mean']:9.0f} ± {rate['std']:6.0f} samples/s", flush=True)
     result = {"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
               "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
               "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
               "command": "python bench/ci_cpu.py " + " ".join(sys.argv[1:]), "results": rows}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    return 0
+    written = args.out
+    for label, config in CI_CONFIGS.items():
+        rate = measure(config, args.repeats, args.steps)
+        rows.append({"config": label, "args": config.to_args(), "img_s": rate})
+        result["date"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        written = save_text(args.out, json.dumps(result, indent=2) + "\n")  # each row before its line
+        print(f"{label:<40} {rate['mean']:9.0f} ± {rate['std']:6.0f} samples/s", flush=True)
+    return 0 if written == args.out else 1
 
 
 if __name__ == "__main__":

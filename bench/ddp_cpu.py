@@ -26,6 +26,9 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from robust import check_writable, save_text  # noqa: E402
 
 from coursekit.metrics import read_metrics, steps, summary  # noqa: E402
 from coursekit.train.checkpoint import load_checkpoint  # noqa: E402
@@ -44,7 +47,13 @@ def run(world: int, out: Path) -> dict[str, Any]:
                "--master_port", str(RDZV_PORT + world), "-m", "coursekit.train", *TRAIN_ARGS,
                "--batch-size", str(GLOBAL_BATCH // world), "--out", str(out)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    subprocess.run(command, check=True, env=env, cwd=ROOT, capture_output=True, text=True)
+    done = subprocess.run(command, check=False, env=env, cwd=ROOT, capture_output=True, text=True)
+    if done.returncode != 0:  # recorded, said in one line: the other world sizes are still measured
+        tail = (done.stderr or done.stdout).strip().splitlines()
+        print(f"bench/ddp_cpu.py: {world} process(es) failed (exit {done.returncode}): "
+              f"{tail[-1] if tail else 'no output'}", file=sys.stderr, flush=True)
+        return {"world_size": world, "per_process_batch": GLOBAL_BATCH // world, "failed": True,
+                "exit_code": done.returncode, "error": "\n".join(tail[-20:])}
     records = read_metrics(out)
     rates = [r["images_per_s_global"] for r in steps(records)][1:]  # first window: start-up
     return {"world_size": world, "per_process_batch": GLOBAL_BATCH // world,
@@ -61,30 +70,41 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
+    check_writable(args.out)
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
         for world in WORLD_SIZES:
             rows.append(run(world, Path(scratch) / f"w{world}"))
+        base_row = rows[0] if not rows[0].get("failed") else None  # the weights of 1 process: the reference
         for row in rows:
+            if row.get("failed") or base_row is None:
+                row["weights_equal"] = False if row.get("failed") else None
+                continue
             ref, other = Path(scratch) / "w1", Path(scratch) / f"w{row['world_size']}"
             ref_w, oth_w = load_checkpoint(ref)["model"], load_checkpoint(other)["model"]
             row["max_weight_diff_vs_1"] = max_weight_difference(ref, other)
             row["weights_equal"] = all(torch.allclose(oth_w[k], v, rtol=WEIGHT_RTOL, atol=WEIGHT_ATOL)
                                        for k, v in ref_w.items())
-    base = rows[0]["img_s"]["mean"]
-    print(f"{'processes':>9} {'batch/proc':>10} {'img/s':>16} {'speed-up':>8} {'efficiency':>10} {'weights = 1 proc':>17}")
+    base = base_row["img_s"]["mean"] if base_row else None
     for row in rows:
-        row["speedup"] = row["img_s"]["mean"] / base
-        row["efficiency"] = row["speedup"] / row["world_size"]
-        print(f"{row['world_size']:>9} {row['per_process_batch']:>10} "
-              f"{row['img_s']['mean']:>9.0f} ± {row['img_s']['std']:<5.0f} {row['speedup']:>8.2f} "
-              f"{row['efficiency']:>10.2f} {str(row['weights_equal']):>8} (max |Δw| {row['max_weight_diff_vs_1']:.1e})")
+        if base and not row.get("failed"):
+            row["speedup"] = row["img_s"]["mean"] / base
+            row["efficiency"] = row["speedup"] / row["world_size"]
     result = {"cpus": os.cpu_count(), "torch": torch.__version__, "backend": "gloo", "global_batch": GLOBAL_BATCH,
               "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
               "command": "python bench/ddp_cpu.py " + " ".join(sys.argv[1:]), "rows": rows}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    return 0 if all(row["weights_equal"] for row in rows) else 1
+    written = save_text(args.out, json.dumps(result, indent=2) + "\n")  # first: the table below cannot lose it
+    print(f"{'processes':>9} {'batch/proc':>10} {'img/s':>16} {'speed-up':>8} {'efficiency':>10} {'weights = 1 proc':>17}")
+    for row in rows:
+        if row.get("failed") or "speedup" not in row:
+            print(f"{row['world_size']:>9} {row['per_process_batch']:>10} "
+                  + ("failed: " + (row.get("error") or "no output").splitlines()[-1][:100] if row.get("failed") else
+                     "n/a (the 1-process run, the reference, failed)"))
+            continue
+        print(f"{row['world_size']:>9} {row['per_process_batch']:>10} "
+              f"{row['img_s']['mean']:>9.0f} ± {row['img_s']['std']:<5.0f} {row['speedup']:>8.2f} "
+              f"{row['efficiency']:>10.2f} {str(row['weights_equal']):>8} (max |Δw| {row['max_weight_diff_vs_1']:.1e})")
+    return 0 if all(row["weights_equal"] for row in rows) and written == args.out else 1
 
 
 if __name__ == "__main__":

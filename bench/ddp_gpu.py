@@ -38,6 +38,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from robust import check_writable, save_text  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 RECORDING = "ddp_gpu"  # --publish: coursekit/labs/recordings/ddp_gpu.json
@@ -342,9 +345,13 @@ def machine(profile: Profile) -> dict[str, Any]:
     info: dict[str, Any] = {"profile": profile.name, "hostname": platform.node(), "cpus": os.cpu_count(),
                             "torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version()}
     if profile.device == "cuda":
-        version = torch.cuda.nccl.version()  # a tuple (2, 27, 5); an int in old torch
+        try:
+            version = torch.cuda.nccl.version()  # a tuple (2, 27, 5); an int in old torch
+        except (AttributeError, RuntimeError):  # a torch built without NCCL: the record says so
+            version = None
         info.update(gpus=torch.cuda.device_count(), device_name=torch.cuda.get_device_name(0),
-                    nccl=".".join(map(str, version)) if isinstance(version, tuple) else str(version))
+                    nccl=".".join(map(str, version)) if isinstance(version, tuple) else
+                    (None if version is None else str(version)))
     else:
         info.update(gpus=0, device_name=f"CPU {platform.machine()}", nccl=None)
     return info
@@ -359,6 +366,10 @@ def gpu_count(profile: Profile, requested: int | None) -> int:
     if available < 2:
         raise SystemExit(f"bench/ddp_gpu.py needs at least 2 GPUs; this machine shows {available} "
                          "(use --cpu-smoke to check the script on CPUs)")
+    if requested is not None and requested > min(available, 8):
+        print(f"bench/ddp_gpu.py: --gpus {requested} asked, this machine shows {available} GPU(s) (the script uses at "
+              f"most 8): the runs go up to {min(available, 8)} GPUs only; run it on a machine with {requested} GPUs for "
+              "the larger runs", file=sys.stderr, flush=True)
     return min(requested or available, available, 8)
 
 
@@ -406,6 +417,8 @@ def main(argv: list[str] | None = None) -> int:
     smoke_dir = Path(tempfile.gettempdir()) / "coursekit-ddp-smoke"
     out = args.out or (smoke_dir / "ddp_gpu.json" if args.cpu_smoke else RESULTS / "ddp_gpu.json")
     report = args.report or (smoke_dir / "REPORT-ddp.md" if args.cpu_smoke else ROOT / "bench" / "REPORT-ddp.md")
+    check_writable(out)
+    check_writable(report, "--report")
     logs = out.parent / f"{out.stem}_logs"
     logs.mkdir(parents=True, exist_ok=True)
     most = gpu_count(profile, args.gpus)
@@ -436,14 +449,17 @@ def main(argv: list[str] | None = None) -> int:
             print(title.format(worlds=worlds), flush=True)
             result[part] = work()
     result["total_s"] = time.perf_counter() - started
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    sys.path.insert(0, str(ROOT / "bench"))
+    written = save_text(out, json.dumps(result, indent=2) + "\n")  # first: nothing after it can lose it
     from report_ddp import all_runs, write_report
 
-    write_report(result, report, logs_dir=logs.relative_to(ROOT) if logs.is_relative_to(ROOT) else logs)
-    print(f"wrote {out} and {report} in {result['total_s']:.0f} s", flush=True)
-    ok = all(run["ok"] for run in all_runs(result))
+    try:
+        write_report(result, report, logs_dir=logs.relative_to(ROOT) if logs.is_relative_to(ROOT) else logs)
+    except Exception as error:  # noqa: BLE001 - the measurements are written: say how to get the report
+        print(f"bench/ddp_gpu.py: the report could not be written ({type(error).__name__}: {error}); the results "
+              f"are in {written}: python bench/report_ddp.py --json {written} --out {report}", file=sys.stderr)
+        return 1
+    print(f"wrote {written} and {report} in {result['total_s']:.0f} s", flush=True)
+    ok = all(run["ok"] for run in all_runs(result)) and written == out
     if args.publish:
         if ok:
             from publish import publish  # bench/publish.py

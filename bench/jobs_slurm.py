@@ -33,6 +33,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from robust import check_writable  # noqa: E402
 
 SWEEP_COMMANDS = 16
 SWEEP_GPU_COUNTS = [1, 2]
@@ -410,6 +413,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--coursekit-path", type=Path, default=None,
                         help="run the watcher's workers with the coursekit found there (e.g. an older checkout)")
     args = parser.parse_args(argv)
+    absent = [name for name in ("sbatch", "squeue", "sacct", "scancel", "sinfo") if shutil.which(name) is None]
+    if absent and (args.watcher_only or not args.no_slurm):
+        raise SystemExit(f"bench/jobs_slurm.py: Slurm's {', '.join(absent)} not on PATH: nothing to measure against "
+                         "Slurm; start the local Slurm (bash slurm/cluster.sh install && bash slurm/cluster.sh start), "
+                         "or give --no-slurm to measure search_log alone")
+    check_writable(args.report, "--report")
     command = "python bench/jobs_slurm.py" + (f" {' '.join(argv or sys.argv[1:])}" if (argv or sys.argv[1:]) else "")
     if args.watcher_only:
         work = Path(tempfile.mkdtemp(prefix="coursekit-bench-watch-"))

@@ -23,15 +23,20 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import functools
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from robust import check_writable, missing, number, require_cuda, save_text  # noqa: E402
 
 from coursekit.metrics import read_metrics, steps  # noqa: E402
 from coursekit.train.config import TrainConfig  # noqa: E402
@@ -50,6 +55,8 @@ DECODE_PROCESS_S = 60.0  # the decoding process's run: longer than the synthetic
 DECODE_PROCESS_GRACE_S = 120.0
 REPEATS = 3
 GPU_ROWS = {"torchvision nvjpeg": "torchvision", "nvimgcodec hardware": "nvimgcodec"}  # row -> $COURSEKIT_JPEG_DECODER
+NVIMGCODEC_INSTALL = ("pip install nvidia-nvimgcodec-cu13 (its wheel in .whl-nvimgcodec/: bench/README.md), then "
+                      "source bench/setup_gpu.sh")
 NVIMGCODEC_VARIANTS = {  # decoding alone, nvImageCodec's backends told apart (jpeg.nvimgcodec_decoder's options)
     "nvimgcodec hardware only": {"backends": ("hardware",)},
     "nvimgcodec CUDA only": {"backends": ("cuda",)},
@@ -69,6 +76,48 @@ def smoke_config(**changes: Any) -> TrainConfig:
     base = TrainConfig(model="mlp", image_size=32, num_classes=4, batch_size=16, device="cpu", progress="off",
                        log_every=SMOKE_WINDOW, test_steps=(WARMUP_WINDOWS + WINDOWS) * SMOKE_WINDOW)
     return base.replace(**changes)
+
+
+@functools.lru_cache(maxsize=1)
+def nvimgcodec_problem() -> str | None:
+    """Why nvImageCodec cannot run here ("nvImageCodec not installed"), or None where its package imports."""
+    try:
+        from nvidia import nvimgcodec  # noqa: F401
+    except ImportError:
+        return "nvImageCodec not installed"
+    return None
+
+
+def why_not_measured(row: dict[str, Any]) -> str:
+    """A row without a rate, in a few words: "nvImageCodec not installed", else its error's last line."""
+    text = " ".join(str(row.get(key) or "") for key in ("error", "decoder_stderr")).strip()
+    if any(name in text.lower() for name in ("nvimgcodec", "nvimagecodec")) or (
+            row.get("decoder") == "nvimgcodec" and not text):
+        return nvimgcodec_problem() or "nvImageCodec not usable here"
+    last = text.splitlines()[-1].strip() if text else ""
+    return (last[:100] + ("..." if len(last) > 100 else "")) or str(row.get("status") or "not measured")
+
+
+def _rate(row: dict[str, Any] | None, spec: str) -> str:
+    """A row's images/s with its unit, or n/a and why."""
+    row = row or {}
+    value = row.get("img_s")
+    return f"{value:{spec}} img/s" if isinstance(value, (int, float)) else f"n/a ({why_not_measured(row)})"
+
+
+def row_line(name: str, row: dict[str, Any]) -> str:
+    """The summary line of one row: its rate, its ratio to synthetic, the decoder that ran, its rate decoding
+    alone; ``n/a (why)`` in place of any figure that was not measured (a decoder that is not installed)."""
+    if not isinstance(row.get("img_s"), (int, float)):
+        return f"{name:<30} {_rate(row, '8.0f')}"
+    return (f"{name:<30} {_rate(row, '8.0f')}  x{number(row.get('ratio_to_synthetic'), '.2f')}  decoder "
+            f"{row.get('decoder')}  decoding alone {_rate(row.get('decode_alone'), ',.0f')}  "
+            f"{row.get('error', '')}").rstrip()
+
+
+def diagnostic_line(name: str, row: dict[str, Any]) -> str:
+    """One diagnostic's line: its rate (n/a and why where it did not run) and the whole row."""
+    return f"{name:<40} {_rate(row, '8.0f')}  {row}"
 
 
 def _decoder(decoder: str, device: str, variant: dict[str, Any] | None = None) -> tuple[str, Any]:
@@ -167,8 +216,6 @@ def synthetic_beside_decoding_process(make: Any, root: Path, decoder: str, image
                                       batch: int = BATCH, seconds: float = DECODE_PROCESS_S) -> dict[str, Any]:
     """As ``synthetic_beside_decoding``, the decoding in another process on the same device: no GIL shared.
     A step slowed beside the thread but not beside the process points at the Python thread, not the GPU."""
-    import subprocess
-
     command = [sys.executable, str(Path(__file__).resolve()), "--decode-for", str(seconds), "--decoder", decoder,
                "--jpeg-dir", str(root), "--out", os.devnull] + (["--cpu-smoke"] if device == "cpu" else [])
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -177,7 +224,12 @@ def synthetic_beside_decoding_process(make: Any, root: Path, decoder: str, image
         row = run(make(dataset="synthetic", gpu_resident=True)) if first.startswith("ready") else {
             "status": "not run", "img_s": None}
     finally:
-        out, err = process.communicate(timeout=seconds + DECODE_PROCESS_GRACE_S)
+        try:
+            out, err = process.communicate(timeout=seconds + DECODE_PROCESS_GRACE_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            out, err = process.communicate()
+            err += f"\nthe decoding process did not end within {seconds + DECODE_PROCESS_GRACE_S:.0f} s: killed"
     rates = [float(line.split()[1]) for line in out.splitlines() if line.startswith("decoded ")]
     return {**row, "decoder": decoder, "decoding_img_s": rates[0] if rates else None,
             **({} if rates else {"decoder_stderr": err[-1000:]})}
@@ -234,9 +286,10 @@ def run(cfg: TrainConfig, decoder: str | None = None) -> dict[str, Any]:
     finally:
         os.environ.pop("COURSEKIT_JPEG_DECODER", None)
         torch.cuda.empty_cache()
-    return {"status": summary["status"], "img_s": statistics.fmean(rates),
+    return {"status": summary["status"], "img_s": statistics.fmean(rates) if rates else None,
             "img_s_std": statistics.stdev(rates) if len(rates) > 1 else 0.0, "window_img_s": rates,
-            "decoder": summary.get("jpeg_decoder"), "loader_phases": summary.get("loader_phases")}
+            "decoder": summary.get("jpeg_decoder"), "loader_phases": summary.get("loader_phases"),
+            **({} if rates else {"error": f"no timed window recorded (status {summary['status']})"})}
 
 
 def repeated(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -250,6 +303,11 @@ def repeated(runs: list[dict[str, Any]]) -> dict[str, Any]:
             "runs_img_s": rates, "window_img_s": [w for r in done for w in r["window_img_s"]]}
 
 
+def not_run(error: str) -> dict[str, Any]:
+    """A row or a diagnostic that could not run here."""
+    return {"status": "not run", "img_s": None, "error": error}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jpeg-dir", type=Path, help="a JPEG tree (written there when empty)")
@@ -260,15 +318,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--decoder", default="torchvision", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.decode_for is not None:
-        rate = decode_for(args.jpeg_dir, args.decoder, "cpu" if args.cpu_smoke else "cuda",
-                          32 if args.cpu_smoke else 224, 16 if args.cpu_smoke else BATCH, args.decode_for)
+        try:
+            rate = decode_for(args.jpeg_dir, args.decoder, "cpu" if args.cpu_smoke else "cuda",
+                              32 if args.cpu_smoke else 224, 16 if args.cpu_smoke else BATCH, args.decode_for)
+        except ValueError as error:  # the decoder is not usable here: one line for the parent's record
+            print(f"decoding process: {error}", file=sys.stderr)
+            return 2
         print(f"decoded {rate:.1f} img/s", flush=True)
         return 0
+    smoke = args.cpu_smoke
+    if not smoke:
+        require_cuda()
+    check_writable(args.out)
     import torch
 
     from coursekit.train.data.jpeg import write_synthetic_jpeg_tree
 
-    smoke = args.cpu_smoke
+    nvimgcodec_absent = None if smoke else nvimgcodec_problem()
+    if nvimgcodec_absent:
+        missing("nvImageCodec", "its rows and diagnostics are reported as n/a (the synthetic and torchvision nvjpeg "
+                "rows are measured)", NVIMGCODEC_INSTALL)
     root = args.jpeg_dir or Path(tempfile.mkdtemp(prefix="coursekit-jpeg-"))
     if not (root / "train").is_dir():
         if smoke:
@@ -288,45 +357,57 @@ def main(argv: list[str] | None = None) -> int:
             make, root, "torchvision", 32, device="cpu", batch=16, seconds=SMOKE_DECODE_PROCESS_S)}
     else:
         runs: dict[str, list[dict[str, Any]]] = {"synthetic": [], **{name: [] for name in GPU_ROWS}}
+
+        def measured(cfg: TrainConfig, decoder: str | None = None) -> dict[str, Any]:
+            if decoder == "nvimgcodec" and nvimgcodec_absent:
+                return not_run(nvimgcodec_absent)
+            try:
+                return run(cfg, decoder)
+            except Exception as error:  # noqa: BLE001 - the package or the hardware decoder may be absent
+                return {"status": "not run", "error": f"{type(error).__name__}: {error}"}
+
         for repeat in range(args.repeats):  # the rows in turn, so that a slow spell of the machine hits them all
-            runs["synthetic"].append(run(make(dataset="synthetic", gpu_resident=True)))
+            runs["synthetic"].append(measured(make(dataset="synthetic", gpu_resident=True)))
             for name, decoder in GPU_ROWS.items():
-                try:
-                    runs[name].append(run(make(**loader, gpu_decode=True), decoder))
-                except Exception as error:  # noqa: BLE001 - the package or the hardware decoder may be absent
-                    runs[name].append({"status": "not run", "error": f"{type(error).__name__}: {error}"})
+                runs[name].append(measured(make(**loader, gpu_decode=True), decoder))
             print(f"[{repeat + 1}/{args.repeats}] " + "  ".join(f"{name} {row_runs[-1].get('img_s') or 0:,.0f}"
                                                                for name, row_runs in runs.items()), flush=True)
         rows = {name: repeated(row_runs) for name, row_runs in runs.items()}
         for name, decoder in GPU_ROWS.items():
-            rows[name]["decode_alone"] = decode_alone(root, decoder, "cuda", 224, BATCH, DECODE_ALONE_BATCHES)
-        diagnostics = {name: decode_alone(root, "nvimgcodec", "cuda", 224, BATCH, DECODE_ALONE_BATCHES, variant)
+            rows[name]["decode_alone"] = (not_run(nvimgcodec_absent) if decoder == "nvimgcodec" and nvimgcodec_absent
+                                          else decode_alone(root, decoder, "cuda", 224, BATCH, DECODE_ALONE_BATCHES))
+        diagnostics = {name: not_run(nvimgcodec_absent) if nvimgcodec_absent else
+                       decode_alone(root, "nvimgcodec", "cuda", 224, BATCH, DECODE_ALONE_BATCHES, variant)
                        for name, variant in NVIMGCODEC_VARIANTS.items()}
         for decoder in ("torchvision", "nvimgcodec"):
+            if decoder == "nvimgcodec" and nvimgcodec_absent:
+                diagnostics[f"synthetic beside {decoder} decoding"] = not_run(nvimgcodec_absent)
+                diagnostics[f"synthetic beside a {decoder} decoding process"] = not_run(nvimgcodec_absent)
+                continue
             diagnostics[f"synthetic beside {decoder} decoding"] = synthetic_beside_decoding(make, root, decoder, 224)
             diagnostics[f"synthetic beside a {decoder} decoding process"] = synthetic_beside_decoding_process(
                 make, root, decoder, 224)
-        for name, row in diagnostics.items():
-            print(f"{name:<40} {row.get('img_s', 0):8.0f} img/s  {row}", flush=True)
-    synthetic = rows["synthetic"]["img_s"]
-    for name, row in rows.items():
-        if row.get("img_s"):
+    synthetic = rows["synthetic"].get("img_s")
+    for row in rows.values():
+        if row.get("img_s") and synthetic:
             row["ratio_to_synthetic"] = row["img_s"] / synthetic
-        alone = row.get("decode_alone", {}).get("img_s")
-        print(f"{name:<30} {row.get('img_s', 0):8.0f} img/s  x{row.get('ratio_to_synthetic', 0):.2f}  decoder "
-              f"{row.get('decoder')}  decoding alone {alone or 0:,.0f} img/s  {row.get('error', '')}", flush=True)
     best = max((row.get("ratio_to_synthetic", 0) for name, row in rows.items() if name != "synthetic"), default=0)
-    print(f"best JPEG / synthetic = {best:.2f} (target >= 0.9: {'met' if best >= 0.9 else 'missed'})")
     cuda = torch.cuda.is_available() and not smoke
     result = {"device": torch.cuda.get_device_name(0) if cuda else "cpu", "torch": torch.__version__,
               "cuda": torch.version.cuda, "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
               "command": "python bench/jpeg_decode_gpu.py " + " ".join(sys.argv[1:]), "batch": BATCH,
               "jpeg_tree": {"classes": CLASSES, "images_per_class": IMAGES_PER_CLASS}, "workers": WORKERS,
               "cpu_smoke": smoke, "repeats": 1 if smoke else args.repeats, "rows": rows, "best_ratio": best,
-              "diagnostics": diagnostics}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    return 0
+              "diagnostics": diagnostics, **({"nvimgcodec": nvimgcodec_absent} if nvimgcodec_absent else {})}
+    written = save_text(args.out, json.dumps(result, indent=2, default=str) + "\n")  # first: a print cannot lose it
+    if not smoke:
+        for name, row in diagnostics.items():
+            print(diagnostic_line(name, row), flush=True)
+    for name, row in rows.items():
+        print(row_line(name, row), flush=True)
+    print(f"best JPEG / synthetic = {best:.2f} (target >= 0.9: {'met' if best >= 0.9 else 'missed'})")
+    print(f"wrote {written}")
+    return 0 if written == args.out else 1
 
 
 if __name__ == "__main__":

@@ -33,6 +33,9 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from robust import check_writable, save_text  # noqa: E402
 
 from coursekit.labs import lab07_large_batch as lb  # noqa: E402
 from coursekit.labs import lab_settings  # noqa: E402
@@ -106,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     s = lab_settings("07", profile)
     out = args.out or (Path(tempfile.mkdtemp(prefix="large-batch-smoke-")) / "large_batch_gpu.json" if args.cpu_smoke
                        else RESULTS / "large_batch_gpu.json")
+    check_writable(out)
     runs = [r for r in lb.plan(s) if r.tags["part"] in args.parts]
     work = Path(tempfile.mkdtemp(prefix="large-batch-runs-"))
     if s.get("dataset_notice"):
@@ -138,13 +142,19 @@ def main(argv: list[str] | None = None) -> int:
     result["cells"] = [{**c, "part": "A"} for c in lb.cells(table, "A")] if table.where(part="A") else []
     if {"A", "B", "C"} <= set(args.parts) and len(rows) == len(runs):
         result.update(analyse(table, s))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(_jsonable(result), indent=1) + "\n", encoding="utf-8")
-    print(f"large_batch_gpu: wrote {out} in {result['total_s']:.0f} s", flush=True)
+    written = save_text(out, json.dumps(_jsonable(result), indent=1) + "\n")  # first: nothing after it loses it
+    print(f"large_batch_gpu: wrote {written} in {result['total_s']:.0f} s", flush=True)
     from report_large_batch import write_report
 
-    report = write_report(out, out.parent / "REPORT-large-batch.md" if args.cpu_smoke else None)
+    try:
+        report = write_report(written, out.parent / "REPORT-large-batch.md" if args.cpu_smoke else None)
+    except Exception as error:  # noqa: BLE001 - the measurements are written: say how to get the report
+        print(f"large_batch_gpu: the report could not be written ({type(error).__name__}: {error}); the results are "
+              f"in {written}: python bench/report_large_batch.py --json {written}", file=sys.stderr)
+        return 1
     print(f"large_batch_gpu: wrote {report}", flush=True)
+    if written != out:
+        return 1
     if args.publish:
         from publish import publish  # bench/publish.py
 

@@ -32,6 +32,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from robust import check_writable, require_cuda, save_text  # noqa: E402
 
 GPU_RUN = ["--model", "resnet50", "--image-size", "224", "--batch-size", "256", "--precision", "bf16",
            "--channels-last", "--steps", "30"]
@@ -87,7 +90,11 @@ def run(data_dir: Path, common: list[str], extra: list[str], device: str) -> dic
         ended = time.time()
         if done.returncode != 0:
             return {"status": "failed", "returncode": done.returncode, "stderr": done.stderr[-2000:]}
-        return phases(read_metrics(out), started, ended)
+        try:
+            return phases(read_metrics(out), started, ended)
+        except (StopIteration, KeyError, IndexError, TypeError) as error:  # a record missing: no phases to split
+            return {"status": "failed", "returncode": 0, "stderr": f"its metrics lack a start, step or summary "
+                    f"record ({type(error).__name__}: {error}); stderr: {done.stderr[-1500:]}"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,6 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpu", action="store_true", help="a small CPU run (MLP, 160x120 JPEGs)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
+    if not args.cpu:
+        require_cuda("--cpu")
+    check_writable(args.out)
     from coursekit.train.data.jpeg import write_synthetic_jpeg_tree
 
     root = args.jpeg_dir or Path(tempfile.mkdtemp(prefix="coursekit-loader-"))
@@ -105,16 +115,17 @@ def main(argv: list[str] | None = None) -> int:
         write_synthetic_jpeg_tree(root, 8 if not args.cpu else 4, 300 if not args.cpu else 60, size=size,
                                   workers=os.cpu_count() or 1)
         print(f"wrote the JPEG tree under {root} in {time.time() - started:.0f} s", flush=True)
-    rows = {}
+    rows: dict[str, Any] = {}
+    written = args.out
     for name, extra in LOADERS.items():
         rows[name] = run(root, CPU_RUN if args.cpu else GPU_RUN, extra, "cpu" if args.cpu else "cuda")
         row = rows[name]
+        written = save_text(args.out, json.dumps({"command": "python bench/loader_overhead_gpu.py " + " ".join(sys.argv[1:]),
+                                                  "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "rows": rows},
+                                                 indent=1) + "\n")  # each row as it ends, before its line
         print(f"{name:<40} " + (" ".join(f"{k} {v:.2f}" for k, v in row.items() if isinstance(v, float))
                                  if row.get("status") != "failed" else f"FAILED: {row['stderr'][-300:]}"), flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"command": "python bench/loader_overhead_gpu.py " + " ".join(sys.argv[1:]),
-                                    "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "rows": rows}, indent=1) + "\n")
-    return 0
+    return 0 if written == args.out else 1
 
 
 if __name__ == "__main__":

@@ -21,6 +21,9 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from robust import check_writable, require_cuda, save_text  # noqa: E402
 
 from coursekit.metrics import steps, summary  # noqa: E402
 
@@ -36,7 +39,12 @@ TRAIN_ARGS = ["-m", "coursekit.train", "--model", "resnet50", "--dataset", "synt
 
 def classify(job: Any) -> dict[str, Any]:
     """What the job says about itself: completed with its peak memory, or out of memory."""
-    state = job.wait(timeout=WAIT_S)
+    try:
+        state = job.wait(timeout=WAIT_S)
+    except (TimeoutError, RuntimeError) as error:  # still running after WAIT_S, or the scheduler stopped answering
+        print(f"batch job {job.job_id}: {error}; cancelled, recorded as TIMEOUT", file=sys.stderr, flush=True)
+        job.cancel()
+        state = "TIMEOUT"
     records = job.metrics()
     final = summary(records) or {}
     stderr = job.tail(200, stream="err")
@@ -54,27 +62,30 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
+    require_cuda(None)
+    check_writable(args.out)
     os.environ.setdefault("COURSEKIT_COURSE_DIR", tempfile.mkdtemp(prefix="coursekit-oom-"))
     from coursekit.jobs.submit import submit_jobs
 
-    rows = []
-    for batch in BATCH_SIZES:
-        command = " ".join([*TRAIN_ARGS, "--batch-size", str(batch)])
-        (job,) = submit_jobs(command, n_gpu=1, name=f"oom{batch}", site="local", time_max=JOB_TIME)
-        row = {"batch_size": batch, **classify(job)}
-        rows.append(row)
-        print(f"batch {batch:5d}: {row['state']:<14} oom={row['oom']!s:<5} peak {row['peak_mem_gb'] or 0:6.1f} GB "
-              f"{row['img_s'] or 0:8.0f} img/s", flush=True)
-        if row["oom"]:
-            break
+    rows: list[dict[str, Any]] = []
     result = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "cuda": torch.version.cuda,
               "total_memory_gb": torch.cuda.get_device_properties(0).total_memory / 2**30,
               "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
               "command": "python bench/memory_sweep_gpu.py " + " ".join(sys.argv[1:]),
               "model": "resnet50 fp32 224px synthetic", "memory_sweep": rows}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    return 0
+    written = args.out
+    for batch in BATCH_SIZES:
+        command = " ".join([*TRAIN_ARGS, "--batch-size", str(batch)])
+        (job,) = submit_jobs(command, n_gpu=1, name=f"oom{batch}", site="local", time_max=JOB_TIME)
+        row = {"batch_size": batch, **classify(job)}
+        rows.append(row)
+        result["date"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        written = save_text(args.out, json.dumps(result, indent=2) + "\n")  # each row before its line
+        print(f"batch {batch:5d}: {row['state']!s:<14} oom={row['oom']!s:<5} peak {row['peak_mem_gb'] or 0:6.1f} GB "
+              f"{row['img_s'] or 0:8.0f} img/s", flush=True)
+        if row["oom"]:
+            break
+    return 0 if written == args.out else 1
 
 
 if __name__ == "__main__":

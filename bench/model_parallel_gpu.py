@@ -36,6 +36,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
+sys.path.insert(0, str(ROOT / "bench"))
+
+from robust import check_writable, read_json, save_text  # noqa: E402
+
 RECORDING = "model_parallel_gpu"  # --publish: coursekit/labs/recordings/model_parallel_gpu.json
 STATE_BYTES_PER_PARAM_DDP = 16  # fp32 weights 4 + gradients 4 + Adam m 4 + v 4
 OVERSIZE = 1.15  # the large model's DDP state is this many times one GPU's memory
@@ -104,9 +108,12 @@ def run(name: str, world: int, sizes: dict[str, Any], scratch: Path, env: dict[s
     summary = {}
     metrics = out / "metrics.jsonl"
     if metrics.is_file():
-        for line in metrics.read_text().splitlines():
-            record = json.loads(line)
-            if record.get("kind") == "summary":
+        for line in metrics.read_text(errors="replace").splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:  # a line cut short by a run stopped at its time limit
+                continue
+            if isinstance(record, dict) and record.get("kind") == "summary":
                 summary = record
     block = summary.get("parallel") or {}
     ranks = block.get("ranks") or []
@@ -165,10 +172,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--publish writes the labs' recording: not from a --cpu-smoke run")
     earlier = {}
     if args.complete is not None:
-        earlier = {r["name"]: r for r in json.loads(args.complete.read_text())["runs"] if not r.get("skipped")}
+        earlier = {r["name"]: r for r in read_json(args.complete, "earlier result (--complete)").get("runs", [])
+                   if not r.get("skipped")}
     import torch
 
     cpu = args.cpu_smoke
+    path = args.out or RESULTS / ("model_parallel_cpu_smoke.json" if cpu else "model_parallel_gpu.json")
+    check_writable(path)
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     if cpu:
         env.update(OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
@@ -233,15 +243,21 @@ def main(argv: list[str] | None = None) -> int:
             result["runs"].append(run(name.replace(" ", "_").replace("=", ""), world, sizes, scratch, env,
                                       RUN_TIMEOUT_S, **options) | {"name": name})
     result["total_s"] = round(time.perf_counter() - started, 1)
-    path = args.out or RESULTS / ("model_parallel_cpu_smoke.json" if cpu else "model_parallel_gpu.json")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=1))
-    print(f"wrote {path} after {result['total_s']:.0f} s", flush=True)
-    sys.path.insert(0, str(ROOT / "bench"))
+    written = save_text(path, json.dumps(result, indent=1))  # first: nothing after it can lose it
+    print(f"wrote {written} after {result['total_s']:.0f} s", flush=True)
     from report_model_parallel import write_report
 
-    report = write_report(result, ROOT / "bench" / ("REPORT-model-parallel-smoke.md" if cpu else "REPORT-model-parallel.md"))
+    report_path = ROOT / "bench" / ("REPORT-model-parallel-smoke.md" if cpu else "REPORT-model-parallel.md")
+    try:
+        report = write_report(result, report_path)
+    except Exception as error:  # noqa: BLE001 - the measurements are written: say how to get the report
+        print(f"bench/model_parallel_gpu.py: the report could not be written ({type(error).__name__}: {error}); the "
+              f"results are in {written}: python bench/report_model_parallel.py --json {written} --out {report_path}",
+              file=sys.stderr)
+        return 1
     print(f"wrote {report}")
+    if written != path:
+        return 1
     if args.publish:
         from publish import publish  # bench/publish.py
         publish(path, RECORDING)

@@ -37,6 +37,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+from robust import check_writable, read_json  # noqa: E402
+
 NOTEBOOKS = ROOT / "notebooks"
 REPORT = ROOT / "bench" / "REPORT-notebooks-gpu.md"
 CELL_TIMEOUT_S = 1800
@@ -170,7 +174,7 @@ def read_claims(lines: list[str]) -> list[dict[str, str]]:
 def write_report(results_files: list[Path], report: Path = REPORT) -> None:
     runs: dict[str, dict[str, Any]] = {}
     for results_file in results_files:
-        data = json.loads(results_file.read_text())
+        data = read_json(results_file, "notebooks_gpu.py record")
         for run in data["notebooks"]:
             runs[run["notebook"]] = {**run, "machine": data["machine"], "command": data["command"],
                                      "date": data["date"], "notes": data.get("notes", "")}
@@ -325,8 +329,26 @@ def main(argv: list[str] | None = None) -> int:
         run = run_notebook(args.one, args.log_dir, args.profile)
         args.result.write_text(json.dumps(run))
         return 0
+    import importlib.util
+
+    absent = [name for name in ("nbclient", "nbformat") if importlib.util.find_spec(name) is None]
+    if absent:
+        raise SystemExit(f"bench/notebooks_gpu.py: {' and '.join(absent)} missing: no notebook can be executed, nothing "
+                         "to measure; pip install -e '.[test]' (or pip install nbclient nbformat ipykernel)")
+    if args.out:
+        check_writable(args.out)
     info = machine()
-    total = args.gpus if args.gpus is not None else (info.get("gpus") or 0)
+    seen_gpus = info.get("gpus") or 0
+    if args.profile == "gpu" and seen_gpus and args.gpus is not None and args.gpus > seen_gpus:
+        print(f"bench/notebooks_gpu.py: --gpus {args.gpus} asked, this machine shows {seen_gpus} GPU(s): the notebooks "
+              f"share those {seen_gpus}; run it on a machine with {args.gpus} GPUs to run more side by side",
+              file=sys.stderr, flush=True)
+        args.gpus = seen_gpus
+    if args.profile == "gpu" and not seen_gpus and (args.gpus is None or args.gpus > 0):
+        print("bench/notebooks_gpu.py: no CUDA GPU here (torch sees none): the gpu profile's notebooks run without one "
+              "and their GPU claims are not checked; run it on a GPU machine (source bench/setup_gpu.sh there)",
+              file=sys.stderr, flush=True)
+    total = args.gpus if args.gpus is not None else seen_gpus
     results = {"machine": info, "profile": args.profile, "date": time.strftime("%Y-%m-%d"),
                "command": "python bench/notebooks_gpu.py " + " ".join(sys.argv[1:] if argv is None else argv),
                "notebooks": []}

@@ -29,6 +29,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from robust import check_writable, cuda_devices, read_json, save_text  # noqa: E402
+
 REPORT = ROOT / "bench" / "REPORT-race.md"
 RUN_TIMEOUT_S = 240
 DEFAULT_TIME_LIMIT_S = 290  # the whole benchmark on one H100; runs that would start later are skipped
@@ -59,8 +63,14 @@ def run_engine(args: list[str], out: Path, processes: int = 1) -> dict[str, Any]
     from coursekit.metrics import read_metrics, summary
 
     started = time.perf_counter()
-    done = subprocess.run(engine_command(args, out, processes), cwd=ROOT,
-                          capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    try:
+        done = subprocess.run(engine_command(args, out, processes), cwd=ROOT,
+                              capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    except subprocess.TimeoutExpired as expired:  # this run is recorded as failed; the others go on
+        tail = expired.stderr or b""
+        tail = tail.decode(errors="replace") if isinstance(tail, bytes) else tail
+        return {"status": "failed", "error": f"timed out after {RUN_TIMEOUT_S} s; stderr: {tail[-1500:]}",
+                "exit_code": None}
     final = summary(read_metrics(out)) if (out / "metrics.jsonl").exists() else None
     if not final:
         return {"status": "failed", "error": (done.stderr or done.stdout)[-2000:], "exit_code": done.returncode}
@@ -208,19 +218,34 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --gpus N: the tuned batch split over the N GPUs (default: that batch on each)")
     args = parser.parse_args(argv)
     if args.report:
-        write_report([json.loads(Path(p).read_text()) for p in args.report])
+        write_report([read_json(Path(p), "race record") for p in args.report])
         print(f"wrote {REPORT}")
         return 0
     if not args.out:
         parser.error("give --out FILE.json (or --report FILE.json ...)")
+    if not args.cpu_smoke:
+        gpus = cuda_devices()
+        if gpus == 0:
+            print("bench/race_gpu.py: no CUDA GPU here (torch sees none): nothing to measure; run it on a GPU machine, "
+                  "or --cpu-smoke to check the script on a CPU", file=sys.stderr)
+            return 2
+        if args.gpus > gpus:
+            if args.multi_gpu_only and gpus < 2:
+                print(f"bench/race_gpu.py: --gpus {args.gpus} --multi-gpu-only asked, this machine shows {gpus} GPU: "
+                      "nothing to measure; run it on a machine with several GPUs", file=sys.stderr)
+                return 2
+            print(f"bench/race_gpu.py: --gpus {args.gpus} asked, this machine shows {gpus} GPU(s): the multi-GPU entry "
+                  + (f"runs on {gpus} GPUs" if gpus > 1 else "is not run") + f"; run it on a machine with {args.gpus} "
+                  "GPUs for that entry", file=sys.stderr)
+            args.gpus = gpus
+    check_writable(args.out)
     with tempfile.TemporaryDirectory(prefix="coursekit-race-") as work:
         result = run_race("cpu" if args.cpu_smoke else "gpu", args.seeds, args.time_limit_s, Path(work), args.gpus,
                           args.multi_gpu_only, args.same_global_batch)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1, default=str))
-    print(f"wrote {args.out}")
+    written = save_text(args.out, json.dumps(result, indent=1, default=str))  # first: a print cannot lose it
+    print(f"wrote {written}")
     print(summary_text(result))
-    return 0 if all(e["counts"] for e in result["entries"]) else 1
+    return 0 if all(e["counts"] for e in result["entries"]) and written == args.out else 1
 
 
 if __name__ == "__main__":

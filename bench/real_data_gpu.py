@@ -29,6 +29,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from robust import check_writable, read_json, require_cuda, save_text  # noqa: E402
+
 REPORT = ROOT / "bench" / "REPORT-real-data.md"
 DEFAULT_TIME_LIMIT_S = 280
 # the labs' gpu settings (coursekit/labs/lab04_mixed_precision.py, lab02_batch_size.py) on Fashion-MNIST
@@ -59,12 +63,19 @@ def run_one(args: list[str], data_dir: str | None, timeout_s: float) -> dict[str
         command = [sys.executable, "-m", "coursekit.train", "--dataset", "fashion-mnist", *args, "--seed", "0",
                    "--progress", "off", "--out", folder] + (["--data-dir", data_dir] if data_dir else [])
         start = time.monotonic()
-        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout_s)
+        try:
+            done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout_s)
+            code, error = done.returncode, (done.stderr or done.stdout)[-1500:]
+        except subprocess.TimeoutExpired as expired:  # past the time limit: recorded as failed, what finished is kept
+            tail = expired.stderr or b""
+            code = "timeout"
+            error = f"stopped at the time limit ({timeout_s:.0f} s); stderr: " + (
+                tail.decode(errors="replace") if isinstance(tail, bytes) else tail)[-1200:]
         final = summary(read_metrics(Path(folder))) or {}
     row = {k: final.get(k) for k in SUMMARY_KEYS}
-    row.update(exit=done.returncode, wall_s=round(time.monotonic() - start, 1), args=args)
-    if done.returncode:
-        row["error"] = (done.stderr or done.stdout)[-1500:]
+    row.update(exit=code, wall_s=round(time.monotonic() - start, 1), args=args)
+    if code:
+        row["error"] = error
     return row
 
 
@@ -82,8 +93,7 @@ def measure(out: Path, time_limit_s: float, cpu_smoke: bool, only: list[str] | N
             continue
         row = run_one(CPU_SMOKE if cpu_smoke else args, data_dir, left)
         result["runs"].append({"lab": lab, "label": label, **row})
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result, indent=1) + "\n")
+        save_text(out, json.dumps(result, indent=1) + "\n")  # the run's record before its line
         print(f"{lab} {label}: exit {row['exit']}, val_acc {row['val_acc']}, {row['wall_s']} s", flush=True)
     return result
 
@@ -118,10 +128,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", action="append", help="only this run (its label, e.g. 'batch 2048'); repeatable")
     args = parser.parse_args(argv)
     if args.report:
-        print(report(json.loads(args.report.read_text())), end="")
+        print(report(read_json(args.report, "real_data_gpu.py record")), end="")
         return 0
     if not args.out:
         parser.error("--out FILE is needed to measure")
+    if not args.cpu_smoke:
+        require_cuda()
+    from coursekit.train.data import fashion_mnist
+
+    try:  # where the engine will look: $COURSEKIT_DATA_DIR, else Debian's folder
+        fashion_mnist.data_folder(os.environ.get("COURSEKIT_DATA_DIR"))
+    except ValueError as error:
+        print(f"bench/real_data_gpu.py: Fashion-MNIST is missing: nothing to measure. {error}", file=sys.stderr)
+        return 2
+    check_writable(args.out)
     result = measure(args.out, args.time_limit, args.cpu_smoke, args.only)
     return 0 if all(not r.get("exit") for r in result["runs"]) else 1
 

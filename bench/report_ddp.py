@@ -6,11 +6,15 @@
 from __future__ import annotations
 
 import argparse
-import json
+import sys
 from pathlib import Path
 from typing import Any
 
 BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+
+from robust import read_json  # noqa: E402
+
 MIB = 2**20
 
 
@@ -162,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="one or more result files (one section each, in this order)")
     parser.add_argument("--out", type=Path, default=BENCH / "REPORT-ddp.md")
     args = parser.parse_args(argv)
-    sections = [render(json.loads(path.read_text()), f"bench/results/{path.stem}_logs") for path in args.json]
+    sections = [render(read_json(path, "ddp_gpu.py record"), f"bench/results/{path.stem}_logs") for path in args.json]
     args.out.write_text("\n\n".join(sections))
     print(f"wrote {args.out}")
     return 0

@@ -5,9 +5,13 @@
 
 from __future__ import annotations
 
-import json
+import sys
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from robust import read_json  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 REPORT = Path(__file__).resolve().parent / "REPORT-gpu.md"
@@ -27,12 +31,20 @@ JPEG_ANALYSIS = (
 
 
 def fmt(stat: dict[str, float] | None) -> str:
-    return "–" if not stat else f"{stat['mean']:,.0f} ± {stat['std']:,.0f}"
+    """``mean ± std``; "–" where the figure was not measured (None, or an error in its place)."""
+    if not isinstance(stat, dict) or not isinstance(stat.get("mean"), (int, float)):
+        return "–"
+    return f"{stat['mean']:,.0f} ± {stat.get('std') or 0:,.0f}"
+
+
+def rate(value: Any, spec: str = ",.0f") -> str:
+    """A number, or "–" where it was not measured (None: a decoder not installed, a failed run)."""
+    return format(value, spec) if isinstance(value, (int, float)) else "–"
 
 
 def load(name: str) -> dict[str, Any] | None:
     path = RESULTS / name
-    return json.loads(path.read_text()) if path.exists() else None
+    return read_json(path) if path.exists() else None
 
 
 def ladder_section(data: dict[str, Any]) -> list[str]:
@@ -68,7 +80,7 @@ def sweep_section(data: dict[str, Any]) -> list[str]:
 
 def jpeg_section(data: dict[str, Any]) -> list[str]:
     jpeg = data["jpeg"]
-    ratio = jpeg["nvjpeg_over_synthetic"]
+    ratio = jpeg.get("nvjpeg_over_synthetic")
     return ["## JPEG folder (bf16 + channels_last, batch 256)", "",
             f"{jpeg['images']:,} generated JPEGs of {jpeg['size'][0]}×{jpeg['size'][1]} "
             "(`python -m coursekit.train.data.jpeg`), 16 loader workers, pinned memory, non-blocking copies.", "",
@@ -76,8 +88,9 @@ def jpeg_section(data: dict[str, Any]) -> list[str]:
             f"| synthetic, GPU-resident | {fmt(jpeg['synthetic_img_s'])} |",
             f"| JPEG, PIL decode on CPU workers | {fmt(jpeg['pil_cpu_img_s'])} |",
             f"| JPEG, nvjpeg decode on the GPU | {fmt(jpeg['nvjpeg_gpu_img_s'])} |", "",
-            f"nvjpeg / synthetic = **{ratio:.2f}** (target ≥ {JPEG_OVER_SYNTHETIC_TARGET}: "
-            f"{'met' if ratio >= JPEG_OVER_SYNTHETIC_TARGET else 'missed'}).", ""]
+            f"nvjpeg / synthetic = **{rate(ratio, '.2f')}** (target ≥ {JPEG_OVER_SYNTHETIC_TARGET}: "
+            + ("not measured" if ratio is None else 'met' if ratio >= JPEG_OVER_SYNTHETIC_TARGET else 'missed')
+            + ").", ""]
 
 
 def memory_section(data: dict[str, Any]) -> list[str]:
@@ -150,9 +163,13 @@ def hardware_jpeg_section(data: dict[str, Any]) -> list[str]:
              "|---|---|---:|---:|---:|---|"]
     for name, row in data["rows"].items():
         alone = (row.get("decode_alone") or {}).get("img_s")
-        runs = " / ".join(f"{rate:,.0f}" for rate in row.get("runs_img_s", [row["img_s"]]))
-        lines.append(f"| {name} | {row.get('decoder') or '–'} | {row['img_s']:,.0f} ± {row.get('img_s_std', 0):,.0f} | "
-                     f"{row.get('ratio_to_synthetic', 0):.2f} | {f'{alone:,.0f}' if alone else '–'} | {runs} |")
+        if not isinstance(row.get("img_s"), (int, float)):  # not measured here (a decoder not installed)
+            why = str(row.get("error") or row.get("status") or "not measured").splitlines()[0][:120]
+            lines.append(f"| {name} | – | n/a ({why}) | – | {rate(alone)} | – |")
+            continue
+        runs = " / ".join(rate(value) for value in row.get("runs_img_s", [row["img_s"]]))
+        lines.append(f"| {name} | {row.get('decoder') or '–'} | {row['img_s']:,.0f} ± {row.get('img_s_std') or 0:,.0f} | "
+                     f"{row.get('ratio_to_synthetic') or 0:.2f} | {f'{alone:,.0f}' if alone else '–'} | {runs} |")
     if data.get("diagnostics"):
         lines += ["", "Diagnostics (decoding alone per nvImageCodec backend; the synthetic run beside a decoding thread):",
                   "", "| diagnostic | img/s | decoding img/s | batches handed to torchvision |", "|---|---:|---:|---:|"]
@@ -187,7 +204,7 @@ def loader_overhead_section(data: dict[str, Any]) -> list[str]:
             lines.append(f"| {name} | failed: {row.get('stderr', '')[-120:]} |")
             continue
         cells = " | ".join(f"{row[key]:.1f}" if isinstance(row.get(key), float) else "–" for key, _ in LOADER_PHASES)
-        lines.append(f"| {name} | {cells} | {row['images_per_s']:,.0f} |")
+        lines.append(f"| {name} | {cells} | {rate(row.get('images_per_s'))} |")
     return lines + ["", "Issue 12 saw `workers=16 +persistent +prefetch4` take 191 s of wall time for these 30 steps: "
                     "torch joined each persistent worker at interpreter exit with a 5 s timeout. The engine now stops "
                     "the workers itself at the end of the run; exit and shutdown take seconds at most in every row.", ""]

@@ -6,11 +6,15 @@
 from __future__ import annotations
 
 import argparse
-import json
+import sys
 from pathlib import Path
 from typing import Any
 
 BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+
+from robust import read_json  # noqa: E402
+
 DEFAULT_JSON = BENCH / "results" / "large_batch_gpu.json"
 DEFAULT_REPORT = BENCH / "REPORT-large-batch.md"
 
@@ -37,7 +41,8 @@ def report_text(result: dict[str, Any]) -> str:
     if result.get("cells_a"):
         lines += ["## A. Equal epochs: the gap and LR scaling", "", "| arm | batch | peak LR | steps | test acc (mean ± sd) |",
                   "|---|---|---|---|---|"]
-        lines += [f"| {c['arm']} | {c['batch_size']} | {c['lr']:g} | {c['steps']} | {_acc(c['val_acc'], c['val_acc_std'])} |"
+        lines += [f"| {c['arm']} | {c['batch_size']} | {'-' if c.get('lr') is None else format(c['lr'], 'g')} | "
+                  f"{c['steps']} | {_acc(c['val_acc'], c['val_acc_std'])} |"
                   for c in result["cells_a"]]
         lines += ["", "## B. Warm-up at a very large LR", "",
                   "| arm | batch | peak loss, first 50 steps | test acc (mean ± sd) |", "|---|---|---|---|"]
@@ -67,7 +72,7 @@ def report_text(result: dict[str, Any]) -> str:
 
 
 def write_report(json_path: Path = DEFAULT_JSON, out: Path | None = None) -> Path:
-    result = json.loads(Path(json_path).read_text(encoding="utf-8"))
+    result = read_json(Path(json_path), "large_batch_gpu.py record", "bench/report_large_batch.py")
     target = out or DEFAULT_REPORT
     target.write_text(report_text(result), encoding="utf-8")
     return target

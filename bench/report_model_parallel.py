@@ -6,11 +6,14 @@
 from __future__ import annotations
 
 import argparse
-import json
+import sys
 from pathlib import Path
 from typing import Any
 
 BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+
+from robust import read_json  # noqa: E402
 
 
 def _num(value: Any, spec: str = ",.1f") -> str:
@@ -74,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=BENCH / "results" / "model_parallel_gpu.json")
     parser.add_argument("--out", type=Path, default=BENCH / "REPORT-model-parallel.md")
     args = parser.parse_args(argv)
-    print(write_report(json.loads(args.json.read_text(encoding="utf-8")), args.out))
+    print(write_report(read_json(args.json, "model_parallel_gpu.py record"), args.out))
     return 0
 
 

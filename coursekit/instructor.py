@@ -19,10 +19,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import functools
 import getpass
 import json
 import os
 import pwd
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -97,8 +99,13 @@ def setup(folder: Path, site: str, account: str | None, data_dir: str | None, le
     config.write_text(course_toml(site, account, data, board, job_prefix, profile, shared_pools))
     Path(board).parent.mkdir(parents=True, exist_ok=True)
     make_shared_folder(Path(shared_pools))  # 1777 where this setup creates it
-    reports = strip_folder(REPO_NOTEBOOKS, folder / PARTICIPANT_NOTEBOOKS)
+    reports = strip_folder(REPO_NOTEBOOKS, folder / PARTICIPANT_NOTEBOOKS) if REPO_NOTEBOOKS.is_dir() else None
     print(f"wrote {config}")
+    if reports is None:
+        print(f"coursekit instructor setup: error: the kit's notebooks are not in {REPO_NOTEBOOKS} (coursekit installed "
+              "without its repository): no participant notebooks written; run setup from a clone of the repository "
+              "(pip install -e .)", file=sys.stderr)
+        return EXIT_FAILED
     print(f"participants' notebooks (no solutions): {len(reports)} files in {folder / PARTICIPANT_NOTEBOOKS}")
     print(f"data folder: {data} (stage it: coursekit instructor data cifar10 --dir {data}; "
           f"coursekit instructor data jpeg --dir {data}; offline: coursekit instructor data fashion-mnist --dir {data})")
@@ -188,8 +195,13 @@ def job_prefix(explicit: str | None) -> str:
     return prefix
 
 
-def course_jobs(prefix: str, finished: bool) -> list[dict[str, str]]:
-    """The course's jobs: Slurm's (every user's, by name prefix) on a Slurm site, else the course registry's."""
+NO_ACCOUNTING_NOTE = ("Slurm accounting (sacct) does not answer on this cluster: finished jobs are shown only while "
+                      "squeue still lists them (minutes); ask the cluster's admins to enable slurmdbd for the rest")
+
+
+def course_jobs(prefix: str, finished: bool, notes: list[str] | None = None) -> list[dict[str, str]]:
+    """The course's jobs: Slurm's (every user's, by name prefix) on a Slurm site, else the course registry's.
+    What could not be asked (no accounting: sacct) is appended to ``notes`` when a list is given."""
     start = prefix + "-"
     if load_site().is_local:
         from coursekit.jobs.handle import list_jobs
@@ -203,6 +215,8 @@ def course_jobs(prefix: str, finished: bool) -> list[dict[str, str]]:
         text = slurm_cli.run(["sacct", "-a", "-n", "-P", "-X", "-S", "now-7days", "-o", ",".join(slurm_cli.SACCT_FIELDS)])
         rows += [{**r, "user": ""} for r in slurm_cli.parse_sacct(text)
                  if r["name"].startswith(start) and r["job_id"] not in seen]
+    elif finished and notes is not None:
+        notes.append(NO_ACCOUNTING_NOTE)
     return sorted(rows, key=lambda r: [int(p) if p.isdigit() else 0 for p in r["job_id"].split("_")])
 
 
@@ -258,17 +272,36 @@ def participant_of(job_name: str, prefix: str | None) -> tuple[str, str]:
     return who, experiment
 
 
-def gather_results(roots: list[Path], prefix: str | None) -> list[dict[str, Any]]:
-    """One row per finished run under the job folders ``<root>/<job name>/<job id>/metrics.jsonl``."""
+def gather_results(roots: list[Path], prefix: str | None, warnings: list[str] | None = None) -> list[dict[str, Any]]:
+    """One row per finished run under the job folders ``<root>/<job name>/<job id>/metrics.jsonl``. A folder or
+    file that cannot be read is left out and said in ``warnings`` (when a list is given; else it raises)."""
     from coursekit.metrics import read_metrics, summary
 
     rows = []
     for root in roots:
+        if warnings is not None:
+            try:
+                with os.scandir(root):
+                    pass
+            except FileNotFoundError:
+                warnings.append(f"{root}: no such folder; no run read from it")
+                continue
+            except OSError as error:
+                warnings.append(f"{root}: cannot read it ({error.strerror or error}); its runs are not in the table")
+                continue
         for path in sorted(Path(root).glob("*/*/metrics.jsonl")):
             job_name, job_id = path.parent.parent.name, path.parent.name
             if prefix and not job_name.startswith(prefix + "-"):
                 continue
-            final = summary(read_metrics(path.parent)) or {}
+            try:
+                records = read_metrics(path.parent)
+            except OSError as error:
+                if warnings is None:
+                    raise
+                warnings.append(f"{path}: cannot read it ({error.strerror or error}); that run is not in the table "
+                                "(run this as a user who can read the participants' job folders)")
+                continue
+            final = summary(records) or {}
             if not final:
                 continue
             config = final.get("config") or {}
@@ -552,7 +585,7 @@ def gather_room(roots: list[Path], prefix: str, *, slurm: bool | None = None,
     slurm_rows: dict[str, dict[str, str]] = {}
     if on_slurm:
         try:
-            slurm_rows = {r["job_id"]: r for r in course_jobs(prefix, finished=True)}
+            slurm_rows = {r["job_id"]: r for r in course_jobs(prefix, finished=True, notes=warnings)}
         except slurm_cli.SlurmError as error:
             warnings.append(f"Slurm did not answer ({error.message}): states are the registries' and the logs'")
         known = {j.job_id for j in jobs}
@@ -735,7 +768,10 @@ def cmd_data(args: argparse.Namespace) -> int:
 
 def cmd_jobs(args: argparse.Namespace) -> int:
     prefix = job_prefix(args.prefix)
-    print_jobs(course_jobs(prefix, finished=args.all), prefix)
+    notes: list[str] = []
+    print_jobs(course_jobs(prefix, finished=args.all, notes=notes), prefix)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
     return EXIT_OK
 
 
@@ -748,10 +784,21 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 def cmd_results(args: argparse.Namespace) -> int:
     prefix = args.prefix or course_setting("job_prefix")
-    roots = [Path(p) for p in args.jobs_dir] or [site_jobs_dir()]
-    rows = gather_results(roots, prefix)
+    roots = [Path(p) for p in args.jobs_dir] or [p for p in [site_jobs_dir()] if p.exists()]  # none yet: no run
+    if args.jobs_dir and not any(root.is_dir() for root in roots):
+        raise ValueError(f"--jobs-dir {' '.join(args.jobs_dir)}: no such folder; give the participants' jobs folders, "
+                         "e.g. --jobs-dir /home/*/dl-course/jobs")
+    notes: list[str] = []
+    rows = gather_results(roots, prefix, warnings=notes)
+    for note in notes:
+        print(f"warning: {note}", file=sys.stderr)
     out = args.out or course_dir() / DEFAULT_RESULTS
-    write_results(rows, out)
+    try:
+        write_results(rows, out)
+    except OSError as error:
+        where = "" if args.out else " (the default place, in the course folder)"
+        raise ValueError(f"cannot write the results table to {out}{where}: {os_reason(error)}; give --out a CSV "
+                         "file in a folder you can write to, e.g. --out ~/results.csv") from error
     people = sorted({r["participant"] for r in rows})
     print(f"{len(rows)} run(s) of {len(people)} participant(s) ({', '.join(people) or '-'}) -> {out}")
     return EXIT_OK
@@ -759,16 +806,84 @@ def cmd_results(args: argparse.Namespace) -> int:
 
 def cmd_room(args: argparse.Namespace) -> int:
     prefix = job_prefix(args.prefix)
+    if args.jobs_dir and not any(Path(root).expanduser().is_dir() for root in args.jobs_dir):
+        raise ValueError(f"--jobs-dir {' '.join(args.jobs_dir)}: no such folder; give the participants' jobs or course "
+                         "folders, e.g. --jobs-dir /home/*/dl-course")
     notes: list[str] = []
     guesses: list[str] = []
     rows = room_table(args.jobs_dir or None, prefix, stderr_lines=args.lines, warnings=notes, predictions=guesses)
+    failed: OSError | None = None
+    if args.csv:  # written first: the table on the screen cannot lose it
+        try:
+            write_room(rows, args.csv)
+        except OSError as error:
+            failed = error
     print_room(rows, prefix, guesses)
     for note in notes:
         print(f"warning: {note}", file=sys.stderr)
+    if failed is not None:
+        raise ValueError(f"cannot write the room to {args.csv}: {os_reason(failed)}; give --csv a file in a folder "
+                         "you can write to (the table above is complete)") from failed
     if args.csv:
-        write_room(rows, args.csv)
         print(f"-> {args.csv}")
     return EXIT_OK
+
+
+def os_reason(error: OSError) -> str:
+    """An OSError in words: the path it concerns and why ("/a/b: Not a directory")."""
+    reason = error.strerror or str(error)
+    if isinstance(error, FileExistsError):  # mkdir of a folder where a file stands
+        reason = "a file is there, where a folder is needed"
+    return f"{error.filename}: {reason}" if error.filename else reason
+
+
+WHAT_TO_DO = {  # per action: what the instructor can do about a file or folder that cannot be used
+    "setup": "choose a COURSE_DIR (and --data-dir, --leaderboard, --pools) you can write to",
+    "data": "choose a --dir you can write to (the course's shared data folder)",
+    "jobs": "check that the course folder and the job folders can be read (COURSEKIT_COURSE_DIR, --prefix)",
+    "cancel": "check that the course folder and the job folders can be read (COURSEKIT_COURSE_DIR, --prefix)",
+    "results": "give --out a CSV file in a folder you can write to, and --jobs-dir folders you can read",
+    "room": "give --jobs-dir folders you can read, and --csv a file in a folder you can write to",
+}
+
+
+def slurm_advice(error: slurm_cli.SlurmError) -> str:
+    """What to do about a Slurm command that failed, after what it said."""
+    if "not installed or not on PATH" in error.message:
+        return ("this course's site is a Slurm site: run this on the cluster's login node, where Slurm's commands "
+                "are, or use the local site (COURSEKIT_SITE=local)")
+    if "no answer within" in error.message:
+        return "Slurm's controller did not answer: try again in a minute, or ask the cluster's admins"
+    return "check that Slurm answers here (squeue, sacct), or ask the cluster's admins"
+
+
+def guarded(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """An instructor command whose failures caused by the environment (a file or folder that cannot be read or
+    written, Slurm's commands missing or failing, a child process failing) end in one sentence on stderr, naming
+    the problem and what to do, and exit status 1: never a Python traceback."""
+
+    @functools.wraps(handler)
+    def run(args: argparse.Namespace) -> int:
+        action = getattr(args, "instructor_command", None) or "command"
+        said = f"coursekit instructor {action}: error:"
+        try:
+            return handler(args)
+        except BrokenPipeError:  # the reader stopped reading (`... | head`): nothing to say
+            with contextlib.suppress(OSError):
+                sys.stdout = open(os.devnull, "w")  # so that Python's flush at exit says nothing
+            return EXIT_OK
+        except slurm_cli.SlurmError as error:
+            print(f"{said} {error}; {slurm_advice(error)}", file=sys.stderr)
+        except OSError as error:
+            print(f"{said} {os_reason(error)}; {WHAT_TO_DO.get(action, 'check the paths given')}", file=sys.stderr)
+        except subprocess.SubprocessError as error:
+            print(f"{said} a command it runs failed ({error}); {WHAT_TO_DO.get(action, 'check the paths given')}",
+                  file=sys.stderr)
+        except (ValueError, KeyError) as error:
+            print(f"{said} {error.args[0] if isinstance(error, KeyError) and error.args else error}", file=sys.stderr)
+        return EXIT_FAILED
+
+    return run
 
 
 def _lines(text: str) -> int:
@@ -796,7 +911,7 @@ def add_parser(commands: Any) -> None:
     s.add_argument("--profile", choices=("cpu", "gpu"), help="force the labs' profile (default: chosen per kernel)")
     s.add_argument("--no-doctor", action="store_true", help="skip the doctor's checks of the site")
     s.add_argument("--force", action="store_true", help="overwrite an existing coursekit.toml")
-    s.set_defaults(handler=cmd_setup)
+    s.set_defaults(handler=guarded(cmd_setup))
 
     d = sub.add_parser("data", help="stage a dataset once in a shared folder")
     d.add_argument("dataset", choices=("cifar10", "fashion-mnist", "jpeg"),
@@ -806,24 +921,24 @@ def add_parser(commands: Any) -> None:
     d.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) // 2), help="jpeg: writer processes")
     d.add_argument("--source", type=Path, help="fashion-mnist: the folder holding its four files (default Debian's "
                    "/usr/share/datasets/fashion-mnist)")
-    d.set_defaults(handler=cmd_data)
+    d.set_defaults(handler=guarded(cmd_data))
 
     j = sub.add_parser("jobs", help="every participant's jobs of this course (active; --all: finished too)")
     j.add_argument("--all", action="store_true", help="also the finished jobs (sacct, last 7 days)")
     j.add_argument("--prefix", help="job prefix (default: job_prefix of the course's coursekit.toml)")
-    j.set_defaults(handler=cmd_jobs)
+    j.set_defaults(handler=guarded(cmd_jobs))
 
     c = sub.add_parser("cancel", help="cancel every active job of this course (end of the day)")
     c.add_argument("--course", action="store_true", required=True, help="every job of the course (required)")
     c.add_argument("--prefix", help="job prefix (default: job_prefix of the course's coursekit.toml)")
-    c.set_defaults(handler=cmd_cancel)
+    c.set_defaults(handler=guarded(cmd_cancel))
 
     r = sub.add_parser("results", help="each participant's finished runs in one CSV table")
     r.add_argument("--out", type=Path, help=f"CSV file (default COURSE/{DEFAULT_RESULTS})")
     r.add_argument("--jobs-dir", action="extend", nargs="+", default=[],
                    help="job folders to read, one or more (default the course's): e.g. /home/*/dl-course/jobs")
     r.add_argument("--prefix", help="only jobs with this prefix (default: the course's job_prefix)")
-    r.set_defaults(handler=cmd_results)
+    r.set_defaults(handler=guarded(cmd_results))
 
     m = sub.add_parser("room", help="one row per participant: their lab, jobs, last failure and its stderr, "
                        "exit-ticket scores; those needing help first")
@@ -834,4 +949,4 @@ def add_parser(commands: Any) -> None:
     m.add_argument("--lines", type=_lines, default=STDERR_LINES,
                    help=f"last stderr lines of each participant's last failed job (default {STDERR_LINES})")
     m.add_argument("--prefix", help="job prefix (default: job_prefix of the course's coursekit.toml)")
-    m.set_defaults(handler=cmd_room)
+    m.set_defaults(handler=guarded(cmd_room))

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import csv
 import getpass
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -187,3 +190,118 @@ def test_data_fashion_mnist_stages_debians_files_verified_where_the_engine_and_d
     code = cli.main(["instructor", "data", "fashion-mnist", "--dir", str(tmp_path / "x"),
                      "--source", str(tmp_path / "no-package")])
     assert code == 1 and "apt-get install -y dataset-fashion-mnist" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------ the environment
+# A failure caused by the environment ends in one sentence on stderr (the problem, what to do) and exit
+# status 1, never a traceback. The tests run as root: a path under a regular file stands for a folder that
+# cannot be written (NotADirectoryError), and a raised PermissionError for a folder that cannot be read.
+
+
+@pytest.fixture
+def afile(tmp_path: Path) -> Path:
+    """A regular file: ``afile / "x"`` can be neither read nor written (a folder is needed there)."""
+    path = tmp_path / "afile"
+    path.write_text("not a folder\n")
+    return path
+
+
+def one_sentence(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def test_results_out_that_cannot_be_written_says_so_and_suggests_out(course: Path, afile: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch,
+                                                                    capsys: pytest.CaptureFixture) -> None:
+    assert cli.main(["instructor", "setup", str(course), "--job-prefix", "ck", "--no-doctor"]) == 0
+    capsys.readouterr()
+    assert cli.main(["instructor", "results", "--out", str(afile / "results.csv")]) == 1
+    said = one_sentence(capsys.readouterr().err)
+    assert said.startswith("coursekit instructor results: error: cannot write the results table to")
+    assert str(afile / "results.csv") in said and "--out" in said
+    monkeypatch.setenv("COURSEKIT_COURSE_DIR", str(afile / "course"))  # the default place cannot be written either
+    assert cli.main(["instructor", "results", "--prefix", "ck"]) == 1
+    said = one_sentence(capsys.readouterr().err)
+    assert "the default place" in said and "--out" in said
+    assert cli.main(["instructor", "results", "--jobs-dir", str(course / "nowhere"), "--out", str(course / "r.csv")]) == 1
+    assert "no such folder" in one_sentence(capsys.readouterr().err)
+
+
+def test_the_command_prints_no_traceback(tmp_path: Path, afile: Path) -> None:
+    """The real process: its whole stderr is the one sentence."""
+    root = Path(coursekit.__file__).resolve().parents[1]
+    env = {**os.environ, "COURSEKIT_COURSE_DIR": str(tmp_path / "course"), "COURSEKIT_SITE": "local",
+           "PYTHONPATH": os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p)}
+    done = subprocess.run([sys.executable, "-m", "coursekit", "instructor", "results", "--prefix", "ck", "--out",
+                           str(afile / "results.csv")], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "--out" in one_sentence(done.stderr), done.stderr
+
+
+def test_setup_data_and_room_say_which_path_cannot_be_used(course: Path, afile: Path,
+                                                           capsys: pytest.CaptureFixture) -> None:
+    assert cli.main(["instructor", "setup", str(afile / "course"), "--no-doctor"]) == 1
+    said = one_sentence(capsys.readouterr().err)
+    assert said.startswith("coursekit instructor setup: error:") and "COURSE_DIR" in said and str(afile) in said
+    assert cli.main(["instructor", "data", "jpeg", "--dir", str(afile / "d"), "--profile", "cpu", "--workers", "1"]) == 1
+    said = one_sentence(capsys.readouterr().err)
+    assert said.startswith("coursekit instructor data: error:") and "--dir" in said
+    assert cli.main(["instructor", "setup", str(course), "--job-prefix", "ck", "--no-doctor"]) == 0
+    capsys.readouterr()
+    assert cli.main(["instructor", "room", "--csv", str(afile / "room.csv")]) == 1
+    done = capsys.readouterr()
+    assert "participant(s) of course prefix 'ck'" in done.out  # the room is shown all the same
+    said = [line for line in done.err.splitlines() if "error:" in line]
+    assert len(said) == 1 and "--csv" in said[0] and "Traceback" not in done.err
+
+
+def test_an_unreadable_participant_folder_is_a_warning_or_one_sentence(course: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                      capsys: pytest.CaptureFixture) -> None:
+    from coursekit import metrics
+
+    assert cli.main(["instructor", "setup", str(course), "--job-prefix", "ck", "--no-doctor"]) == 0
+    for name, job_id in (("ck-ada-bs", "11"), ("ck-bob-bs", "12")):
+        writer = MetricsWriter(course / "jobs" / name / job_id)
+        writer.write("summary", status="completed", val_acc=0.5, config={"model": "mlp"})
+        writer.close()
+    read = metrics.read_metrics
+
+    def unreadable_bob(run_dir: Path) -> list:
+        if "ck-bob-bs" in str(run_dir):
+            raise PermissionError(13, "Permission denied", str(run_dir))
+        return read(run_dir)
+
+    monkeypatch.setattr(metrics, "read_metrics", unreadable_bob)
+    capsys.readouterr()
+    assert cli.main(["instructor", "results", "--out", str(course / "r.csv")]) == 0  # ada's run, bob's said
+    done = capsys.readouterr()
+    assert "1 run(s) of 1 participant(s) (ada)" in done.out
+    assert "ck-bob-bs" in done.err and "Permission denied" in done.err and "Traceback" not in done.err
+
+    def denied(prefix: str, finished: bool, notes: list | None = None) -> list:
+        raise PermissionError(13, "Permission denied", "/home/ada/dl-course/jobs")
+
+    monkeypatch.setattr(instructor, "course_jobs", denied)
+    assert cli.main(["instructor", "jobs"]) == 1
+    said = one_sentence(capsys.readouterr().err)
+    assert said.startswith("coursekit instructor jobs: error: /home/ada/dl-course/jobs: Permission denied;")
+
+
+def test_without_slurm_commands_or_accounting_the_instructor_is_told(course: Path, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch,
+                                                                    capsys: pytest.CaptureFixture) -> None:
+    from coursekit import slurm_cli
+
+    monkeypatch.setenv("COURSEKIT_SITE", "slurm")
+    monkeypatch.setenv("PATH", str(tmp_path))  # no squeue, sacct, scancel here
+    for argv in (["jobs", "--prefix", "ck"], ["cancel", "--course", "--prefix", "ck"]):
+        assert cli.main(["instructor", *argv]) == 1
+        said = one_sentence(capsys.readouterr().err)
+        assert "squeue is not installed or not on PATH" in said and "login node" in said
+    monkeypatch.setattr(slurm_cli, "squeue", lambda all_states=True: [
+        {"job_id": "7", "name": "ck-ada-bs", "user": "u1", "state": "RUNNING", "elapsed": "1:00", "node_list": "n1"}])
+    monkeypatch.setattr(slurm_cli, "accounting_enabled", lambda: False)  # sacct does not answer
+    assert cli.main(["instructor", "jobs", "--all", "--prefix", "ck"]) == 0
+    done = capsys.readouterr()
+    assert "ck-ada-bs" in done.out and "accounting" in one_sentence(done.err)

@@ -29,6 +29,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import jpeg_decode_gpu as bench  # noqa: E402
+from robust import number  # noqa: E402
 
 from coursekit.train import data
 from coursekit.train.data import jpeg  # noqa: E402
@@ -88,6 +89,7 @@ def main() -> None:
     rates: dict[str, list[float]] = {"synthetic": []}
     rates.update({name: [] for name in VARIANTS})
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in rates}
+    steps_per_epoch = len(list((root / "train").glob("*/*.jpg"))) // bench.BATCH
     for repeat in range(args.repeats):
         row = bench.run(bench.config(dataset="synthetic", gpu_resident=True, test_steps=steps))
         rates["synthetic"].append(row["img_s"])
@@ -99,18 +101,23 @@ def main() -> None:
             row = bench.run(bench.config(**{**loader, **options}, test_steps=steps), "torchvision")
             rates[name].append(row["img_s"])
             runs[name].append(row)
+            # the run's record first (a print cannot lose it), then its line
+            args.out.write_text(json.dumps({"rates": rates, "timed_windows": TIMED_WINDOWS, "runs": runs,
+                                            "steps_per_epoch": steps_per_epoch}, indent=1))
             windows = " ".join(f"{rate:,.0f}" for rate in row["window_img_s"])
-            first = " ".join(f"{s:.2f}" for s in row["loader_phases"]["first_batch_s"])
-            print(f"[{repeat + 1}/{args.repeats}] {name:<55} {row['img_s']:8.0f} img/s  windows {windows}  "
-                  f"first batch of each epoch (s) {first}", flush=True)
-        args.out.write_text(json.dumps({"rates": rates, "timed_windows": TIMED_WINDOWS, "runs": runs,
-                                        "steps_per_epoch": len(list((root / "train").glob("*/*.jpg"))) // bench.BATCH},
-                                       indent=1))
-    synthetic = statistics.fmean(rates["synthetic"])
-    for name, values in rates.items():
+            first = " ".join(f"{s:.2f}" for s in (row.get("loader_phases") or {}).get("first_batch_s") or [])
+            print(f"[{repeat + 1}/{args.repeats}] {name:<55} {number(row['img_s'], '8.0f')} img/s  windows {windows}  "
+                  f"first batch of each epoch (s) {first or 'n/a'}", flush=True)
+    measured = {name: [v for v in values if v is not None] for name, values in rates.items()}
+    synthetic = statistics.fmean(measured["synthetic"]) if measured["synthetic"] else None
+    for name, values in measured.items():
+        if not values:
+            print(f"{name:<45} n/a (no run recorded a timed window)", flush=True)
+            continue
         std = statistics.stdev(values) if len(values) > 1 else 0.0
-        print(f"{name:<45} {statistics.fmean(values):8.0f} ± {std:5.0f} img/s  "
-              f"x{statistics.fmean(values) / synthetic:.2f}", flush=True)
+        mean = statistics.fmean(values)
+        print(f"{name:<45} {mean:8.0f} ± {std:5.0f} img/s  x{number(mean / synthetic if synthetic else None, '.2f')}",
+              flush=True)
 
 
 if __name__ == "__main__":
