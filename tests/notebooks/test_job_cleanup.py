@@ -26,8 +26,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 CONFTEST = REPO / "notebooks" / "conftest.py"
-RUN_TIMEOUT_S = 120  # a busy CI machine: three workers on two cores
-CTRL_C_AGAIN_S = 30  # seen once under CI's load: the first SIGINT did not end the run within 60 s
+RUN_TIMEOUT_S = 90  # a busy CI machine: three workers on two cores
 READY_TIMEOUT_S = 40  # the pytest subprocess started, its kernel too, and the job's worker runs
 REAPED_WITHIN_S = 15
 # the job's command: an agent that starts its worker in a session of its own and stops it on SIGTERM/SIGINT
@@ -107,6 +106,14 @@ def _alive(pid: int, start: str | None) -> bool:
     return start is not None and _start_time(pid) == start
 
 
+def _sigint_as_in_a_terminal() -> None:
+    """SIGINT's default in the child, as a terminal's pytest has it. A suite started in the background
+    (``bash .ci/run &``: bash sets SIGINT to SIG_IGN for asynchronous commands) passes SIG_IGN down to every
+    child, and Python then installs no KeyboardInterrupt handler: the SIGINT test's pytest ignored the signal
+    and ran on (seen twice in CI runs started so; reproduced with SIGINT ignored in the parent)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Course:
     """A folder of generated notebooks, the repository's notebooks/conftest.py beside them."""
 
@@ -148,7 +155,7 @@ class Course:
                    *map(str, notebooks)]
         with open(self.folder / "pytest.log", "wb") as log:
             return subprocess.Popen(command, cwd=self.folder, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                    stderr=subprocess.STDOUT)
+                                    stderr=subprocess.STDOUT, preexec_fn=_sigint_as_in_a_terminal)
 
     def output(self, run: subprocess.Popen) -> str:
         """What the pytest run printed, once it has ended (killed after RUN_TIMEOUT_S)."""
@@ -244,8 +251,6 @@ def test_c_a_stopped_run_cancels_its_jobs_before_pytest_exits(tmp_path: Path, si
     try:
         info = _ready(course, "c", run)
         run.send_signal(signum)
-        if signum == signal.SIGINT and not _wait_until(lambda: run.poll() is not None, CTRL_C_AGAIN_S):
-            run.send_signal(signum)  # a Ctrl-C that landed where a library swallowed it: pressed again, as people do
         output = course.output(run)
         assert run.returncode == pytest.ExitCode.INTERRUPTED, output
         assert "KeyboardInterrupt" in output, output
