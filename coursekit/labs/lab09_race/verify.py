@@ -13,14 +13,26 @@ An entry (one participant's submission in one round) counts when it has no mark.
   GPUs; how many of them is the participant's choice within ``max_gpus``);
 - the runs are not their poster's: the pseudonym belongs to another Unix user, or the file they came from
   can be written by others (``leaderboard.read_board``). Entries are grouped by the Unix user who posted them
-  too: another user's runs under your pseudonym never join or replace yours.
+  too: another user's runs under your pseudonym never join or replace yours;
+- the runs are not backed by Slurm's accounting (``check_evidence``; the records are ``sacct``'s, written by
+  slurmctld and slurmdbd, never by the participant, who can write anything into their own runs file): each
+  run must name a job that accounting knows, owned (sacct's User/UID) by the Unix user who owns the runs file
+  the line sits in, that ended COMPLETED; no other line may claim the same job and seed; and the job's elapsed
+  time bounds the run's own clock: time to target <= training time <= Elapsed (summed over the seeds when
+  one job ran several), within ``ELAPSED_TOLERANCE_S`` (Slurm stamps a job's start and end in whole seconds).
+  This defeats copied lines (another user's job), invented job ids, failed or cancelled jobs, a job posted
+  twice (its time cut the second time) and times longer than the job. What it cannot see is a time cut
+  *within* its job's elapsed time in a file rewritten by its owner: the re-run of the top entries by the
+  instructor is the check for that. Without accounting (the local site: one user, a laptop) every time is
+  ranked as posted and the board says its times are unverified (``table.evidence``, ``UNVERIFIED``).
 """
 
 from __future__ import annotations
 
 import math
+import pwd
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from coursekit.labs.kit.results import ResultsTable
@@ -31,6 +43,14 @@ from coursekit.labs.lab09_race.rules import Rules
 # honest entry (its models truly at the target) is marked by chance about once in 40, one that stopped on a lucky
 # evaluation is marked when its luck was large against the noise of both parts of the validation set.
 CONFIRM_Z = 2.0
+# Slurm stamps a job's Start and End in whole seconds, so its Elapsed may read up to 1 s less than the time a
+# clock inside the job measured; the engine's clocks (time to target, training time) are one clock read at two
+# moments: equal at the stop up to float rounding.
+ELAPSED_TOLERANCE_S = 1.0
+CLOCK_TOLERANCE_S = 1e-3
+UNVERIFIED = ("times unverified: this site keeps no Slurm accounting (the local site), so nothing stands behind a "
+              "posted time but its line; ranked as posted")
+Accounting = Mapping[str, Mapping[str, Any]]  # job id -> sacct's record (slurm_cli.job_evidence)
 
 
 def hardware(run: dict[str, Any]) -> str:
@@ -79,6 +99,7 @@ def marks_of(runs: list[dict[str, Any]], rules: Rules, kit_code_hash: str,
              reference: dict[str, Any] | None) -> list[str]:
     """Every reason why these runs (one entry) do not count."""
     marks: list[str] = sorted({str(r["not_theirs"]) for r in runs if r.get("not_theirs")})
+    marks += list(dict.fromkeys(reason for r in runs for reason in r.get("evidence") or ()))
     seeds = [r.get("seed") for r in runs]
     if len(runs) < rules.seeds:
         marks.append(f"{len(runs)} seed(s) posted, the rules ask for {rules.seeds}")
@@ -116,16 +137,95 @@ def marks_of(runs: list[dict[str, Any]], rules: Rules, kit_code_hash: str,
 def baseline_reference(runs: list[dict[str, Any]], round_: int) -> dict[str, Any] | None:
     """The first baseline run of the round (its validation set and hardware are the reference)."""
     for run in runs:
-        if run["participant"] == BASELINE and int(run.get("round") or 1) == round_ and is_theirs(run):
+        if (run["participant"] == BASELINE and int(run.get("round") or 1) == round_ and is_theirs(run)
+                and not run.get("evidence")):
             return run
     return None
 
 
+def _seconds(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _owned_by(record: Mapping[str, Any], user: str) -> bool:
+    """Is the job of ``record`` the Unix user ``user``'s (sacct's User, else its UID)?"""
+    if record.get("user"):
+        return str(record["user"]) == user
+    try:
+        return record.get("uid") is not None and int(record["uid"]) == pwd.getpwnam(user).pw_uid
+    except KeyError:
+        return user == f"uid{record.get('uid')}"
+
+
+def check_evidence(runs: list[dict[str, Any]], accounting: Accounting | None) -> None:
+    """Set ``run["evidence"]`` on every run (every line read, including those a later line of the same seed
+    replaces): the reasons why Slurm's accounting does not back it (empty: it does), each said in words.
+    ``accounting``: job id -> sacct's record (``slurm_cli.job_evidence``), data, so that tests can plant it;
+    None: the site has no accounting, nothing is checked (the board says its times are unverified)."""
+    if accounting is None:
+        for run in runs:
+            run["evidence"] = []
+        return
+    rightful: dict[tuple[str, Any], list[dict[str, Any]]] = {}  # (job, seed) -> lines of the job's own owner
+    for run in runs:
+        reasons: list[str] = []
+        job_id = run.get("job_id")
+        record = accounting.get(str(job_id)) if job_id not in (None, "") else None
+        if job_id in (None, ""):
+            reasons.append("names no Slurm job (job_id is empty): nothing stands behind its time")
+        elif record is None:
+            reasons.append(f"job {job_id} is unknown to Slurm's accounting: no such job ran")
+        else:
+            if not _owned_by(record, str(run.get("user"))):
+                reasons.append(f"job {job_id} is Unix user {record.get('user') or record.get('uid')}'s, not "
+                               f"{run.get('user')}'s who posted it: a copied run")
+            else:
+                rightful.setdefault((str(job_id), run.get("seed")), []).append(run)
+            if record.get("state") != "COMPLETED":
+                reasons.append(f"job {job_id} ended {record.get('state')} in Slurm's accounting, not COMPLETED")
+            reasons += _clock_reasons(run, record)
+        run["evidence"] = reasons
+    by_job: dict[str, list[dict[str, Any]]] = {}
+    for (job_id, seed), lines in rightful.items():
+        if len(lines) > 1:
+            for line in lines:
+                line["evidence"].append(f"job {job_id} (seed {seed}) is claimed by {len(lines)} lines: a job backs "
+                                        "one run, posted once")
+        by_job.setdefault(job_id, []).append(lines[0])
+    for job_id, lines in by_job.items():
+        if len(lines) < 2:
+            continue  # one run: its own bound is checked above
+        total = sum(_seconds(line.get("train_time_s")) or _seconds(line.get("time_to_target_s")) or 0.0
+                    for line in lines)
+        elapsed = _seconds(accounting[job_id].get("elapsed_s"))
+        if elapsed is not None and total > elapsed + ELAPSED_TOLERANCE_S:
+            for line in lines:
+                line["evidence"].append(f"the {len(lines)} seeds of job {job_id} trained {total:.1f} s in all, "
+                                        f"more than the job's elapsed {elapsed:.0f} s in Slurm's accounting")
+
+
+def _clock_reasons(run: dict[str, Any], record: Mapping[str, Any]) -> list[str]:
+    """time to target <= training time <= the job's elapsed time (within the tolerances), in words."""
+    reasons = []
+    to_target, trained = _seconds(run.get("time_to_target_s")), _seconds(run.get("train_time_s"))
+    elapsed = _seconds(record.get("elapsed_s"))
+    if to_target is not None and trained is not None and to_target > trained + CLOCK_TOLERANCE_S:
+        reasons.append(f"time to target {to_target:.3f} s is longer than the run's training time {trained:.3f} s")
+    longest = max((t for t in (to_target, trained) if t is not None), default=None)
+    if longest is not None and elapsed is not None and longest > elapsed + ELAPSED_TOLERANCE_S:
+        reasons.append(f"the run says it trained {longest:.1f} s, but its job {run.get('job_id')} ran {elapsed:.0f} s "
+                       "in Slurm's accounting")
+    return reasons
+
+
 def entries(runs: list[dict[str, Any]], rules: Rules, kit_code_hash: str,
-            problems: Sequence[str] = ()) -> ResultsTable:
+            problems: Sequence[str] = (), accounting: Accounting | None = None) -> ResultsTable:
     """One row per (participant, submission, round, Unix user): time-to-target mean ± std, the held-out accuracy
     at the stops, the marks, the rank;
-    ``table.problems``: what the reader skipped (``problems``: lines or files that are not runs)."""
+    ``table.problems``: what the reader skipped (``problems``: lines or files that are not runs);
+    ``accounting``: Slurm's records of the runs' jobs (``check_evidence``), None where the site keeps none:
+    ``table.evidence`` is then ``UNVERIFIED`` (said in the title too), else "sacct"."""
+    check_evidence(runs, accounting)
     rows = []
     for (participant, submission, round_, user), group in group_runs(runs).items():
         times = [r["time_to_target_s"] for r in group if r.get("target_reached") and r.get("time_to_target_s") is not None]
@@ -136,6 +236,8 @@ def entries(runs: list[dict[str, Any]], rules: Rules, kit_code_hash: str,
                      "seeds": len(group), "reached": len(times), "time_to_target_s": mean, "std_s": std,
                      "steps_to_target": mean_std(steps)[0], "confirm_acc": confirmed_accuracy(group),
                      "hardware": hardware(group[0]),
+                     "evidence": "unverified" if accounting is None else "failed" if any(r["evidence"] for r in group)
+                     else "sacct",
                      "counts": not marks, "marks": "; ".join(marks) or "-", "runs": group})
     rows.sort(key=lambda r: (not r["counts"], r["time_to_target_s"] if r["time_to_target_s"] is not None
                              else float("inf")))
@@ -143,7 +245,10 @@ def entries(runs: list[dict[str, Any]], rules: Rules, kit_code_hash: str,
     for row in rows:
         row["rank"] = (rank := rank + 1) if row["counts"] else None
     columns = ["rank", "participant", "submission", "round", "seeds", "reached", "time_to_target_s", "std_s",
-               "steps_to_target", "confirm_acc", "hardware", "counts", "marks"]
-    table = ResultsTable(rows, columns=columns, title=f"Leaderboard — {rules.name} (target {rules.target_acc:.1%})")
+               "steps_to_target", "confirm_acc", "hardware", "evidence", "counts", "marks"]
+    title = f"Leaderboard — {rules.name} (target {rules.target_acc:.1%})"
+    table = ResultsTable(rows, columns=columns, title=title + (f" — {UNVERIFIED}" if accounting is None else
+                                                               " — every ranked time backed by Slurm's accounting"))
     table.problems = list(problems)  # type: ignore[attr-defined]
+    table.evidence = UNVERIFIED if accounting is None else "sacct"  # type: ignore[attr-defined]
     return table
