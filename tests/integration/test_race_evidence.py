@@ -1,12 +1,14 @@
 """Lab 09's board against the real local Slurm's accounting, with real Unix users (ada, bob, instructor): their
 jobs (tiny ``sleep 1`` array jobs, submitted as each user) back the lines of their runs files; bob then writes
 the issue's three forgeries into his own file. The board asks sacct once and marks each forgery with its reason,
-while the honest entries (the instructor's baseline, ada's and bob's own) count."""
+while the honest entries (the instructor's baseline, ada's and bob's own) count. Then the race folder with the
+same users: bob squats ada's file name, ada still posts, and the instructor (not root) clears the round."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -17,10 +19,11 @@ import pytest
 from slurm_helpers import wait_job_end
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "hub"))
-from hub_helpers import as_user, write_as  # noqa: E402
+from hub_helpers import PARTICIPANT_PYTHON, REPO, as_user, run, write_as  # noqa: E402
 
 from coursekit import slurm_cli  # noqa: E402
 from coursekit.labs import lab09_race as race  # noqa: E402
+from coursekit.labs.lab09_race import leaderboard as lb  # noqa: E402
 from coursekit.train.config import TrainConfig  # noqa: E402
 
 USERS = ("instructor", "ada", "bob")
@@ -36,9 +39,7 @@ def race_folder() -> Iterator[Path]:
     folder = Path(tempfile.mkdtemp(prefix="ck-race-", dir="/tmp"))
     folder.chmod(0o1777)
     yield folder
-    for path in folder.iterdir():
-        path.unlink()
-    folder.rmdir()
+    shutil.rmtree(folder)
 
 
 def seeds_job(user: str) -> list[str]:
@@ -96,3 +97,35 @@ def test_the_board_marks_bobs_three_forgeries_from_slurms_accounting(course: Pat
     assert f"job {nowhere}_0 is unknown to Slurm's accounting" in rows[("bob", "invented")]["marks"]
     assert f"job {jobs['bob'][0]} (seed 0) is claimed by 2 lines" in rows[("bob", "mine")]["marks"]
     assert all(rows[k]["rank"] is None for k in [("bob", "copied"), ("bob", "invented"), ("bob", "mine")])
+
+
+def as_participant(user: str, code: str) -> Any:
+    """Python ``code`` run as ``user`` with this checkout's coursekit (the participants' Python of the hub)."""
+    if not PARTICIPANT_PYTHON.exists():
+        pytest.fail(f"{PARTICIPANT_PYTHON} is missing: `bash slurm/hub.sh install` (as root) makes it")
+    return as_user(user, ["env", f"PYTHONPATH={REPO}", str(PARTICIPANT_PYTHON), "-c", code], check=False)
+
+
+def test_a_squatted_name_costs_ada_nothing_and_the_instructor_clears_the_round_without_root(race_folder: Path) -> None:
+    board = race_folder / "leaderboard.jsonl"
+    write_as("bob", race_folder / "ada.jsonl", b"x\n")  # bob, before ada's first post
+    post = as_participant("ada", "from pathlib import Path; from coursekit.labs import lab09_race as race; "
+                          "race.append_run(race.run_record('ada', 'fast', {'seed': 0, 'target_reached': True}, '1'), "
+                          f"Path({str(board)!r}))")
+    assert post.returncode == 0, post.stderr
+    runs, problems = race.read_board(board)
+    assert [(r["participant"], r["user"]) for r in runs] == [("ada", "ada")]
+    assert any("ada.jsonl: named after ada but owned by bob: ignored" in p for p in problems), problems
+    clear = ("import sys; from coursekit import cli; sys.exit(cli.main(['instructor', 'race', 'clear', "
+             f"'--leaderboard', {str(board)!r}]))")
+    refused = as_participant("instructor", clear)  # the folder is root's: sticky, so the instructor may not
+    assert refused.returncode == 1 and "belongs to root, not to you (instructor)" in refused.stderr, refused.stderr
+    assert "chown instructor" in refused.stderr
+    run(["chown", "instructor", str(race_folder)])  # what setup and slurm/hub.sh install make it: the instructor's
+    cleared = as_participant("instructor", clear)
+    assert cleared.returncode == 0, cleared.stderr
+    assert "cleared the round: 3 file(s)" in cleared.stdout, cleared.stdout  # ada.jsonl (bob's), ada's spare, ada.claim
+    assert race.read_board(board) == ([], [])
+    (archive,) = (race_folder / "archive").iterdir()
+    archived = sorted((p.name == "ada.jsonl", lb.user_name(p.stat().st_uid)) for p in archive.iterdir())
+    assert archived == [(False, "ada"), (False, "ada"), (True, "bob")]  # ada's claim and spare file, bob's squat
