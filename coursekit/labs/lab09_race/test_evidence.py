@@ -142,3 +142,32 @@ def test_the_board_asks_accounting_once_per_refresh_and_never_again_for_a_finish
     assert calls[-1] == ["900", "901", "902"], "a finished job's record is final: only the unknown ids are asked"
     monkeypatch.setattr("coursekit.sites.load_site", lambda: SimpleNamespace(is_local=True))
     assert view.board_accounting(runs, problems, cache) is None and problems == []  # the local site: no accounting
+
+
+def test_an_entry_whose_rerun_is_ten_times_slower_is_not_reproduced_and_a_reproduced_one_keeps_its_rank() -> None:
+    """The instructor's re-runs (planted): ada's entry re-runs within its spread and ranks by its verified time;
+    kim's claim is 10x faster than her re-run (a time cut within her job's elapsed time: what accounting cannot
+    see) and drops out; lee's re-run misses the target with a seed."""
+    runs = [line("instructor", race.BASELINE, "baseline", f"10{s}", s, 2.0) for s in range(3)]
+    runs += [line("ada", "ada", "fast", f"20{s}", s, t) for s, t in enumerate((1.0, 1.1, 0.9))]
+    runs += [line("kim", "kim", "cut", f"40{s}", s, t) for s, t in enumerate((0.15, 0.16, 0.14))]
+    runs += [line("lee", "lee", "lucky", f"50{s}", s, 1.2) for s in range(3)]
+    reruns = {("ada", "fast", 1, "ada"): [line("instructor", "ada", "fast", f"6{s}", s, t)
+                                          for s, t in enumerate((1.15, 1.05, 1.2))],
+              ("kim", "cut", 1, "kim"): [line("instructor", "kim", "cut", f"7{s}", s, t)
+                                         for s, t in enumerate((1.5, 1.6, 1.4))],
+              ("lee", "lucky", 1, "lee"): [line("instructor", "lee", "lucky", "80", 0, 1.2),
+                                           {**line("instructor", "lee", "lucky", "81", 1, 1.2), "target_reached": False}]}
+    table = race.entries(runs, RULES, KIT, reruns=reruns)
+    rows = {r["participant"]: r for r in table}
+    assert "verified_s" in table.columns
+    ada, kim, lee = rows["ada"], rows["kim"], rows["lee"]
+    assert ada["counts"] and ada["rank"] == 1 and ada["verified_s"] == pytest.approx(1.1333, abs=1e-3), ada["marks"]
+    assert not kim["counts"] and kim["rank"] is None and kim["verified_s"] == pytest.approx(1.5)
+    assert "not reproduced: the instructor's re-run took 1.50 s" in kim["marks"] and "10.0x the claimed" in kim["marks"]
+    assert not lee["counts"] and "re-run of seed(s) [1] did not reach the target" in lee["marks"]
+    assert rows[race.BASELINE]["counts"] and rows[race.BASELINE]["verified_s"] is None  # not re-run: claimed time
+    # the bound: a re-run 20 % slower than a claim with no spread is within the floor, 30 % is not
+    claim = [line("x", "x", "s", str(s), s, 1.0) for s in range(3)]
+    assert verify.reproduction(claim, [line("i", "x", "s", str(s), s, 1.2) for s in range(3)])[1] is None
+    assert "not reproduced" in verify.reproduction(claim, [line("i", "x", "s", str(s), s, 1.3) for s in range(3)])[1]

@@ -51,6 +51,15 @@ CLOCK_TOLERANCE_S = 1e-3
 UNVERIFIED = ("times unverified: this site keeps no Slurm accounting (the local site), so nothing stands behind a "
               "posted time but its line; ranked as posted")
 Accounting = Mapping[str, Mapping[str, Any]]  # job id -> sacct's record (slurm_cli.job_evidence)
+# Verification by re-run (the instructor re-runs an entry's configuration and seeds): the claimed mean is not
+# reproduced when the re-run's mean is slower by more than REPRO_Z standard errors of the difference of two means
+# of k seeds (the run-to-run spread: seeds change the data order and the initialisation, so time to target varies
+# from seed to seed; both entries' own standard deviations say by how much), and by more than REPRO_FLOOR of the
+# claim (another node of the same GPU model, a busier file system: a few percent to ~20 % seen between honest runs).
+# Three standard errors: an honest entry is called "not reproduced" by chance about once in 700.
+REPRO_Z = 3.0
+REPRO_FLOOR = 0.25
+EntryKey = tuple[str, str, int, str]  # (participant, submission, round, Unix user): an entry of the board
 
 
 def hardware(run: dict[str, Any]) -> str:
@@ -218,13 +227,43 @@ def _clock_reasons(run: dict[str, Any], record: Mapping[str, Any]) -> list[str]:
     return reasons
 
 
+def reproduction(claimed: list[dict[str, Any]], reruns: list[dict[str, Any]]) -> tuple[float | None, str | None]:
+    """The verified time of an entry (its re-run's mean time to target) and why it is not reproduced (None: it
+    is): a re-run seed that missed the target, or a re-run slower than the claim by more than the spread allows
+    (``REPRO_Z``, ``REPRO_FLOOR``)."""
+    missed = [r.get("seed") for r in reruns if not r.get("target_reached") or r.get("time_to_target_s") is None]
+    times = [float(r["time_to_target_s"]) for r in reruns if r.get("target_reached")
+             and r.get("time_to_target_s") is not None]
+    verified, rerun_std = mean_std(times)
+    if not reruns:
+        return None, "not reproduced: the re-run left no run"
+    if missed:
+        return verified, f"not reproduced: the re-run of seed(s) {missed} did not reach the target"
+    claims = [float(r["time_to_target_s"]) for r in claimed if r.get("time_to_target_s") is not None]
+    claim, claim_std = mean_std(claims)
+    if claim is None or verified is None:
+        return verified, None
+    spread = REPRO_Z * math.sqrt(((claim_std or 0.0) ** 2) / max(len(claims), 1)
+                                 + ((rerun_std or 0.0) ** 2) / max(len(times), 1))
+    allowed = max(spread, REPRO_FLOOR * claim)
+    if verified > claim + allowed:
+        return verified, (f"not reproduced: the instructor's re-run took {verified:.2f} s to the target (mean of "
+                          f"{len(times)} seeds), {verified / claim:.1f}x the claimed {claim:.2f} s; the spread allows "
+                          f"{allowed:.2f} s more (the larger of {REPRO_Z:g} standard errors and {REPRO_FLOOR:.0%})")
+    return verified, None
+
+
 def entries(runs: list[dict[str, Any]], rules: Rules, kit_code_hash: str,
-            problems: Sequence[str] = (), accounting: Accounting | None = None) -> ResultsTable:
+            problems: Sequence[str] = (), accounting: Accounting | None = None,
+            reruns: Mapping[EntryKey, list[dict[str, Any]]] | None = None) -> ResultsTable:
     """One row per (participant, submission, round, Unix user): time-to-target mean ± std, the held-out accuracy
     at the stops, the marks, the rank;
     ``table.problems``: what the reader skipped (``problems``: lines or files that are not runs);
     ``accounting``: Slurm's records of the runs' jobs (``check_evidence``), None where the site keeps none:
-    ``table.evidence`` is then ``UNVERIFIED`` (said in the title too), else "sacct"."""
+    ``table.evidence`` is then ``UNVERIFIED`` (said in the title too), else "sacct";
+    ``reruns``: the instructor's re-runs of entries (entry key -> its re-run's runs): the row's ``verified_s``
+    beside the claimed time, marked "not reproduced" when it is not (``reproduction``); re-run entries rank by
+    their verified time (the final board)."""
     check_evidence(runs, accounting)
     rows = []
     for (participant, submission, round_, user), group in group_runs(runs).items():
@@ -232,20 +271,26 @@ def entries(runs: list[dict[str, Any]], rules: Rules, kit_code_hash: str,
         steps = [r["steps_to_target"] for r in group if r.get("target_reached") and r.get("steps_to_target") is not None]
         mean, std = mean_std(times)
         marks = marks_of(group, rules, kit_code_hash, baseline_reference(runs, round_))
+        verified = None
+        if reruns is not None and (participant, submission, round_, user) in reruns:
+            verified, failed = reproduction(group, reruns[(participant, submission, round_, user)])
+            marks += [failed] if failed else []
         rows.append({"participant": participant, "submission": submission, "round": round_, "user": user,
                      "seeds": len(group), "reached": len(times), "time_to_target_s": mean, "std_s": std,
                      "steps_to_target": mean_std(steps)[0], "confirm_acc": confirmed_accuracy(group),
                      "hardware": hardware(group[0]),
                      "evidence": "unverified" if accounting is None else "failed" if any(r["evidence"] for r in group)
                      else "sacct",
+                     "verified_s": verified,
                      "counts": not marks, "marks": "; ".join(marks) or "-", "runs": group})
-    rows.sort(key=lambda r: (not r["counts"], r["time_to_target_s"] if r["time_to_target_s"] is not None
-                             else float("inf")))
+    rows.sort(key=lambda r: (not r["counts"], r["verified_s"] if r["verified_s"] is not None
+                             else r["time_to_target_s"] if r["time_to_target_s"] is not None else float("inf")))
     rank = 0
     for row in rows:
         row["rank"] = (rank := rank + 1) if row["counts"] else None
     columns = ["rank", "participant", "submission", "round", "seeds", "reached", "time_to_target_s", "std_s",
-               "steps_to_target", "confirm_acc", "hardware", "evidence", "counts", "marks"]
+               "steps_to_target", "confirm_acc", "hardware", "evidence", *(["verified_s"] if reruns is not None else []),
+               "counts", "marks"]
     title = f"Leaderboard — {rules.name} (target {rules.target_acc:.1%})"
     table = ResultsTable(rows, columns=columns, title=title + (f" — {UNVERIFIED}" if accounting is None else
                                                                " — every ranked time backed by Slurm's accounting"))
