@@ -29,6 +29,7 @@ DATA_DIR_ENV = "COURSEKIT_DATA_DIR"
 JOBS_SUBDIR = "jobs"
 REGISTRY_FILE = "registry.jsonl"
 LEADERBOARD_SETTING, DEFAULT_LEADERBOARD = "leaderboard", "race/leaderboard.jsonl"  # lab 09's race file
+INSTRUCTOR_SETTING = "instructor"  # the instructor's Unix user: lab 09's baseline is theirs only
 SUBMITIT_JOB_ID = "%j"  # submitit's placeholder: a job's folder before it has an id
 
 _config_cache: dict[Path, tuple[tuple[int, int], dict[str, Any]]] = {}
@@ -98,6 +99,12 @@ def user_name(uid: int) -> str:
         return pwd.getpwuid(uid).pw_name
     except KeyError:
         return f"uid{uid}"
+
+
+def course_instructor() -> str | None:
+    """The instructor's Unix user (``instructor`` in coursekit.toml, which `coursekit instructor setup` writes);
+    None when the course names none (a course of one, on a laptop: its user is the instructor too)."""
+    return course_setting(INSTRUCTOR_SETTING) or None
 
 
 def own_runs_path(board: Path | None = None) -> Path:

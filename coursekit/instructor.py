@@ -8,6 +8,7 @@
     coursekit instructor cancel --course           cancel every active job of this course
     coursekit instructor results [--out F.csv]     each participant's lab results in one CSV table
     coursekit instructor room [--csv F.csv]        who is at which lab, whose jobs failed and why, exit tickets
+    coursekit instructor race clear                lab 09: end a round (its runs and claims moved to archive/)
 
 The course's job prefix (``job_prefix`` in its coursekit.toml) starts every job name of its participants
 (``<prefix>-<pseudonym>-<experiment>``, ``labs.job_name``): on a cluster the instructor finds the room's
@@ -65,13 +66,15 @@ def toml_string(value: str) -> str:
 
 
 def course_toml(site: str, account: str | None, data_dir: str, leaderboard: str, job_prefix: str,
-                profile: str | None, pools: str | None = None) -> str:
+                profile: str | None, pools: str | None = None, instructor: str | None = None) -> str:
     """The course's coursekit.toml."""
     q = toml_string
     lines = ["# written by `coursekit instructor setup`; every participant's notebook reads it",
              f"site = {q(site)}", f"data_dir = {q(data_dir)}          # CIFAR-10 and lab 05's JPEG tree, shared",
              f"leaderboard = {q(leaderboard)}    # lab 09's race: its folder holds one runs file per user",
              f"job_prefix = {q(job_prefix)}          # starts every job name: `coursekit instructor jobs` finds them"]
+    if instructor:
+        lines.append(f"instructor = {q(instructor)}          # the instructor's Unix user: lab 09's baseline is theirs only")
     if pools:
         lines.append(f"pools = {q(pools)}          # the room's pooled results (lab 06's team sweeps), one file per user")
     if profile:
@@ -82,12 +85,18 @@ def course_toml(site: str, account: str | None, data_dir: str, leaderboard: str,
 
 
 def setup(folder: Path, site: str, account: str | None, data_dir: str | None, leaderboard: str | None,
-          job_prefix: str, profile: str | None, doctor: bool, force: bool, pools: str | None = None) -> int:
+          job_prefix: str, profile: str | None, doctor: bool, force: bool, pools: str | None = None,
+          instructor: str | None = None) -> int:
     from coursekit.labs.kit.exercises import strip_folder
     from coursekit.labs.kit.participant import check_pseudonym
     from coursekit.labs.kit.pool import make_shared_folder
 
     check_pseudonym(job_prefix, what="job_prefix")  # the same rules: short, safe in a job name
+    teacher = instructor or getpass.getuser()
+    try:
+        pwd.getpwnam(teacher)
+    except KeyError as error:
+        raise ValueError(f"--instructor {teacher}: no such Unix user here; give the instructor's login") from error
     folder = folder.expanduser().resolve()
     config = folder / COURSE_CONFIG_FILE
     if config.exists() and not force:
@@ -96,8 +105,8 @@ def setup(folder: Path, site: str, account: str | None, data_dir: str | None, le
     data = data_dir or str(folder / "data")
     board = leaderboard or str(folder / "race" / "leaderboard.jsonl")
     shared_pools = pools or str(folder / "pools")
-    config.write_text(course_toml(site, account, data, board, job_prefix, profile, shared_pools))
-    Path(board).parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(course_toml(site, account, data, board, job_prefix, profile, shared_pools, teacher))
+    make_shared_folder(Path(board).parent)  # 1777, this user's: the instructor clears a round without root
     make_shared_folder(Path(shared_pools))  # 1777 where this setup creates it
     reports = strip_folder(REPO_NOTEBOOKS, folder / PARTICIPANT_NOTEBOOKS) if REPO_NOTEBOOKS.is_dir() else None
     print(f"wrote {config}")
@@ -109,7 +118,8 @@ def setup(folder: Path, site: str, account: str | None, data_dir: str | None, le
     print(f"participants' notebooks (no solutions): {len(reports)} files in {folder / PARTICIPANT_NOTEBOOKS}")
     print(f"data folder: {data} (stage it: coursekit instructor data cifar10 --dir {data}; "
           f"coursekit instructor data jpeg --dir {data}; offline: coursekit instructor data fashion-mnist --dir {data})")
-    print(f"leaderboard: {board} (each participant posts to their own file in its folder: chmod 1777 it)")
+    print(f"leaderboard: {board} (each participant posts to their own file in its folder, mode 1777; the folder must "
+          f"be the instructor's ({teacher}), who clears a round with `coursekit instructor race clear`)")
     print(f"pooled results: {shared_pools} (lab 06's team sweeps; every participant must be able to create "
           "files in it: chmod 1777)")
     if not doctor:
@@ -755,7 +765,17 @@ def show_room(roots: list[str | os.PathLike] | None = None, prefix: str | None =
 
 def cmd_setup(args: argparse.Namespace) -> int:
     return setup(args.course_dir, args.site, args.account, args.data_dir, args.leaderboard, args.job_prefix,
-                 args.profile, doctor=not args.no_doctor, force=args.force, pools=args.pools)
+                 args.profile, doctor=not args.no_doctor, force=args.force, pools=args.pools,
+                 instructor=args.instructor)
+
+
+def cmd_race(args: argparse.Namespace) -> int:
+    """``race clear``: end a round of lab 09 (its files moved into the race folder's archive)."""
+    from coursekit.labs.lab09_race.leaderboard import clear_round
+
+    archive, moved = clear_round(args.leaderboard)
+    print(f"cleared the round: {len(moved)} file(s) moved to {archive}" + (f": {' '.join(moved)}" if moved else ""))
+    return EXIT_OK
 
 
 def cmd_data(args: argparse.Namespace) -> int:
@@ -844,6 +864,7 @@ WHAT_TO_DO = {  # per action: what the instructor can do about a file or folder 
     "cancel": "check that the course folder and the job folders can be read (COURSEKIT_COURSE_DIR, --prefix)",
     "results": "give --out a CSV file in a folder you can write to, and --jobs-dir folders you can read",
     "room": "give --jobs-dir folders you can read, and --csv a file in a folder you can write to",
+    "race": "run it as the instructor, the owner of the race folder (chown it to them once, as root)",
 }
 
 
@@ -909,6 +930,8 @@ def add_parser(commands: Any) -> None:
                                    "(default COURSE_DIR/pools)")
     s.add_argument("--job-prefix", default="ck", help="starts every participant's job name (1-5 letters/digits)")
     s.add_argument("--profile", choices=("cpu", "gpu"), help="force the labs' profile (default: chosen per kernel)")
+    s.add_argument("--instructor", help="the instructor's Unix user, who alone posts lab 09's baseline and clears "
+                   "its rounds (default: the user running setup)")
     s.add_argument("--no-doctor", action="store_true", help="skip the doctor's checks of the site")
     s.add_argument("--force", action="store_true", help="overwrite an existing coursekit.toml")
     s.set_defaults(handler=guarded(cmd_setup))
@@ -950,3 +973,9 @@ def add_parser(commands: Any) -> None:
                    help=f"last stderr lines of each participant's last failed job (default {STDERR_LINES})")
     m.add_argument("--prefix", help="job prefix (default: job_prefix of the course's coursekit.toml)")
     m.set_defaults(handler=guarded(cmd_room))
+
+    g = sub.add_parser("race", help="lab 09's race: clear a round")
+    g.add_argument("race_command", choices=("clear",), help="clear: move the round's runs and claims to the race "
+                   "folder's archive/<time>/ (the folder must be yours: setup makes it so)")
+    g.add_argument("--leaderboard", type=Path, help="the leaderboard setting's file (default: the course's)")
+    g.set_defaults(handler=guarded(cmd_race))

@@ -58,6 +58,13 @@ def test_setup_writes_the_course_and_notebooks_without_solutions(course: Path, c
 
     assert f'pools = "{course / "pools"}"' in text and pool.pool_folder("x") == course / "pools" / "x"
     assert (course / "pools").stat().st_mode & 0o7777 == pool.SHARED_FOLDER_MODE
+    race = leaderboard_path().parent  # lab 09's race folder: shared, and the instructor's (who clears rounds)
+    assert race.stat().st_mode & 0o7777 == pool.SHARED_FOLDER_MODE and race.stat().st_uid == os.geteuid()
+    assert f'instructor = "{getpass.getuser()}"' in text  # the baseline is this user's only
+    assert cli.main(["instructor", "race", "clear"]) == 0 and "cleared the round: 0 file(s)" in capsys.readouterr().out
+    assert cli.main(["instructor", "setup", str(course / "other"), "--instructor", "no-such-user-here",
+                     "--no-doctor"]) == 1
+    assert "--instructor no-such-user-here: no such Unix user" in capsys.readouterr().err
     assert cli.main(["instructor", "setup", str(course), "--no-doctor"]) == 1
     assert "--force" in capsys.readouterr().err
     assert cli.main(["instructor", "setup", str(course), "--job-prefix", "bad-prefix", "--force", "--no-doctor"]) == 1

@@ -69,6 +69,31 @@ def test_sacct_rows_skip_steps_expand_arrays_and_normalise_states(monkeypatch: p
     assert rows["53"]["state"] == "OUT_OF_MEMORY"
 
 
+EVIDENCE_TEXT = (
+    "60|ada|1002|COMPLETED|42|2026-11-26T10:00:00|2026-11-26T10:00:42|ws-ada-race\n"
+    "60.batch|||COMPLETED|42|2026-11-26T10:00:00|2026-11-26T10:00:42|batch\n"
+    "61_0|bob|1003|FAILED|3|2026-11-26T10:00:00|2026-11-26T10:00:03|ws-bob-race\n"
+    "61_1|bob|1003|COMPLETED|5|2026-11-26T10:00:00|2026-11-26T10:00:05|ws-bob-race\n"
+)
+
+
+def test_job_evidence_asks_once_for_every_id_and_never_passes_a_foreign_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[list[str]] = []
+    fake_run(monkeypatch, EVIDENCE_TEXT, calls=calls)
+    ids = ["60", "61_0", "61_1", "61_0", "999", "60; rm -rf ~", "-a", None, "j7"]
+    found = slurm_cli.job_evidence(ids)
+    assert len(calls) == 1, "one sacct call for the whole board"
+    command = calls[0]
+    assert command[:2] == ["sacct", "-n"] and "-a" in command and "-X" in command
+    assert command[command.index("-j") + 1] == "60,61,999"  # arrays asked by their array id; only Slurm's ids
+    assert set(found) == {"60", "61_0", "61_1"}  # 999: unknown to accounting
+    assert found["60"] == {"job_id": "60", "user": "ada", "uid": 1002, "state": "COMPLETED", "elapsed_s": 42.0,
+                           "start": "2026-11-26T10:00:00", "end": "2026-11-26T10:00:42", "name": "ws-ada-race"}
+    assert found["61_0"]["state"] == "FAILED" and found["61_1"]["elapsed_s"] == 5.0
+    calls.clear()
+    assert slurm_cli.job_evidence(["x", None]) == {} and calls == []  # nothing to ask: no call
+
+
 def test_accounting_disabled_is_seen(monkeypatch: pytest.MonkeyPatch) -> None:
     slurm_cli._accounting_cache.clear()
     fake_run(monkeypatch, stderr="sacct: error: Slurm accounting storage is disabled", returncode=1)

@@ -150,13 +150,16 @@ install_course_template() {
     rm -rf "$COURSE_TEMPLATE"
     python -m coursekit instructor setup "$COURSE_TEMPLATE" --site slurm \
         --job-prefix "$JOB_PREFIX" --data-dir "$HUB_ROOT/data" --leaderboard "$HUB_ROOT/race/leaderboard.jsonl" \
-        --no-doctor >"$LOG_DIR/course-setup.log" 2>&1 \
+        --instructor "$INSTRUCTOR" --no-doctor >"$LOG_DIR/course-setup.log" 2>&1 \
         || { cat "$LOG_DIR/course-setup.log" >&2; die "coursekit instructor setup failed"; }
     mkdir -p "$HUB_ROOT/data" "$HUB_ROOT/race"
     # lab 09's race: each user posts to their own <user>.jsonl here (made by them, mode 0644) and claims a
     # pseudonym with <pseudonym>.claim; sticky: nobody removes or replaces another's file. No shared file:
     # a leaderboard.jsonl of an earlier install (mode 0666, anyone could forge it) is kept read-only
     chmod 1777 "$HUB_ROOT/race"
+    # the instructor owns it: in a sticky folder the folder's owner may move anyone's file, so that
+    # `coursekit instructor race clear` ends a round without root (the files go to race/archive/<time>/)
+    chown "$INSTRUCTOR" "$HUB_ROOT/race"
     if [[ -f $HUB_ROOT/race/leaderboard.jsonl ]]; then chmod go-w "$HUB_ROOT/race/leaderboard.jsonl"; fi
     chmod -R a+rX "$COURSE_TEMPLATE" "$HUB_ROOT/data"
     say "course template: $COURSE_TEMPLATE (job prefix $JOB_PREFIX)"

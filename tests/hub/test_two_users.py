@@ -158,7 +158,7 @@ def test_bob_cannot_post_as_ada_on_the_race_leaderboard(race_folder: Path) -> No
 
     # the instructor reads all of it; a run is the owner's of the file it came from
     runs, problems = json.loads(as_user(INSTRUCTOR, [*python, "-c", READ_AS, str(board)]).stdout)
-    assert any("junk.jsonl line 1: not a run" in problem for problem in problems), problems
+    assert any("junk.jsonl: named after junk but owned by bob: ignored" in problem for problem in problems), problems
     assert sorted((r["user"], r["participant"]) for r in runs) == [(ADA, ADA)] * 3 + [(BOB, ADA)] * 4
     table = race.entries(runs, RACE_RULES, race.code_hash(), problems)
     (her_entry,) = [r for r in table if r["user"] == ADA]

@@ -7,7 +7,17 @@ JupyterHub): mode 1777, sticky, so that everyone creates files and nobody delete
 Each user appends only to ``<unix user>.jsonl`` in it (created by them, mode 0644: they write, all read),
 one JSON line per record, in one ``write`` under an exclusive ``flock``: many kernels may post at once
 and no line is ever torn or lost. Readers merge every ``*.jsonl`` of the folder and attribute each record
-to the **owner of its file** (``record["user"]``), never to a field of the line. A pseudonym belongs to the
+to the **owner of its file** (``record["user"]``), never to a field of the line.
+
+Nobody can squat another's file. In a 1777 folder anyone may create any name, so ``bob`` can create
+``ada.jsonl`` before ada posts. The reader therefore accepts a runs file only under a name its owner
+may use: ``<user>.jsonl`` owned by ``<user>``, or ``<user>.<uid>.<token>.jsonl`` owned by the uid it names
+(and by the user it names); any other ``*.jsonl`` (a squatted ``ada.jsonl`` owned by bob, a stray
+``notes.jsonl``) is ignored, with a note naming it and its owner (``problems``). The writer posts to
+``<user>.jsonl``; when that name is taken by someone else it posts, without anybody's help, to its own
+``<user>.<uid>.<token>.jsonl`` (``token``: random hex, which a squatter cannot guess in advance; an existing
+one of its own is reused). ``extra`` names (lab 09's ``leaderboard`` setting, a course from before) are read
+whoever owns them, attributed to their owner. A pseudonym belongs to the
 user who claimed it first: posting creates ``<pseudonym>.claim`` in the folder (``O_EXCL``: the kernel
 decides who was first). Records of a pseudonym posted by another user, or read from a file other users can
 write, carry a ``not_theirs`` reason: shown, never counted. A line that is not a record of the pool, a link
@@ -22,13 +32,15 @@ The race's leaderboard (lab 09) is such a folder; so are the pools of lab 06's t
 from __future__ import annotations
 
 import fcntl
+import glob
 import json
 import os
 import re
+import secrets
 import stat
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +53,8 @@ SHARED_FOLDER_MODE = 0o1777  # everyone creates files, nobody deletes or replace
 READER_FIELDS = ("user", "not_theirs")  # set by the reader from the file, never taken from a line
 CLAIMABLE = re.compile(r"[a-z][a-z0-9]*")  # pseudonyms that may have a claim file
 POOL_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,80}")
+SPARE_NAME = re.compile(r"(?P<user>[^.]+)\.(?P<uid>\d+)\.(?P<token>[0-9a-f]{8,})")  # <user>.<uid>.<token>.jsonl
+SPARE_TOKEN_BYTES = 8
 
 
 def open_own(path: Path, flags: int) -> int:
@@ -95,8 +109,48 @@ def claim_owner(claim_path: Path) -> str | None:
 
 
 def own_file(folder: Path) -> Path:
-    """This Unix user's file in a shared folder: ``<folder>/<user>.jsonl``."""
+    """This Unix user's file in a shared folder: ``<folder>/<user>.jsonl`` (its first choice; ``posting_file``
+    says where a post goes when another user took that name)."""
     return folder / f"{user_name(os.geteuid())}{RUNS_SUFFIX}"
+
+
+def expected_owner(name: str) -> tuple[str, int | None] | None:
+    """Who may own the runs file ``name``: (user, uid) for ``<user>.<uid>.<token>.jsonl``, (user, None) for
+    ``<user>.jsonl``; None for a name that is not a runs file's."""
+    if not name.endswith(RUNS_SUFFIX):
+        return None
+    stem = name[:-len(RUNS_SUFFIX)]
+    spare = SPARE_NAME.fullmatch(stem)
+    if spare:
+        return spare["user"], int(spare["uid"])
+    return (stem, None) if stem and "." not in stem else None
+
+
+def _mine(path: Path) -> bool:
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return info.st_uid == os.geteuid() and stat.S_ISREG(info.st_mode)
+
+
+def spare_files(folder: Path) -> list[Path]:
+    """This user's own ``<user>.<uid>.<token>.jsonl`` files of ``folder``, oldest name first."""
+    me, uid = user_name(os.geteuid()), os.geteuid()
+    return sorted(p for p in folder.glob(f"{glob.escape(me)}.{uid}.*{RUNS_SUFFIX}")
+                  if expected_owner(p.name) == (me, uid) and _mine(p))
+
+
+def posting_file(folder: Path) -> Path:
+    """Where this user's next record goes: ``<user>.jsonl`` when it is free or theirs, else their own spare
+    ``<user>.<uid>.<token>.jsonl`` (an existing one, or a new name nobody could have guessed)."""
+    first = own_file(folder)
+    if not (first.exists() or first.is_symlink()) or _mine(first):
+        return first
+    spares = spare_files(folder)
+    if spares:
+        return spares[0]
+    return folder / f"{user_name(os.geteuid())}.{os.geteuid()}.{secrets.token_hex(SPARE_TOKEN_BYTES)}{RUNS_SUFFIX}"
 
 
 def append_record(record: dict[str, Any], folder: Path) -> None:
@@ -107,7 +161,13 @@ def append_record(record: dict[str, Any], folder: Path) -> None:
     if isinstance(participant, str) and CLAIMABLE.fullmatch(participant):
         claim(participant, folder)
     line = {k: v for k, v in record.items() if k not in READER_FIELDS}
-    fd = open_own(own_file(folder), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    target = posting_file(folder)
+    try:
+        fd = open_own(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    except PermissionError:
+        if target != own_file(folder):
+            raise
+        fd = open_own(posting_file(folder), os.O_WRONLY | os.O_APPEND | os.O_CREAT)  # taken meanwhile: the spare
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         try:
@@ -145,14 +205,16 @@ def read_lines(path: Path, problems: list[str]) -> tuple[os.stat_result, list[st
     return info, b"".join(chunks).decode("utf-8", errors="replace").splitlines()
 
 
-def read_folder(folder: Path, is_record: Callable[[Any], bool], kind: str,
-                extra: Iterable[str] = ()) -> tuple[list[dict[str, Any]], list[str]]:
+def read_folder(folder: Path, is_record: Callable[[Any], bool], kind: str, extra: Iterable[str] = (),
+                owners: Mapping[str, str] | None = None) -> tuple[list[dict[str, Any]], list[str]]:
     """Every record of the ``*.jsonl`` files of ``folder`` (and the ``extra`` file names) that ``is_record``
     accepts, each with ``user`` (its file's owner) and ``not_theirs``, oldest posted first; and what was
-    skipped (``kind`` names a record in those messages)."""
+    skipped (``kind`` names a record in those messages). ``owners``: pseudonyms that belong to a given Unix
+    user whatever claims or earlier posts say (lab 09's baseline: the course's instructor)."""
     if not folder.is_dir():
         return [], []
-    names = sorted({p.name for p in folder.glob(f"*{RUNS_SUFFIX}")} | set(extra))
+    extra = set(extra)
+    names = sorted({p.name for p in folder.glob(f"*{RUNS_SUFFIX}")} | extra)
     records: list[dict[str, Any]] = []
     problems: list[str] = []
     seen: set[tuple[int, int]] = set()
@@ -166,6 +228,14 @@ def read_folder(folder: Path, is_record: Callable[[Any], bool], kind: str,
             continue
         seen.add((info.st_dev, info.st_ino))
         owner = user_name(info.st_uid)
+        if name not in extra:
+            expected = expected_owner(name)
+            if expected is None or expected[0] != owner or expected[1] not in (None, info.st_uid):
+                named = f"named after {expected[0]}" if expected else "not named after a user"
+                problems.append(f"{folder / name}: {named} but owned by {owner}: ignored (a runs file counts only "
+                                f"under its owner's name: {owner}{RUNS_SUFFIX} or {owner}.{info.st_uid}.<token>"
+                                f"{RUNS_SUFFIX})")
+                continue
         shared = info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
         bad = 0
         for number, line in enumerate(lines, 1):
@@ -187,7 +257,7 @@ def read_folder(folder: Path, is_record: Callable[[Any], bool], kind: str,
         if bad > 1:
             problems.append(f"{folder / name}: {bad} lines in all are not {kind}: skipped")
     records.sort(key=_posted)  # stable: a file's own order is kept
-    mark_pseudonyms(records, folder)
+    mark_pseudonyms(records, folder, owners)
     return records, problems
 
 
@@ -196,12 +266,17 @@ def _posted(record: dict[str, Any]) -> float:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else float("inf")
 
 
-def mark_pseudonyms(records: list[dict[str, Any]], folder: Path) -> None:
-    """Mark the records of a pseudonym posted by another user than its owner (its claim's owner, else the
-    user of its earliest attributable record)."""
-    owners: dict[str, str] = {}
+def mark_pseudonyms(records: list[dict[str, Any]], folder: Path, fixed: Mapping[str, str] | None = None) -> None:
+    """Mark the records of a pseudonym posted by another user than its owner (``fixed``'s, else its claim's
+    owner, else the user of its earliest attributable record)."""
+    owners: dict[str, str] = dict(fixed or {})
     for record in records:
         participant = record["participant"]
+        if participant in (fixed or {}):
+            if record["not_theirs"] is None and owners[participant] != record["user"]:
+                record["not_theirs"] = (f"{participant!r} is Unix user {owners[participant]}'s only (coursekit.toml), "
+                                        f"posted by {record['user']}")
+            continue
         if participant not in owners:
             claimed = claim_owner(folder / f"{participant}{CLAIM_SUFFIX}") if CLAIMABLE.fullmatch(participant) else None
             if claimed is not None:

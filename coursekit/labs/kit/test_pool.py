@@ -67,29 +67,41 @@ def test_concurrent_posts_lose_and_tear_nothing(course: Path) -> None:
 def test_a_bad_or_foreign_record_is_reported_and_never_counted(course: Path) -> None:
     pool.post("room", [{"participant": "ada", "value": 1.0}])
     folder = course / "pools" / "room"
-    bob_file = folder / "bob.jsonl"
+    bob_file = folder / f"{pool.user_name(BOB_UID)}.jsonl"
     lines = ["{torn", json.dumps([1, 2]), json.dumps({"value": 3.0}),  # not records of the pool
              json.dumps({"participant": "ada", "value": 99.0, "user": "root", "not_theirs": None}),  # ada's name
              json.dumps({"participant": "bob", "value": 2.0})]
     bob_file.write_text("\n".join(lines) + "\n")
     os.chown(bob_file, BOB_UID, BOB_UID)
     records, problems = pool.read("room")
-    assert any("bob.jsonl line 1: not a record of the pool" in p for p in problems)
+    assert any("uid60412.jsonl line 1: not a record of the pool" in p for p in problems)
     assert any("3 lines in all" in p for p in problems), problems
     by_value = {r["value"]: r for r in records}
     assert set(by_value) == {1.0, 2.0, 99.0}
     assert by_value[99.0]["user"] == "uid60412" and "belongs to Unix user" in by_value[99.0]["not_theirs"]
     assert [r["value"] for r in pool.counted(records)] == [1.0, 2.0]
-    (folder / "writable.jsonl").write_text(json.dumps({"participant": "eve", "value": 5.0}) + "\n")
-    (folder / "writable.jsonl").chmod(0o666)
+    writable = folder / f"{pool.user_name(BOB_UID)}.{BOB_UID}.{'a' * 16}.jsonl"
+    writable.write_text(json.dumps({"participant": "eve", "value": 5.0}) + "\n")
+    os.chown(writable, BOB_UID, BOB_UID)
+    writable.chmod(0o666)
     records, _ = pool.read("room")
-    assert 5.0 not in [r["value"] for r in pool.counted(records)]
+    assert 5.0 in [r["value"] for r in records] and 5.0 not in [r["value"] for r in pool.counted(records)]
+    (folder / "writable.jsonl").write_text(json.dumps({"participant": "eve", "value": 6.0}) + "\n")  # root's file
+    records, problems = pool.read("room")
+    assert 6.0 not in [r["value"] for r in records], "a file not named after its owner was read"
+    assert any("writable.jsonl: named after writable but owned by root: ignored" in p for p in problems), problems
 
 
 @as_root
-def test_nobody_appends_to_another_users_file(course: Path) -> None:
+def test_nobody_appends_to_another_users_file_and_a_squatted_name_costs_its_user_nothing(course: Path) -> None:
     pool.post("room", [{"participant": "ada", "value": 1.0}])
     mine = pool.own_file(course / "pools" / "room")
     os.chown(mine, BOB_UID, BOB_UID)  # as if bob had made "my" file first
+    pool.post("room", [{"participant": "ada", "value": 2.0}])  # posted elsewhere, not appended to his
+    assert mine.read_text().count("\n") == 1
+    records, problems = pool.read("room")
+    assert [(r["value"], r["user"]) for r in records] == [(2.0, pool.user_name(os.geteuid()))]
+    assert any(f"{mine}: named after {pool.user_name(os.geteuid())} but owned by uid60412: ignored" in p
+               for p in problems), problems
     with pytest.raises(PermissionError, match="belongs to uid60412, not to you"):
-        pool.post("room", [{"participant": "ada", "value": 2.0}])
+        pool.open_own(mine, os.O_WRONLY | os.O_APPEND)

@@ -82,8 +82,8 @@ def test_the_team_table_holds_each_rows_holder_only_and_names_what_is_missing(co
     os.chown(folder / team.PART_CLAIM.format(1), BOB_UID, BOB_UID)
     bob_rows = [{"participant": "bob", "team": "red", "part": 1, **r} for r in rows([64])]
     forged = [{"participant": "bob", "team": "red", "part": 0, **r, "images_per_s_median": 1e9} for r in rows([32])]
-    (folder / "bob.jsonl").write_text("".join(json.dumps(r) + "\n" for r in bob_rows + forged) + "{torn\n")
-    os.chown(folder / "bob.jsonl", BOB_UID, BOB_UID)
+    (folder / f"{pool.user_name(BOB_UID)}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in bob_rows + forged) + "{torn\n")
+    os.chown(folder / f"{pool.user_name(BOB_UID)}.jsonl", BOB_UID, BOB_UID)
     table, notes = dp.team_table(mine)
     by_cell = {(r["n_gpu"], r["batch_size"]): r["images_per_s_median"] for r in table}
     assert by_cell[(1, 32)] == 60.0 and by_cell[(8, 32)] == 480.0  # ada's latest, never bob's forged 1e9

@@ -21,17 +21,21 @@ from coursekit.labs.kit.settings import QUIET, job_options, on_cifar10, workshop
 from coursekit.labs.lab09_race.leaderboard import (
     BASELINE,
     append_run,
+    baseline_advice,
+    clear_round,
     entry_name,
     failures,
     has_baseline,
     has_entry,
     is_theirs,
     leaderboard_path,
+    may_post_baseline,
     own_runs_path,
     post_entry,
     post_runs,
     read_board,
     read_runs,
+    rival_name,
     run_record,
 )
 from coursekit.labs.lab09_race.rules import DEFAULT_SEEDS, Rules
@@ -40,10 +44,11 @@ from coursekit.labs.lab09_race.view import LeaderboardView, live_leaderboard, pl
 from coursekit.train.config import TrainConfig
 from coursekit.train.target import code_hash, config_hash
 
-__all__ = ["BASELINE", "DEFAULT_SEEDS", "LeaderboardView", "Rules", "append_run", "code_hash", "config_hash",
-           "entries", "entry_name", "failures", "has_baseline", "has_entry", "is_theirs", "leaderboard_path",
-           "live_leaderboard", "marks_of", "own_runs_path", "plot_leaderboard", "post_entry", "post_runs",
-           "read_board", "read_runs", "run_record", "settings", "standings"]
+__all__ = ["BASELINE", "DEFAULT_SEEDS", "LeaderboardView", "Rules", "append_run", "baseline_advice", "clear_round",
+           "code_hash", "config_hash", "entries", "entry_name", "failures", "has_baseline", "has_entry", "is_theirs",
+           "leaderboard_path", "live_leaderboard", "marks_of", "may_post_baseline", "own_runs_path",
+           "plot_leaderboard", "post_entry", "post_runs", "read_board", "read_runs", "rival_name", "run_record",
+           "settings", "standings"]
 
 
 GPUS = 1  # GPUs the notebook needs at once in the gpu profile: the race is run on one GPU

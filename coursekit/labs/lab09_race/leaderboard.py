@@ -22,19 +22,44 @@ without a claim, the user of the earliest run). Runs of a pseudonym posted by an
 file other users can write, keep a ``not_theirs`` reason: shown and marked, never ranked. A line that is
 not a run, a link or an unreadable file is reported (``read_board``) and skipped, never fatal. These rules
 of a folder shared by a room are those of every pool of results (``coursekit/labs/kit/pool.py``, which
-implements them).
+implements them), squatting included: a file named after a user but owned by another is ignored (with a note
+naming it), and a user whose ``<user>.jsonl`` was taken posts to their own ``<user>.<uid>.<token>.jsonl``.
+
+The baseline (``BASELINE``) is the instructor's only: the Unix user ``instructor`` of the course's coursekit.toml
+(`coursekit instructor setup` writes it). Only that user may post it (``may_post_baseline``; anyone else gets a
+PermissionError saying whom to ask), and the reader marks baseline runs of any other user, whatever
+``baseline.claim`` says. A course that names no instructor (one user, a laptop) lets its user post it.
+The notebook's pretend rival posts as ``rival_name(pseudonym)`` (``<pseudonym>-rival``), a name no participant
+can choose (a participant's pseudonym has no dash), under the poster's own pseudonym's job name: it never
+collides with a participant's entry or job.
+
+A round ends with `coursekit instructor race clear` (``clear_round``): every runs and claim file of the folder is
+moved into ``archive/<time>/`` of the folder, a sub-folder the instructor owns (0755: nobody else adds to
+it). The race folder is sticky (1777): in such a folder a file may be renamed or removed only by its owner,
+by root, or by **the folder's owner**. So the race folder must be the instructor's (`coursekit instructor setup`
+makes it so; on the hub `slurm/hub.sh install` chowns it to the instructor): then the instructor clears a round
+without root, and nobody else can remove another's file.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
+import stat
 import statistics
 import time
 import warnings
 from pathlib import Path
 from typing import Any
 
-from coursekit.course import DEFAULT_LEADERBOARD, LEADERBOARD_SETTING, course_path, own_runs_path, user_name
+from coursekit.course import (
+    DEFAULT_LEADERBOARD,
+    LEADERBOARD_SETTING,
+    course_instructor,
+    course_path,
+    own_runs_path,
+    user_name,
+)
 from coursekit.labs.kit import pool
 from coursekit.labs.kit.participant import check_pseudonym
 from coursekit.labs.kit.pool import CLAIM_SUFFIX, claim_owner
@@ -42,6 +67,8 @@ from coursekit.train.config import TrainConfig
 from coursekit.train.target import config_hash
 
 BASELINE = "baseline"  # the submission name of the instructor's baseline
+RIVAL_SUFFIX = "-rival"  # the notebook's pretend rival: <pseudonym>-rival, a name no participant can choose
+ARCHIVE = "archive"  # the race folder's sub-folder of cleared rounds (the instructor's)
 ENTRY_HASH_CHARS = 8  # of the config hash, in an entry's name
 # the summary fields a run keeps on the leaderboard
 RUN_FIELDS = ("status", "target_acc", "target_reached", "time_to_target_s", "steps_to_target", "epochs_to_target",
@@ -61,6 +88,26 @@ def claim(participant: str, path: Path | None = None) -> str:
     return pool.claim(participant, Path(path or leaderboard_path()).parent)
 
 
+def rival_name(pseudonym: str) -> str:
+    """The pseudonym of ``pseudonym``'s pretend rival: ``<pseudonym>-rival`` (no participant's pseudonym has a
+    dash, and each participant's rival carries their own name: no two collide)."""
+    return f"{check_pseudonym(pseudonym)}{RIVAL_SUFFIX}"
+
+
+def may_post_baseline() -> bool:
+    """May this Unix user post the baseline? Only the course's instructor (``instructor`` in coursekit.toml);
+    anyone, in a course that names none (one user)."""
+    instructor = course_instructor()
+    return instructor is None or user_name(os.geteuid()) == instructor
+
+
+def baseline_advice() -> str:
+    """What a participant does when the round has no baseline: ask the instructor for one."""
+    instructor = course_instructor()
+    return (f"the baseline is posted by the instructor only (Unix user {instructor}): ask them to run lab 09's "
+            "baseline cell for this round; your entry's time is compared with it once it is on the board")
+
+
 def append_run(record: dict[str, Any], path: Path | None = None) -> None:
     """Append one run to this Unix user's own file of the race folder, after claiming its pseudonym."""
     pool.append_record(record, own_runs_path(path).parent)
@@ -75,7 +122,9 @@ def read_board(path: Path | None = None) -> tuple[list[dict[str, Any]], list[str
     """Every run of the race folder and what was skipped: ``(runs, problems)``. Runs are oldest first, each
     with ``user`` (the owner of its file) and ``not_theirs`` (why it is not that user's to post, or None)."""
     board = Path(path or leaderboard_path())
-    return pool.read_folder(board.parent, _is_run, "a run of the race", extra=[board.name] if board.exists() else [])
+    instructor = course_instructor()
+    return pool.read_folder(board.parent, _is_run, "a run of the race", extra=[board.name] if board.exists() else [],
+                            owners={BASELINE: instructor} if instructor else None)
 
 
 def read_runs(path: Path | None = None) -> list[dict[str, Any]]:
@@ -96,7 +145,7 @@ def run_record(participant: str, submission: str, summary: dict[str, Any], job_i
                round_: int = 1) -> dict[str, Any]:
     """The leaderboard line of one finished run (its summary's verifiable fields)."""
     if participant != BASELINE:
-        check_pseudonym(participant, what="participant")
+        check_pseudonym(participant.removesuffix(RIVAL_SUFFIX), what="participant")
     if not submission:
         raise ValueError("submission is empty: name it (e.g. 'bs512-bf16')")
     if not summary:
@@ -108,6 +157,8 @@ def run_record(participant: str, submission: str, summary: dict[str, Any], job_i
 def post_runs(participant: str, submission: str, rows: Any, path: Path | None = None, round_: int = 1) -> int:
     """Post the finished runs of a submission (rows of ``labs.run_sweep``: ``job_id`` and ``summary``);
     a run already posted (same job id) is not posted twice. Returns how many were posted."""
+    if participant == BASELINE and not may_post_baseline():
+        raise PermissionError(f"{user_name(os.geteuid())} may not post the baseline: {baseline_advice()}")
     me = user_name(os.geteuid())
     known = {(r.get("job_id"), r.get("participant")) for r in read_runs(path) if r.get("job_id") and r["user"] == me}
     posted = 0
@@ -188,3 +239,44 @@ def mean_std(values: list[float]) -> tuple[float | None, float | None]:
     if not values:
         return None, None
     return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+
+
+def _archive_root(folder: Path) -> Path:
+    """The instructor's archive folder in the race folder: ``archive/`` when it is theirs (made now if missing),
+    else, when someone else made ``archive`` first, a fresh ``archive.<uid>.<token>/`` nobody could guess."""
+    root = folder / ARCHIVE
+    try:
+        root.mkdir(mode=0o755)
+    except FileExistsError:
+        info = root.lstat()
+        if not (stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid()):
+            root = folder / f"{ARCHIVE}.{os.geteuid()}.{secrets.token_hex(8)}"
+            root.mkdir(mode=0o755)
+    return root
+
+
+def clear_round(path: Path | None = None) -> tuple[Path, list[str]]:
+    """End a round: move every runs and claim file of the race folder into ``archive/<time>/`` of it (a folder
+    of the instructor's, which nobody else can add to); returns (that folder, the names moved). Needs no root
+    when the race folder is the caller's: in a sticky folder, its owner may move anyone's file.
+    PermissionError saying what to do when the folder is someone else's (root's, on an old hub)."""
+    folder = Path(path or leaderboard_path()).parent
+    me = os.geteuid()
+    owner = folder.stat().st_uid
+    if owner != me and me != 0:
+        raise PermissionError(
+            f"{folder} belongs to {user_name(owner)}, not to you ({user_name(me)}): in a sticky folder (mode 1777) "
+            "only a file's owner, root or the folder's owner may move a file, so the race folder must be yours; "
+            f"have it made yours once (as root: chown {user_name(me)} {folder}), then clear again")
+    names = sorted(p.name for p in folder.iterdir() if p.name.endswith((pool.RUNS_SUFFIX, CLAIM_SUFFIX))
+                   and not p.is_dir())
+    archive = _archive_root(folder) / time.strftime("%Y%m%d-%H%M%S")
+    archive.mkdir(mode=0o755, exist_ok=True)  # two clears in one second: one archive
+    moved = []
+    for name in names:
+        try:
+            os.rename(folder / name, archive / name)
+        except FileNotFoundError:
+            continue  # removed meanwhile by its owner
+        moved.append(name)
+    return archive, moved

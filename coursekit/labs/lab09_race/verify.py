@@ -13,14 +13,26 @@ An entry (one participant's submission in one round) counts when it has no mark.
   GPUs; how many of them is the participant's choice within ``max_gpus``);
 - the runs are not their poster's: the pseudonym belongs to another Unix user, or the file they came from
   can be written by others (``leaderboard.read_board``). Entries are grouped by the Unix user who posted them
-  too: another user's runs under your pseudonym never join or replace yours.
+  too: another user's runs under your pseudonym never join or replace yours;
+- the runs are not backed by Slurm's accounting (``check_evidence``; the records are ``sacct``'s, written by
+  slurmctld and slurmdbd, never by the participant, who can write anything into their own runs file): each
+  run must name a job that accounting knows, owned (sacct's User/UID) by the Unix user who owns the runs file
+  the line sits in, that ended COMPLETED; no other line may claim the same job and seed; and the job's elapsed
+  time bounds the run's own clock: time to target <= training time <= Elapsed (summed over the seeds when
+  one job ran several), within ``ELAPSED_TOLERANCE_S`` (Slurm stamps a job's start and end in whole seconds).
+  This defeats copied lines (another user's job), invented job ids, failed or cancelled jobs, a job posted
+  twice (its time cut the second time) and times longer than the job. What it cannot see is a time cut
+  *within* its job's elapsed time in a file rewritten by its owner: the re-run of the top entries by the
+  instructor is the check for that. Without accounting (the local site: one user, a laptop) every time is
+  ranked as posted and the board says its times are unverified (``table.evidence``, ``UNVERIFIED``).
 """
 
 from __future__ import annotations
 
 import math
+import pwd
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from coursekit.labs.kit.results import ResultsTable
@@ -31,6 +43,23 @@ from coursekit.labs.lab09_race.rules import Rules
 # honest entry (its models truly at the target) is marked by chance about once in 40, one that stopped on a lucky
 # evaluation is marked when its luck was large against the noise of both parts of the validation set.
 CONFIRM_Z = 2.0
+# Slurm stamps a job's Start and End in whole seconds, so its Elapsed may read up to 1 s less than the time a
+# clock inside the job measured; the engine's clocks (time to target, training time) are one clock read at two
+# moments: equal at the stop up to float rounding.
+ELAPSED_TOLERANCE_S = 1.0
+CLOCK_TOLERANCE_S = 1e-3
+UNVERIFIED = ("times unverified: this site keeps no Slurm accounting (the local site), so nothing stands behind a "
+              "posted time but its line; ranked as posted")
+Accounting = Mapping[str, Mapping[str, Any]]  # job id -> sacct's record (slurm_cli.job_evidence)
+# Verification by re-run (the instructor re-runs an entry's configuration and seeds): the claimed mean is not
+# reproduced when the re-run's mean is slower by more than REPRO_Z standard errors of the difference of two means
+# of k seeds (the run-to-run spread: seeds change the data order and the initialisation, so time to target varies
+# from seed to seed; both entries' own standard deviations say by how much), and by more than REPRO_FLOOR of the
+# claim (another node of the same GPU model, a busier file system: a few percent to ~20 % seen between honest runs).
+# Three standard errors: an honest entry is called "not reproduced" by chance about once in 700.
+REPRO_Z = 3.0
+REPRO_FLOOR = 0.25
+EntryKey = tuple[str, str, int, str]  # (participant, submission, round, Unix user): an entry of the board
 
 
 def hardware(run: dict[str, Any]) -> str:
@@ -79,6 +108,7 @@ def marks_of(runs: list[dict[str, Any]], rules: Rules, kit_code_hash: str,
              reference: dict[str, Any] | None) -> list[str]:
     """Every reason why these runs (one entry) do not count."""
     marks: list[str] = sorted({str(r["not_theirs"]) for r in runs if r.get("not_theirs")})
+    marks += list(dict.fromkeys(reason for r in runs for reason in r.get("evidence") or ()))
     seeds = [r.get("seed") for r in runs]
     if len(runs) < rules.seeds:
         marks.append(f"{len(runs)} seed(s) posted, the rules ask for {rules.seeds}")
@@ -116,34 +146,154 @@ def marks_of(runs: list[dict[str, Any]], rules: Rules, kit_code_hash: str,
 def baseline_reference(runs: list[dict[str, Any]], round_: int) -> dict[str, Any] | None:
     """The first baseline run of the round (its validation set and hardware are the reference)."""
     for run in runs:
-        if run["participant"] == BASELINE and int(run.get("round") or 1) == round_ and is_theirs(run):
+        if (run["participant"] == BASELINE and int(run.get("round") or 1) == round_ and is_theirs(run)
+                and not run.get("evidence")):
             return run
     return None
 
 
+def _seconds(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _owned_by(record: Mapping[str, Any], user: str) -> bool:
+    """Is the job of ``record`` the Unix user ``user``'s (sacct's User, else its UID)?"""
+    if record.get("user"):
+        return str(record["user"]) == user
+    try:
+        return record.get("uid") is not None and int(record["uid"]) == pwd.getpwnam(user).pw_uid
+    except KeyError:
+        return user == f"uid{record.get('uid')}"
+
+
+def check_evidence(runs: list[dict[str, Any]], accounting: Accounting | None) -> None:
+    """Set ``run["evidence"]`` on every run (every line read, including those a later line of the same seed
+    replaces): the reasons why Slurm's accounting does not back it (empty: it does), each said in words.
+    ``accounting``: job id -> sacct's record (``slurm_cli.job_evidence``), data, so that tests can plant it;
+    None: the site has no accounting, nothing is checked (the board says its times are unverified)."""
+    if accounting is None:
+        for run in runs:
+            run["evidence"] = []
+        return
+    rightful: dict[tuple[str, Any], list[dict[str, Any]]] = {}  # (job, seed) -> lines of the job's own owner
+    for run in runs:
+        reasons: list[str] = []
+        job_id = run.get("job_id")
+        record = accounting.get(str(job_id)) if job_id not in (None, "") else None
+        if job_id in (None, ""):
+            reasons.append("names no Slurm job (job_id is empty): nothing stands behind its time")
+        elif record is None:
+            reasons.append(f"job {job_id} is unknown to Slurm's accounting: no such job ran")
+        else:
+            if not _owned_by(record, str(run.get("user"))):
+                reasons.append(f"job {job_id} is Unix user {record.get('user') or record.get('uid')}'s, not "
+                               f"{run.get('user')}'s who posted it: a copied run")
+            else:
+                rightful.setdefault((str(job_id), run.get("seed")), []).append(run)
+            if record.get("state") != "COMPLETED":
+                reasons.append(f"job {job_id} ended {record.get('state')} in Slurm's accounting, not COMPLETED")
+            reasons += _clock_reasons(run, record)
+        run["evidence"] = reasons
+    by_job: dict[str, list[dict[str, Any]]] = {}
+    for (job_id, seed), lines in rightful.items():
+        if len(lines) > 1:
+            for line in lines:
+                line["evidence"].append(f"job {job_id} (seed {seed}) is claimed by {len(lines)} lines: a job backs "
+                                        "one run, posted once")
+        by_job.setdefault(job_id, []).append(lines[0])
+    for job_id, lines in by_job.items():
+        if len(lines) < 2:
+            continue  # one run: its own bound is checked above
+        total = sum(_seconds(line.get("train_time_s")) or _seconds(line.get("time_to_target_s")) or 0.0
+                    for line in lines)
+        elapsed = _seconds(accounting[job_id].get("elapsed_s"))
+        if elapsed is not None and total > elapsed + ELAPSED_TOLERANCE_S:
+            for line in lines:
+                line["evidence"].append(f"the {len(lines)} seeds of job {job_id} trained {total:.1f} s in all, "
+                                        f"more than the job's elapsed {elapsed:.0f} s in Slurm's accounting")
+
+
+def _clock_reasons(run: dict[str, Any], record: Mapping[str, Any]) -> list[str]:
+    """time to target <= training time <= the job's elapsed time (within the tolerances), in words."""
+    reasons = []
+    to_target, trained = _seconds(run.get("time_to_target_s")), _seconds(run.get("train_time_s"))
+    elapsed = _seconds(record.get("elapsed_s"))
+    if to_target is not None and trained is not None and to_target > trained + CLOCK_TOLERANCE_S:
+        reasons.append(f"time to target {to_target:.3f} s is longer than the run's training time {trained:.3f} s")
+    longest = max((t for t in (to_target, trained) if t is not None), default=None)
+    if longest is not None and elapsed is not None and longest > elapsed + ELAPSED_TOLERANCE_S:
+        reasons.append(f"the run says it trained {longest:.1f} s, but its job {run.get('job_id')} ran {elapsed:.0f} s "
+                       "in Slurm's accounting")
+    return reasons
+
+
+def reproduction(claimed: list[dict[str, Any]], reruns: list[dict[str, Any]]) -> tuple[float | None, str | None]:
+    """The verified time of an entry (its re-run's mean time to target) and why it is not reproduced (None: it
+    is): a re-run seed that missed the target, or a re-run slower than the claim by more than the spread allows
+    (``REPRO_Z``, ``REPRO_FLOOR``)."""
+    missed = [r.get("seed") for r in reruns if not r.get("target_reached") or r.get("time_to_target_s") is None]
+    times = [float(r["time_to_target_s"]) for r in reruns if r.get("target_reached")
+             and r.get("time_to_target_s") is not None]
+    verified, rerun_std = mean_std(times)
+    if not reruns:
+        return None, "not reproduced: the re-run left no run"
+    if missed:
+        return verified, f"not reproduced: the re-run of seed(s) {missed} did not reach the target"
+    claims = [float(r["time_to_target_s"]) for r in claimed if r.get("time_to_target_s") is not None]
+    claim, claim_std = mean_std(claims)
+    if claim is None or verified is None:
+        return verified, None
+    spread = REPRO_Z * math.sqrt(((claim_std or 0.0) ** 2) / max(len(claims), 1)
+                                 + ((rerun_std or 0.0) ** 2) / max(len(times), 1))
+    allowed = max(spread, REPRO_FLOOR * claim)
+    if verified > claim + allowed:
+        return verified, (f"not reproduced: the instructor's re-run took {verified:.2f} s to the target (mean of "
+                          f"{len(times)} seeds), {verified / claim:.1f}x the claimed {claim:.2f} s; the spread allows "
+                          f"{allowed:.2f} s more (the larger of {REPRO_Z:g} standard errors and {REPRO_FLOOR:.0%})")
+    return verified, None
+
+
 def entries(runs: list[dict[str, Any]], rules: Rules, kit_code_hash: str,
-            problems: Sequence[str] = ()) -> ResultsTable:
+            problems: Sequence[str] = (), accounting: Accounting | None = None,
+            reruns: Mapping[EntryKey, list[dict[str, Any]]] | None = None) -> ResultsTable:
     """One row per (participant, submission, round, Unix user): time-to-target mean ± std, the held-out accuracy
     at the stops, the marks, the rank;
-    ``table.problems``: what the reader skipped (``problems``: lines or files that are not runs)."""
+    ``table.problems``: what the reader skipped (``problems``: lines or files that are not runs);
+    ``accounting``: Slurm's records of the runs' jobs (``check_evidence``), None where the site keeps none:
+    ``table.evidence`` is then ``UNVERIFIED`` (said in the title too), else "sacct";
+    ``reruns``: the instructor's re-runs of entries (entry key -> its re-run's runs): the row's ``verified_s``
+    beside the claimed time, marked "not reproduced" when it is not (``reproduction``); re-run entries rank by
+    their verified time (the final board)."""
+    check_evidence(runs, accounting)
     rows = []
     for (participant, submission, round_, user), group in group_runs(runs).items():
         times = [r["time_to_target_s"] for r in group if r.get("target_reached") and r.get("time_to_target_s") is not None]
         steps = [r["steps_to_target"] for r in group if r.get("target_reached") and r.get("steps_to_target") is not None]
         mean, std = mean_std(times)
         marks = marks_of(group, rules, kit_code_hash, baseline_reference(runs, round_))
+        verified = None
+        if reruns is not None and (participant, submission, round_, user) in reruns:
+            verified, failed = reproduction(group, reruns[(participant, submission, round_, user)])
+            marks += [failed] if failed else []
         rows.append({"participant": participant, "submission": submission, "round": round_, "user": user,
                      "seeds": len(group), "reached": len(times), "time_to_target_s": mean, "std_s": std,
                      "steps_to_target": mean_std(steps)[0], "confirm_acc": confirmed_accuracy(group),
                      "hardware": hardware(group[0]),
+                     "evidence": "unverified" if accounting is None else "failed" if any(r["evidence"] for r in group)
+                     else "sacct",
+                     "verified_s": verified,
                      "counts": not marks, "marks": "; ".join(marks) or "-", "runs": group})
-    rows.sort(key=lambda r: (not r["counts"], r["time_to_target_s"] if r["time_to_target_s"] is not None
-                             else float("inf")))
+    rows.sort(key=lambda r: (not r["counts"], r["verified_s"] if r["verified_s"] is not None
+                             else r["time_to_target_s"] if r["time_to_target_s"] is not None else float("inf")))
     rank = 0
     for row in rows:
         row["rank"] = (rank := rank + 1) if row["counts"] else None
     columns = ["rank", "participant", "submission", "round", "seeds", "reached", "time_to_target_s", "std_s",
-               "steps_to_target", "confirm_acc", "hardware", "counts", "marks"]
-    table = ResultsTable(rows, columns=columns, title=f"Leaderboard — {rules.name} (target {rules.target_acc:.1%})")
+               "steps_to_target", "confirm_acc", "hardware", "evidence", *(["verified_s"] if reruns is not None else []),
+               "counts", "marks"]
+    title = f"Leaderboard — {rules.name} (target {rules.target_acc:.1%})"
+    table = ResultsTable(rows, columns=columns, title=title + (f" — {UNVERIFIED}" if accounting is None else
+                                                               " — every ranked time backed by Slurm's accounting"))
     table.problems = list(problems)  # type: ignore[attr-defined]
+    table.evidence = UNVERIFIED if accounting is None else "sacct"  # type: ignore[attr-defined]
     return table
