@@ -8,6 +8,7 @@
     coursekit instructor cancel --course           cancel every active job of this course
     coursekit instructor results [--out F.csv]     each participant's lab results in one CSV table
     coursekit instructor room [--csv F.csv]        who is at which lab, whose jobs failed and why, exit tickets
+    coursekit instructor race verify [--top N]     lab 09: re-run the top entries as the instructor, the verified board
     coursekit instructor race clear                lab 09: end a round (its runs and claims moved to archive/)
 
 The course's job prefix (``job_prefix`` in its coursekit.toml) starts every job name of its participants
@@ -769,10 +770,81 @@ def cmd_setup(args: argparse.Namespace) -> int:
                  instructor=args.instructor)
 
 
+def race_rules(profile: str | None) -> tuple[Any, dict[str, Any]]:
+    """Lab 09's rules of the course's profile (``--profile``, else the labs' choice: coursekit.toml's ``profile``,
+    $COURSEKIT_PROFILE, a visible GPU) and its settings (the job options of its runs)."""
+    from coursekit.labs.kit.profiles import choose_profile
+    from coursekit.labs.lab09_race import Rules, settings
+
+    chosen = choose_profile(profile)
+    s = settings(chosen.name)
+    rules = Rules("lab 09", s["baseline"], models=s["models"], max_parameters=s["max_parameters"],
+                  max_gpus=s["max_gpus"], seeds=s["seeds"])
+    return rules, {**s, "profile": chosen.name}
+
+
+def race_verify(args: argparse.Namespace) -> int:
+    """``race verify``: re-run the top entries of the board as the instructor's jobs, wait for them (or not:
+    ``--collect`` later) and print the verified board (``labs/lab09_race/rerun.py``)."""
+    from coursekit.labs.lab09_race import rerun
+    from coursekit.labs.lab09_race.leaderboard import read_race
+    from coursekit.labs.lab09_race.verify import entries
+    from coursekit.labs.lab09_race.view import board_accounting, standings
+    from coursekit.train.target import code_hash
+
+    path = args.leaderboard
+    me = rerun.check_verifier(path)
+    rules, s = race_rules(args.profile)
+    kit = code_hash()
+    runs, reruns, problems = read_race(path)
+    round_ = rerun.board_round(runs, args.round)
+    submitted = 0
+    if not args.collect:
+        claimed = entries(runs, rules, kit, problems, board_accounting(runs, problems))  # the board of the race
+        rows, said = rerun.choose(claimed, round_, args.top, reruns, args.again)
+        for line in said:
+            print(line)
+        if not rows and not said:
+            raise ValueError(f"no ranked entry in round {round_} to verify ({len(claimed)} entr(y/ies) on the board, "
+                             f"read with lab 09's rules of the {s['profile']} profile; another profile: --profile)")
+        lines = rerun.submit(rows, rules, s["job"], path)
+        submitted = len(lines)
+        if lines:
+            jobs = sorted({line["job_id"] for line in lines})
+            print(f"submitted {submitted} re-run(s) of {len(rows)} entr{'y' if len(rows) == 1 else 'ies'} "
+                  f"({', '.join(r['participant'] + '/' + r['submission'] for r in rows)}) as {me}'s job(s) "
+                  f"{' '.join(jobs)}")
+    running: list[str] = []
+    if args.wait or args.collect:
+        timeout = args.timeout if args.timeout is not None else float(s["timeout_s"]) * max(1, submitted or rules.seeds)
+        try:
+            written, running = rerun.collect(path, round_, wait=args.wait, timeout_s=timeout)
+        except TimeoutError as error:
+            written, running = rerun.collect(path, round_, wait=False)
+            print(f"{error}: collect them later", file=sys.stderr)
+        print(f"collected {written} re-run(s)" + (f"; still running: {'; '.join(running)}" if running else ""))
+    if running or not (args.wait or args.collect):
+        print("the re-runs are under way: coursekit instructor race verify --collect (waits for them, then prints "
+              "the verified board)")
+    table = standings(rules, kit, path)
+    print(rerun.report(table, round_))
+    _, reruns, _ = read_race(path)
+    spent = rerun.cost(table, reruns)
+    if spent["runs"]:
+        print(f"re-runs' cost: {spent['runs']} run(s), {spent['wall_s'] / 60:.1f} minutes of jobs' wall time, "
+              f"{spent['gpu_minutes']:.1f} GPU-minutes (a CPU run counts as one device)")
+    for problem in getattr(table, "problems", []):
+        print(f"note: {problem}", file=sys.stderr)
+    return EXIT_OK
+
+
 def cmd_race(args: argparse.Namespace) -> int:
-    """``race clear``: end a round of lab 09 (its files moved into the race folder's archive)."""
+    """``race clear``: end a round of lab 09 (its files moved into the race folder's archive); ``race verify``:
+    re-run the top entries (``race_verify``)."""
     from coursekit.labs.lab09_race.leaderboard import clear_round
 
+    if args.race_command == "verify":
+        return race_verify(args)
     archive, moved = clear_round(args.leaderboard)
     print(f"cleared the round: {len(moved)} file(s) moved to {archive}" + (f": {' '.join(moved)}" if moved else ""))
     return EXIT_OK
@@ -864,7 +936,8 @@ WHAT_TO_DO = {  # per action: what the instructor can do about a file or folder 
     "cancel": "check that the course folder and the job folders can be read (COURSEKIT_COURSE_DIR, --prefix)",
     "results": "give --out a CSV file in a folder you can write to, and --jobs-dir folders you can read",
     "room": "give --jobs-dir folders you can read, and --csv a file in a folder you can write to",
-    "race": "run it as the instructor, the owner of the race folder (chown it to them once, as root)",
+    "race": "run it as the instructor (coursekit.toml's `instructor`), the owner of the race folder (chown it to "
+            "them once, as root)",
 }
 
 
@@ -905,6 +978,13 @@ def guarded(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.
         return EXIT_FAILED
 
     return run
+
+
+def _positive(text: str) -> int:
+    """``--top``, ``--round``: a whole number, 1 or more."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a whole number, 1 or more")
+    return int(text)
 
 
 def _lines(text: str) -> int:
@@ -974,8 +1054,22 @@ def add_parser(commands: Any) -> None:
     m.add_argument("--prefix", help="job prefix (default: job_prefix of the course's coursekit.toml)")
     m.set_defaults(handler=guarded(cmd_room))
 
-    g = sub.add_parser("race", help="lab 09's race: clear a round")
-    g.add_argument("race_command", choices=("clear",), help="clear: move the round's runs and claims to the race "
-                   "folder's archive/<time>/ (the folder must be yours: setup makes it so)")
+    g = sub.add_parser("race", help="lab 09's race: verify the top entries by re-running them, clear a round")
+    g.add_argument("race_command", choices=("verify", "clear"), help="verify: re-run the top entries' configurations "
+                   "and seeds as your jobs and print the verified board (the race's final standings); clear: move the "
+                   "round's runs and claims to the race folder's archive/<time>/ (the folder must be yours: setup "
+                   "makes it so)")
     g.add_argument("--leaderboard", type=Path, help="the leaderboard setting's file (default: the course's)")
+    g.add_argument("--top", type=_positive, default=3, help="verify: how many of the top entries to re-run (default 3)")
+    g.add_argument("--round", type=_positive, help="verify: the round (default: the latest on the board)")
+    g.add_argument("--wait", action=argparse.BooleanOptionalAction, default=True,
+                   help="verify: wait for the re-runs and collect them (default); --no-wait returns at once: "
+                   "`race verify --collect` later")
+    g.add_argument("--collect", action="store_true", help="verify: submit nothing, collect the re-runs submitted "
+                   "before (waiting for them unless --no-wait) and print the verified board")
+    g.add_argument("--again", action="store_true", help="verify: re-run entries already re-run too")
+    g.add_argument("--profile", choices=("cpu", "gpu"), help="verify: lab 09's rules of this profile (default: the "
+                   "course's, as the notebooks choose it)")
+    g.add_argument("--timeout", type=float, help="verify: seconds to wait for the re-runs (default: the lab's "
+                   "timeout per run x the runs)")
     g.set_defaults(handler=guarded(cmd_race))

@@ -6,7 +6,9 @@
 - ``verify.py``: entries = mean ± std of time-to-target over the seeds, marked when they break a rule,
   use another validation set or code, miss the target with a seed, reached it on evaluation luck (the
   held-out half of the validation set says so), or ran on other hardware;
-- ``view.py``: the live leaderboard widget and its plot.
+- ``view.py``: the live leaderboard widget and its plot; ``standings`` reads the instructor's re-runs too;
+- ``rerun.py``: the race's end, `coursekit instructor race verify`: the top entries re-run as the instructor's
+  jobs, the verified board (claimed and verified time side by side, "not reproduced" entries unranked).
 
 ``settings(profile)`` holds the lab's numbers (``profile.settings("09")``), ``GPUS`` the GPUs its notebook needs.
 """
@@ -34,9 +36,11 @@ from coursekit.labs.lab09_race.leaderboard import (
     post_entry,
     post_runs,
     read_board,
+    read_race,
     read_runs,
     rival_name,
     run_record,
+    verifier,
 )
 from coursekit.labs.lab09_race.rules import DEFAULT_SEEDS, Rules
 from coursekit.labs.lab09_race.verify import entries, marks_of
@@ -47,8 +51,8 @@ from coursekit.train.target import code_hash, config_hash
 __all__ = ["BASELINE", "DEFAULT_SEEDS", "LeaderboardView", "Rules", "append_run", "baseline_advice", "clear_round",
            "code_hash", "config_hash", "entries", "entry_name", "failures", "has_baseline", "has_entry", "is_theirs",
            "leaderboard_path", "live_leaderboard", "marks_of", "may_post_baseline", "own_runs_path",
-           "plot_leaderboard", "post_entry", "post_runs", "read_board", "read_runs", "rival_name", "run_record",
-           "settings", "standings"]
+           "plot_leaderboard", "post_entry", "post_runs", "read_board", "read_race", "read_runs", "rival_name",
+           "run_record", "settings", "standings", "verifier"]
 
 
 GPUS = 1  # GPUs the notebook needs at once in the gpu profile: the race is run on one GPU

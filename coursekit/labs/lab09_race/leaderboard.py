@@ -33,6 +33,14 @@ The notebook's pretend rival posts as ``rival_name(pseudonym)`` (``<pseudonym>-r
 can choose (a participant's pseudonym has no dash), under the poster's own pseudonym's job name: it never
 collides with a participant's entry or job.
 
+The race ends with the instructor's re-runs (`coursekit instructor race verify`, ``rerun.py``): each re-run of an
+entry's seed is a line of the instructor's own runs file, ``participant`` ``RERUN`` (``re-run``: a name no
+participant can take, with a dash, and never claimed) and ``rerun_of`` naming the entry (participant, submission,
+round, Unix user). ``RERUN`` belongs to the verifier only (``verifier``: the course's instructor, else the race
+folder's owner), as the baseline belongs to the instructor: the reader (``read_race``) takes re-runs from the
+verifier's own file only; a re-run line anyone else writes into their own file is ignored, with a note, and
+never joins an entry. Re-run lines live in the runs files, so `race clear` archives them with their round.
+
 A round ends with `coursekit instructor race clear` (``clear_round``): every runs and claim file of the folder is
 moved into ``archive/<time>/`` of the folder, a sub-folder the instructor owns (0755: nobody else adds to
 it). The race folder is sticky (1777): in such a folder a file may be renamed or removed only by its owner,
@@ -67,6 +75,7 @@ from coursekit.train.config import TrainConfig
 from coursekit.train.target import config_hash
 
 BASELINE = "baseline"  # the submission name of the instructor's baseline
+RERUN = "re-run"  # the participant field of the instructor's re-run lines (no pseudonym has a dash)
 RIVAL_SUFFIX = "-rival"  # the notebook's pretend rival: <pseudonym>-rival, a name no participant can choose
 ARCHIVE = "archive"  # the race folder's sub-folder of cleared rounds (the instructor's)
 ENTRY_HASH_CHARS = 8  # of the config hash, in an entry's name
@@ -118,13 +127,55 @@ def _is_run(record: dict[str, Any]) -> bool:
             and isinstance(record.get("submission"), str) and bool(record["submission"]))
 
 
-def read_board(path: Path | None = None) -> tuple[list[dict[str, Any]], list[str]]:
-    """Every run of the race folder and what was skipped: ``(runs, problems)``. Runs are oldest first, each
-    with ``user`` (the owner of its file) and ``not_theirs`` (why it is not that user's to post, or None)."""
+def verifier(path: Path | None = None) -> str:
+    """The Unix user whose re-runs count: the course's instructor (``instructor`` in coursekit.toml), else, in a
+    course that names none, the owner of the race folder (`coursekit instructor setup` makes it the instructor's)."""
+    instructor = course_instructor()
+    if instructor:
+        return instructor
+    try:
+        return user_name(Path(path or leaderboard_path()).parent.stat().st_uid)
+    except OSError:
+        return user_name(os.geteuid())
+
+
+def _is_rerun(record: dict[str, Any]) -> bool:
+    of = record.get("rerun_of")
+    return (isinstance(of, dict) and all(isinstance(of.get(k), str) and of[k] for k in ("participant", "submission", "user"))
+            and isinstance(of.get("round"), int) and not isinstance(of.get("round"), bool))
+
+
+def read_race(path: Path | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
+    """Every run of the race folder, the verifier's re-runs, and what was skipped: ``(runs, reruns, problems)``.
+    Runs are oldest first, each with ``user`` (the owner of its file) and ``not_theirs`` (why it is not that
+    user's to post, or None). A re-run line counts only from the verifier's own file (``verifier``; not
+    writable by others): any other is said in ``problems`` and left out of both lists."""
     board = Path(path or leaderboard_path())
     instructor = course_instructor()
-    return pool.read_folder(board.parent, _is_run, "a run of the race", extra=[board.name] if board.exists() else [],
-                            owners={BASELINE: instructor} if instructor else None)
+    owners = {RERUN: verifier(board), **({BASELINE: instructor} if instructor else {})}
+    records, problems = pool.read_folder(board.parent, _is_run, "a run of the race",
+                                         extra=[board.name] if board.exists() else [], owners=owners)
+    runs = [r for r in records if r["participant"] != RERUN]
+    reruns, refused = [], {}
+    for record in records:
+        if record["participant"] != RERUN:
+            continue
+        if record.get("not_theirs") or not _is_rerun(record):
+            refused.setdefault(record["user"], record.get("not_theirs") or "no rerun_of naming an entry")
+            continue
+        reruns.append(record)
+    for user, why in refused.items():
+        problems.append(f"re-run lines in {user}'s runs file ignored ({why}): only the re-runs of Unix user "
+                        f"{owners[RERUN]} (the instructor) count")
+    return runs, reruns, problems
+
+
+def read_board(path: Path | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every run of the race folder and what was skipped: ``(runs, problems)`` (``read_race`` without the
+    re-runs). Runs are oldest first, each with ``user`` (the owner of its file) and ``not_theirs`` (why it is
+    not that user's to post, or None)."""
+    runs, _, problems = read_race(path)
+    return runs, problems
 
 
 def read_runs(path: Path | None = None) -> list[dict[str, Any]]:

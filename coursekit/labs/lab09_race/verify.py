@@ -48,15 +48,24 @@ CONFIRM_Z = 2.0
 # moments: equal at the stop up to float rounding.
 ELAPSED_TOLERANCE_S = 1.0
 CLOCK_TOLERANCE_S = 1e-3
+SUBMITTED = "submitted"  # the status of a re-run line written at submission, before its run's result is collected
 UNVERIFIED = ("times unverified: this site keeps no Slurm accounting (the local site), so nothing stands behind a "
               "posted time but its line; ranked as posted")
 Accounting = Mapping[str, Mapping[str, Any]]  # job id -> sacct's record (slurm_cli.job_evidence)
-# Verification by re-run (the instructor re-runs an entry's configuration and seeds): the claimed mean is not
-# reproduced when the re-run's mean is slower by more than REPRO_Z standard errors of the difference of two means
-# of k seeds (the run-to-run spread: seeds change the data order and the initialisation, so time to target varies
-# from seed to seed; both entries' own standard deviations say by how much), and by more than REPRO_FLOOR of the
-# claim (another node of the same GPU model, a busier file system: a few percent to ~20 % seen between honest runs).
-# Three standard errors: an honest entry is called "not reproduced" by chance about once in 700.
+# Verification by re-run (the instructor re-runs an entry's configuration and seeds on the room's hardware): the
+# claimed mean is "not reproduced" when the re-run's mean is slower than the claim by more than BOTH
+# - REPRO_Z = 3 standard errors of the difference of the two means (claim of k seeds, re-run of k seeds): seeds
+#   change the initialisation and the data order, so time to target varies from seed to seed, and each side's own
+#   standard deviation says by how much; the difference of two honest means is within 3 of its standard errors
+#   but about once in 700 (one-sided, normal), so in a room of twenty, at the top 3 re-run per round, an honest
+#   entry is almost never called a cheat by the noise of its seeds; and
+# - REPRO_FLOOR = 25 % of the claim: what seeds do not show, because both sides ran on different machines at
+#   different moments: another node of the same GPU model (clocks, thermals), a busier shared file system or
+#   network, a neighbour's job on the node. Between honest runs of one configuration a few percent to about 20 %
+#   was seen; three seeds with an accidentally small spread would otherwise make the 3-standard-error bound
+#   tighter than these. A cut time (the forgery accounting cannot see: a time lowered within its job's elapsed
+#   time) that still passes has gained less than a quarter: a claim 2x or 10x too fast is far outside.
+# A re-run FASTER than its claim is never a mark (the claim was honest, or modest).
 REPRO_Z = 3.0
 REPRO_FLOOR = 0.25
 EntryKey = tuple[str, str, int, str]  # (participant, submission, round, Unix user): an entry of the board
@@ -253,17 +262,51 @@ def reproduction(claimed: list[dict[str, Any]], reruns: list[dict[str, Any]]) ->
     return verified, None
 
 
+def rerun_groups(reruns: Sequence[dict[str, Any]]) -> dict[EntryKey, dict[Any, dict[str, Any]]]:
+    """The instructor's re-run lines by the entry they re-run (``rerun_of``), the latest line of each seed
+    (a seed re-run again replaces its earlier re-run; a "submitted" line is a re-run not collected yet)."""
+    found: dict[EntryKey, dict[Any, dict[str, Any]]] = {}
+    for line in reruns:
+        of = line["rerun_of"]
+        seeds = found.setdefault((of["participant"], of["submission"], int(of["round"]), of["user"]), {})
+        seeds.pop(line.get("seed"), None)
+        seeds[line.get("seed")] = line
+    return found
+
+
+def rerun_state(claimed: list[dict[str, Any]], lines: Mapping[Any, dict[str, Any]]) -> tuple[list[dict[str, Any]] | None, str]:
+    """Where an entry's re-run stands: (its finished re-run runs, "") once every seed of the claim has a finished
+    re-run line, else (None, why not yet: "re-run pending" or "re-run failed ..." or "re-run incomplete")."""
+    seeds = [r.get("seed") for r in claimed]
+    pending = [s for s in seeds if s in lines and lines[s].get("status") == SUBMITTED]
+    if pending:
+        return None, f"re-run pending (seed(s) {pending}): coursekit instructor race verify --collect"
+    failed = [s for s in seeds if s in lines and not lines[s].get("status")]
+    if failed:
+        job = lines[failed[0]].get("job_id")
+        return None, (f"re-run failed: seed(s) {failed} left no result (job {job} {lines[failed[0]].get('state')}); "
+                      "re-run it: coursekit instructor race verify --again")
+    missing = [s for s in seeds if s not in lines]
+    if missing:
+        return None, f"re-run incomplete: seed(s) {missing} not re-run"
+    return [lines[s] for s in seeds], ""
+
+
 def entries(runs: list[dict[str, Any]], rules: Rules, kit_code_hash: str,
             problems: Sequence[str] = (), accounting: Accounting | None = None,
-            reruns: Mapping[EntryKey, list[dict[str, Any]]] | None = None) -> ResultsTable:
+            reruns: Mapping[EntryKey, list[dict[str, Any]]] | None = None,
+            rerun_notes: Mapping[EntryKey, str] | None = None) -> ResultsTable:
     """One row per (participant, submission, round, Unix user): time-to-target mean ± std, the held-out accuracy
     at the stops, the marks, the rank;
     ``table.problems``: what the reader skipped (``problems``: lines or files that are not runs);
     ``accounting``: Slurm's records of the runs' jobs (``check_evidence``), None where the site keeps none:
     ``table.evidence`` is then ``UNVERIFIED`` (said in the title too), else "sacct";
     ``reruns``: the instructor's re-runs of entries (entry key -> its re-run's runs): the row's ``verified_s``
-    beside the claimed time, marked "not reproduced" when it is not (``reproduction``); re-run entries rank by
-    their verified time (the final board)."""
+    beside the claimed time, marked "not reproduced" when it is not (``reproduction``); ``rerun_notes``: entries
+    whose re-run is under way or failed (``rerun_state``), said in the ``verification`` column. Once re-runs are
+    given (the final board), the entries re-run and reproduced rank first, by their verified time, with the
+    instructor's own baseline by its time; the counting entries nobody re-ran follow, by their claimed time
+    (``verification``: "claimed only")."""
     check_evidence(runs, accounting)
     rows = []
     for (participant, submission, round_, user), group in group_runs(runs).items():
@@ -271,29 +314,45 @@ def entries(runs: list[dict[str, Any]], rules: Rules, kit_code_hash: str,
         steps = [r["steps_to_target"] for r in group if r.get("target_reached") and r.get("steps_to_target") is not None]
         mean, std = mean_std(times)
         marks = marks_of(group, rules, kit_code_hash, baseline_reference(runs, round_))
-        verified = None
-        if reruns is not None and (participant, submission, round_, user) in reruns:
-            verified, failed = reproduction(group, reruns[(participant, submission, round_, user)])
+        verified, key = None, (participant, submission, round_, user)
+        verification = "claimed only"
+        if participant == BASELINE:
+            verification = "the instructor's"
+        if reruns is not None and key in reruns:
+            verified, failed = reproduction(group, reruns[key])
             marks += [failed] if failed else []
+            verification = "NOT REPRODUCED" if failed else "reproduced"
+        elif rerun_notes and key in rerun_notes:
+            verification = rerun_notes[key]
         rows.append({"participant": participant, "submission": submission, "round": round_, "user": user,
                      "seeds": len(group), "reached": len(times), "time_to_target_s": mean, "std_s": std,
                      "steps_to_target": mean_std(steps)[0], "confirm_acc": confirmed_accuracy(group),
                      "hardware": hardware(group[0]),
                      "evidence": "unverified" if accounting is None else "failed" if any(r["evidence"] for r in group)
                      else "sacct",
-                     "verified_s": verified,
+                     "verified_s": verified, "verification": verification,
                      "counts": not marks, "marks": "; ".join(marks) or "-", "runs": group})
-    rows.sort(key=lambda r: (not r["counts"], r["verified_s"] if r["verified_s"] is not None
-                             else r["time_to_target_s"] if r["time_to_target_s"] is not None else float("inf")))
+    final = reruns is not None
+
+    def order(row: dict[str, Any]) -> tuple[bool, bool, float]:
+        verified = row["verified_s"] is not None or row["participant"] == BASELINE
+        time_s = row["verified_s"] if row["verified_s"] is not None else row["time_to_target_s"]
+        return not row["counts"], final and not verified, float("inf") if time_s is None else time_s
+
+    rows.sort(key=order)
     rank = 0
     for row in rows:
         row["rank"] = (rank := rank + 1) if row["counts"] else None
     columns = ["rank", "participant", "submission", "round", "seeds", "reached", "time_to_target_s", "std_s",
-               "steps_to_target", "confirm_acc", "hardware", "evidence", *(["verified_s"] if reruns is not None else []),
+               "steps_to_target", "confirm_acc", "hardware", "evidence", *(["verified_s", "verification"] if final else []),
                "counts", "marks"]
     title = f"Leaderboard — {rules.name} (target {rules.target_acc:.1%})"
+    if final:
+        title += (" — the verified board: entries re-run by the instructor rank by their verified time (verified_s), "
+                  "before those only claimed")
     table = ResultsTable(rows, columns=columns, title=title + (f" — {UNVERIFIED}" if accounting is None else
                                                                " — every ranked time backed by Slurm's accounting"))
     table.problems = list(problems)  # type: ignore[attr-defined]
     table.evidence = UNVERIFIED if accounting is None else "sacct"  # type: ignore[attr-defined]
+    table.verified = final  # type: ignore[attr-defined]
     return table

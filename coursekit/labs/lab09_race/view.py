@@ -13,9 +13,9 @@ from typing import Any
 from coursekit.labs.kit.plots import RECORDED_COLOR, new_figure
 from coursekit.labs.kit.pool import CLAIM_SUFFIX, RUNS_SUFFIX
 from coursekit.labs.kit.results import ResultsTable
-from coursekit.labs.lab09_race.leaderboard import BASELINE, leaderboard_path, read_board
+from coursekit.labs.lab09_race.leaderboard import BASELINE, group_runs, leaderboard_path, read_race
 from coursekit.labs.lab09_race.rules import Rules
-from coursekit.labs.lab09_race.verify import UNVERIFIED, entries
+from coursekit.labs.lab09_race.verify import UNVERIFIED, EntryKey, entries, rerun_groups, rerun_state
 
 DEFAULT_REFRESH_S = 5.0
 DEFAULT_STOP_AFTER_S = 3 * 3600.0  # a workshop's afternoon; stop() ends it earlier
@@ -78,15 +78,47 @@ def board_accounting(runs: list[dict[str, Any]], problems: list[str],
         return None
 
 
+def verification(runs: list[dict[str, Any]], reruns: list[dict[str, Any]]
+                 ) -> tuple[dict[EntryKey, list[dict[str, Any]]] | None, dict[EntryKey, str]]:
+    """The instructor's re-runs of the board's entries: (entry -> its finished re-run runs, entry -> why its
+    re-run is not finished); (None, {}) when nobody re-ran anything (the board of a race under way)."""
+    if not reruns:
+        return None, {}
+    lines = rerun_groups(reruns)
+    finished: dict[EntryKey, list[dict[str, Any]]] = {}
+    notes: dict[EntryKey, str] = {}
+    for key, group in group_runs(runs).items():
+        if key not in lines:
+            continue
+        done, note = rerun_state(group, lines[key])
+        if done is not None:
+            finished[key] = done
+        else:
+            notes[key] = note
+    return finished, notes
+
+
 def standings(rules: Rules, kit_code_hash: str, path: Path | None = None, accounting: Any = AUTO) -> ResultsTable:
     """The leaderboard now: every entry, ranked when it counts, marked and explained when it does not;
     ``table.problems``: the lines and files of the race folder that are not runs (skipped). ``accounting``:
     job id -> Slurm's record of the job (``verify.check_evidence``), None for none (times unverified), or
-    ``AUTO``: sacct's on a Slurm site (one call for the whole board), none on the local site."""
-    runs, problems = read_board(path)
+    ``AUTO``: sacct's on a Slurm site (one call for the whole board), none on the local site.
+
+    The board a race ends with: once the instructor re-ran the top entries (`coursekit instructor race verify`),
+    their re-runs (the instructor's own lines, ``leaderboard.read_race``; a re-run line in anyone else's file is
+    ignored, with a note) are read here too: each re-run entry shows its verified time (``verified_s``, the
+    re-run's mean) beside its claimed one, and ranks by it; an entry whose re-run misses the target with a seed,
+    or is slower than its claim by more than the larger of 3 standard errors of the difference of the two means
+    and 25 % of the claim, is marked "not reproduced" and loses its rank. Why those two numbers: seeds make time
+    to target vary, and each side's own spread says by how much — an honest entry's re-run is more than 3
+    standard errors slower about once in 700; and both sides ran on different nodes at different moments, which
+    seeds cannot show — a few percent to ~20 % between honest runs, hence the 25 % floor (``verify.REPRO_Z``,
+    ``verify.REPRO_FLOOR``). A claim cut to a half or a tenth of its real time is far outside both."""
+    runs, reruns, problems = read_race(path)
     if isinstance(accounting, str) and accounting == AUTO:
         accounting = board_accounting(runs, problems)
-    return entries(runs, rules, kit_code_hash, problems, accounting)
+    finished, notes = verification(runs, reruns)
+    return entries(runs, rules, kit_code_hash, problems, accounting, reruns=finished, rerun_notes=notes)
 
 
 def folder_state(path: Path) -> tuple[tuple[str, int, int], ...]:
