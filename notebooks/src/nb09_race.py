@@ -39,6 +39,16 @@ print(s)
 # evaluated. Everything the labs taught is free: batch size, precision, `channels_last`, `compile`,
 # loader settings, optimizer and LR schedule, the epoch budget. The model must be one of the allowed
 # family, within the parameter budget.
+#
+# **How the race ends.** During the race you see the *claimed* board: each entry ranked by the times its
+# own runs recorded. At the end the instructor runs `coursekit instructor race verify`: the top entries
+# (three by default) are re-run, with the exact configuration and seeds their runs recorded, as the
+# instructor's own jobs on the room's hardware. The *verified* board shows each re-run's time beside the
+# claimed one, and it decides. An entry whose re-run misses the target, or is slower than its claim by
+# more than the seeds' spread allows (3 standard errors of the difference, and at least 25 % for another
+# node and another moment), is marked "not reproduced" and loses its rank. Re-runs cost GPU time: each
+# re-run entry costs its number of seeds times its own time again (`total_time_s` of its runs, times its
+# GPUs), which the board's rows let you add up.
 
 # %% tags=["exact-settings"]
 rules = race.Rules("lab 09", s.baseline, models=s.models, max_parameters=s.max_parameters,
