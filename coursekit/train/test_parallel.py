@@ -26,6 +26,8 @@ from coursekit.train.parallel import process_group as pg
 from coursekit.train.parallel.overlap import measure_bucket_overlap
 from coursekit.train.parallel.test_process_group import free_port
 
+pytestmark = pytest.mark.slow  # processes of their own: left out of the fast tier (README)
+
 ROOT = Path(__file__).resolve().parents[2]
 WORLD = 2
 PROMPT_FAILURE_S = 120  # a dead rank must end the run well before this (the collective timeout: 600 s)

@@ -26,6 +26,8 @@ from coursekit.metrics import read_metrics, steps
 from coursekit.train.config import TrainConfig
 from coursekit.train.engine import train
 
+pytestmark = pytest.mark.slow  # processes of their own: left out of the fast tier (README)
+
 PER_RANK_BATCH = 8
 STEPS = 4
 PORT_ATTEMPTS = 3  # runs start again on new ports when another test took one of theirs

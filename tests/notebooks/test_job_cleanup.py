@@ -24,6 +24,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
+pytestmark = pytest.mark.slow  # processes of their own: left out of the fast tier (README)
+
 REPO = Path(__file__).resolve().parents[2]
 CONFTEST = REPO / "notebooks" / "conftest.py"
 RUN_TIMEOUT_S = 90  # a busy CI machine: three workers on two cores

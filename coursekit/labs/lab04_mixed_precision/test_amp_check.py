@@ -8,6 +8,8 @@ import pytest
 
 from coursekit.labs.lab04_mixed_precision import amp_check
 
+pytestmark = pytest.mark.slow  # processes of their own: left out of the fast tier (README)
+
 REFERENCE = amp_check.SOLUTION.with_name(amp_check.REFERENCE_NAME)
 EXPECTED_FAILURES = {  # planted mistake -> the checks that must fail, and words their detail must hold
     "no_autocast": ({"autocast"}, "autocast was off during the forward pass"),

@@ -12,6 +12,8 @@ import pytest
 
 from coursekit.labs.lab05_data_loading import loader_check
 
+pytestmark = pytest.mark.slow  # processes of their own: left out of the fast tier (README)
+
 REFERENCE = loader_check.SOLUTION.with_name(loader_check.REFERENCE_NAME)
 EXPECTED_FAILURES = {  # planted mistake -> the checks that must fail, and words their detail must hold
     "no_workers": ({"workers", "wait_share"}, "num_workers=0"),

@@ -9,6 +9,8 @@ import pytest
 
 from coursekit.labs.lab06_data_parallel import ddp_check
 
+pytestmark = pytest.mark.slow  # processes of their own: left out of the fast tier (README)
+
 SERIAL = ddp_check.SOLUTION.with_name(ddp_check.SERIAL_NAME)
 EXPECTED_FAILURES = {  # planted mistake -> the checks that must fail, and words their detail must hold
     "lr_times_world_size": ({"weights"}, "learning rate is 0.1, but --lr was 0.05"),

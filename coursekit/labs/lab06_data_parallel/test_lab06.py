@@ -11,6 +11,8 @@ from coursekit.labs.kit.results import ResultsTable
 from coursekit.labs.kit.test_experiments import StandInJob
 from coursekit.train.config import TrainConfig
 
+pytestmark = pytest.mark.slow  # processes of their own: left out of the fast tier (README)
+
 # Two nodes of two GPUs, written by hand in NCCL's INFO format (as in public NCCL bug reports): NVLink
 # inside a node, host memory between two GPUs without peer access, InfiniBand between the nodes.
 TWO_NODE_LOG = """\

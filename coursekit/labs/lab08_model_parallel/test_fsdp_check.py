@@ -12,6 +12,8 @@ import pytest
 from coursekit.labs.kit import exercises
 from coursekit.labs.lab08_model_parallel import fsdp_check
 
+pytestmark = pytest.mark.slow  # processes of their own: left out of the fast tier (README)
+
 EXPECTED_FAILURES = {  # planted mistake -> the checks that must fail, and words their detail must hold
     "no_fully_shard": ({"weights", "sharded", "memory"}, "fully_shard was never called"),
     "root_only": ({"sharded"}, "only the whole model is an FSDP unit"),

@@ -10,6 +10,8 @@ import pytest
 from coursekit.labs.kit import exercises
 from coursekit.labs.lab08_model_parallel import pipeline_check
 
+pytestmark = pytest.mark.slow  # processes of their own: left out of the fast tier (README)
+
 EXPECTED_FAILURES = {  # planted mistake -> the checks that must fail, and words their detail must hold
     "whole_model_on_each_rank": ({"memory"}, "holds layers of the other stage too"),
     "no_gradient_back": ({"weights", "memory"}, "stage 0's weights never moved"),

@@ -123,6 +123,7 @@ def _write_lines(path: str, writer: int) -> None:
         lb.append_run({"participant": f"p{writer}", "submission": "s", "seed": index, "pad": "x" * 3000}, Path(path))
 
 
+@pytest.mark.slow
 def test_leaderboard_survives_concurrent_writers(tmp_path: Path) -> None:
     """WRITERS processes append at once: every line is whole and none is lost (lines longer than a pipe
     buffer, so that an unlocked writer would interleave)."""
