@@ -112,7 +112,8 @@ def standings(rules: Rules, kit_code_hash: str, path: Path | None = None, accoun
     and 25 % of the claim, is marked "not reproduced" and loses its rank. Why those two numbers: seeds make time
     to target vary, and each side's own spread says by how much — an honest entry's re-run is more than 3
     standard errors slower about once in 700; and both sides ran on different nodes at different moments, which
-    seeds cannot show — a few percent to ~20 % between honest runs, hence the 25 % floor (``verify.REPRO_Z``,
+    seeds cannot show (a 2-GPU job's efficiency moved by 10 % with its host's load), hence a 25 % floor, an
+    allowance not yet measured on re-runs (``verify.REPRO_Z``,
     ``verify.REPRO_FLOOR``). A claim cut to a half or a tenth of its real time is far outside both."""
     runs, reruns, problems = read_race(path)
     if isinstance(accounting, str) and accounting == AUTO:
