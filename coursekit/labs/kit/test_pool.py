@@ -15,6 +15,7 @@ from coursekit.labs.kit import pool
 
 BOB_UID = 60412  # no such user on a test machine: named uid60412
 WRITERS, RECORDS_EACH = 4, 50
+WRITER_TIMEOUT_S = 120  # 50 posts take well under a second each on a busy machine
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="making files of other users needs root (chown)")
 
 
@@ -47,16 +48,24 @@ def test_bad_input_is_a_clear_error_and_nothing_is_written(course: Path) -> None
     assert pool.read("lab06") == ([], [])
 
 
-def _post_many(args: tuple[str, int]) -> None:
-    course, writer = args
+def _post_many(course: str, writer: int) -> None:
     os.environ["COURSEKIT_COURSE_DIR"] = course
     for index in range(RECORDS_EACH):
         pool.post("seeds", [{"participant": f"p{writer}", "seed": index, "pad": "x" * 2000}])
 
 
 def test_concurrent_posts_lose_and_tear_nothing(course: Path) -> None:
-    with multiprocessing.get_context("fork").Pool(WRITERS) as workers:
-        workers.map(_post_many, [(str(course), w) for w in range(WRITERS)])
+    # one fresh process per writer (spawn, no Pool): a forked Pool, from a test worker with threads of its own,
+    # once left a worker blocked on a lock its queue held at the fork, and Pool.terminate waiting forever
+    writers = [multiprocessing.get_context("spawn").Process(target=_post_many, args=(str(course), w))
+               for w in range(WRITERS)]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join(WRITER_TIMEOUT_S)
+        if writer.is_alive():
+            writer.kill()
+    assert [w.exitcode for w in writers] == [0] * WRITERS, "a writer failed or did not end in time"
     records, problems = pool.read("seeds")
     assert problems == []
     assert sorted((r["participant"], r["seed"]) for r in records) == sorted(
