@@ -1,8 +1,9 @@
 """``coursekit doctor``: is this machine ready to run the labs? One check per line, what to fix when not.
 
-Checks: Python, torch, CUDA and GPUs, submitit, the course folder, the data sets staged in the course's
-data folder, lab 09's leaderboard folder (writable); the site profile; for a Slurm site also Slurm's
-commands on PATH, the controller, accounting (sacct), and the partition (per sinfo).
+Checks: Python, torch, CUDA and GPUs, submitit, the course folder, what each data set the labs ask for
+will be (``labs.kit.datasets.resolve``, the labs' own choice: the course's data folder, Debian's system copy
+of Fashion-MNIST, or the generated stand-in), lab 09's leaderboard folder (writable); the site profile; for a
+Slurm site also Slurm's commands on PATH, the controller, accounting (sacct), and the partition (per sinfo).
 A check is ``ok``, ``warn`` (worth knowing, does not fail: e.g. no GPU on a login node) or ``fail``; the
 verdict counts the warnings too.
 """
@@ -37,9 +38,6 @@ MIN_PYTHON = (3, 10)
 SLURM_COMMANDS = ("sbatch", "srun", "squeue", "sacct", "scancel", "sinfo", "scontrol")
 SYMBOLS = {"ok": "✓", "warn": "!", "fail": "✗"}
 ASCII_SYMBOLS = {"ok": "OK", "warn": "!!", "fail": "XX"}
-# what `coursekit instructor data` stages, by the file that proves it is there (under the data folder)
-STAGED_DATA = (("CIFAR-10", "cifar-10-batches-py/test_batch"), ("Fashion-MNIST", "fashion-mnist/train-images-idx3-ubyte*"),
-               ("lab 05's JPEG tree", "jpeg-*/.complete"))
 
 
 @dataclass(frozen=True)
@@ -92,16 +90,46 @@ def check_course_folder() -> Check:
     return Check("ok", f"course folder {folder}", f"jobs in {jobs_dir()}")
 
 
-def check_data() -> Check:
-    """Which data sets are staged in the course's data folder; none: the labs fall back to generated data."""
+def check_data() -> list[Check]:
+    """One line per data set the labs ask for: what a participant's lab trains on, decided by the labs' own
+    ``resolve``; a warning only for the generated stand-in or a copy someone staged that the labs pass over."""
+    try:
+        from coursekit.labs.kit import datasets
+    except Exception as error:  # noqa: BLE001 - e.g. torch missing: reported by check_module
+        return [Check("warn", "data sets not checked", f"{type(error).__name__}: {error}")]
+    checks = []
+    for wanted, label in datasets.WANTED.items():
+        try:
+            source = datasets.resolve(wanted)
+        except Exception as error:  # noqa: BLE001 - torch missing: reported by check_module
+            checks.append(Check("warn", f"{label}: not checked", f"{type(error).__name__}: {error}"))
+            continue
+        title, folder = f"{label} -> {source.describe()}", source.data_dir
+        if source.passed_over:
+            what = "; ".join(problem for problem, _ in source.passed_over)
+            checks.append(Check("warn", title, f"{what}: the labs pass over it",
+                                "; ".join(fix for _, fix in source.passed_over)))
+        elif not source.real:
+            checks.append(Check("warn", title, f"no real data in the course's data folder {folder} nor in "
+                                "Debian's system copy: the labs train on generated images, a smoke test of the "
+                                "code, not evidence about accuracy",
+                                f"coursekit instructor data fashion-mnist --dir {folder} (offline; needs Debian's "
+                                f"package dataset-fashion-mnist), or data cifar10 --dir {folder}"))
+        else:
+            notes = []
+            if wanted == datasets.CIFAR10 and source.dataset != datasets.CIFAR10:
+                notes.append(f"CIFAR-10 is not staged in {folder}: the accuracies are Fashion-MNIST's")
+            if source.origin == datasets.SYSTEM_COPY:
+                notes.append(f"no copy in the course's data folder {folder}: the nodes that run the jobs read "
+                             f"their own system copy (to share one: coursekit instructor data fashion-mnist --dir "
+                             f"{folder})")
+            checks.append(Check("ok", title, "; ".join(notes)))
     folder = Path(data_dir()).expanduser()
-    staged = [name for name, proof in STAGED_DATA if any(folder.glob(proof))]
-    if not staged:
-        return Check("warn", f"data folder {folder}: nothing staged",
-                     "the labs will train on generated images: a smoke test, not evidence about accuracy",
-                     f"coursekit instructor data cifar10 --dir {folder} (and: data jpeg --dir {folder}; "
-                     f"offline: data fashion-mnist --dir {folder})")
-    return Check("ok", f"data folder {folder}", "staged: " + ", ".join(staged))
+    jpeg = sorted(path.parent.name for path in folder.glob("jpeg-*/.complete"))
+    checks.append(Check("ok", "lab 05's JPEG tree (generated, by design)", f"in {folder}: {', '.join(jpeg)}" if jpeg
+                        else f"written into {folder} on first use (or now: coursekit instructor data jpeg --dir "
+                        f"{folder})"))
+    return checks
 
 
 def check_leaderboard() -> Check:
@@ -208,7 +236,7 @@ def check_partition(site: Any) -> Check:
 def run_checks(site_name: str | None = None) -> list[Check]:
     """Every check, in order; Slurm's checks only for a Slurm site."""
     checks = [check_python(), check_module("torch", "pip install torch"), check_gpus(),
-              check_module("submitit", "pip install submitit"), check_course_folder(), check_data(),
+              check_module("submitit", "pip install submitit"), check_course_folder(), *check_data(),
               check_leaderboard()]
     site_check, site = check_site(site_name)
     checks.append(site_check)

@@ -16,12 +16,17 @@ settings say so once, at the start, and use the next data set that is there (``r
    10,000 images) made by the engine (``--dataset generated``). A ResNet separates it perfectly, so the
    run is a smoke test of the code, not evidence about accuracy: the settings print ``DATASET STAND-IN``
    and say so.
+
+``resolve(wanted)`` is the one decision of where a lab's data set comes from (the course's data folder,
+Debian's system copy of Fashion-MNIST, the generated stand-in): the labs' settings train on what it returns
+and ``coursekit doctor`` prints it (``DataSource.describe``), so the two cannot disagree.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +38,11 @@ CIFAR10_CLASSES, CIFAR10_SIZE = 10, 32
 STANDIN_MARK = "DATASET STAND-IN"
 FASHION_MARK = "REAL DATA: FASHION-MNIST"
 STAGE_COMMAND = "python -m coursekit.labs.kit.datasets --stage --data-dir {data_dir}"
+CIFAR10, FASHION_MNIST, GENERATED = "cifar10", "fashion-mnist", "generated"  # TrainConfig's dataset names
+COURSE_FOLDER, SYSTEM_COPY = "the course's data folder", "Debian's system copy"  # where real files came from
+# the data sets the labs ask for, and who asks (the doctor names them); lab 05's JPEG tree is written on first use
+WANTED = {CIFAR10: "CIFAR-10 (labs 02, 04, 07; 00 and 09 in the gpu profile)",
+          FASHION_MNIST: "Fashion-MNIST (lab 09's race in the cpu profile)"}
 
 
 def cifar10_present(folder: str | Path) -> bool:
@@ -70,15 +80,58 @@ def fashion_notice(folder: Path, train_images: int) -> str:
             "Its accuracies are Fashion-MNIST's, not CIFAR-10's (a ResNet-18 reaches about 0.95 on it).")
 
 
-def fashion_mnist_folder(folder: str | Path) -> Path | None:
-    """Where Fashion-MNIST's files are: ``folder/fashion-mnist``, ``folder``, else Debian's; None if nowhere."""
+@dataclass(frozen=True)
+class DataSource:
+    """What a lab asking for ``wanted`` trains on: ``dataset`` (cifar10, fashion-mnist or generated) from
+    ``folder`` (None: generated), found in ``origin`` (the course's data folder, Debian's system copy, or
+    ``generated``); ``data_dir`` is the course's data folder looked in, ``passed_over`` the incomplete copies
+    skipped on the way, each ``(what, fix)`` (a real problem: someone staged them and the labs do not use them)."""
+
+    wanted: str
+    dataset: str
+    folder: Path | None
+    origin: str
+    data_dir: Path
+    passed_over: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def real(self) -> bool:
+        return self.dataset != GENERATED
+
+    def describe(self) -> str:
+        """What a participant gets, in one line: ``Fashion-MNIST: Debian's system copy /usr/share/... (real data)``."""
+        if not self.real:
+            return "the generated stand-in: accuracy claims are smoke tests only"
+        name = "CIFAR-10" if self.dataset == CIFAR10 else "Fashion-MNIST"
+        return f"{name}: {self.origin} {self.folder} (real data)"
+
+
+def resolve(wanted: str = CIFAR10, folder: str | Path | None = None) -> DataSource:
+    """Where a lab's data set comes from (``folder``: the course's data folder, default ``data_dir()``):
+    ``cifar10``: CIFAR-10 staged there, else Fashion-MNIST; ``fashion-mnist``: Fashion-MNIST in
+    ``folder/fashion-mnist`` or ``folder``, else Debian's system copy; else the generated stand-in."""
     from coursekit.train.data import fashion_mnist
 
-    for candidate in (Path(folder).expanduser() / fashion_mnist.FOLDER, Path(folder).expanduser(),
-                      fashion_mnist.DEBIAN_DIR):
-        if all(fashion_mnist.file_path(candidate, name) is not None for name in fashion_mnist.FILES):
-            return candidate
-    return None
+    if wanted not in WANTED:
+        raise ValueError(f"no lab asks for {wanted!r}: one of {', '.join(WANTED)}")
+    root = Path(folder or data_dir()).expanduser()
+    passed_over = []
+    if wanted == CIFAR10:
+        if cifar10_present(root):
+            return DataSource(wanted, CIFAR10, root / CIFAR10_FOLDER, COURSE_FOLDER, root)
+        if (root / CIFAR10_FOLDER).exists():
+            passed_over.append((f"CIFAR-10 in {root / CIFAR10_FOLDER} is incomplete (data_batch_1 or test_batch "
+                                "missing)", f"stage it again: {stage_command(root)}"))
+    for candidate in (*fashion_mnist.candidate_folders(root), fashion_mnist.DEBIAN_DIR):
+        origin = SYSTEM_COPY if candidate == fashion_mnist.DEBIAN_DIR else COURSE_FOLDER
+        missing = fashion_mnist.missing_files(candidate)
+        if not missing:
+            return DataSource(wanted, FASHION_MNIST, candidate, origin, root, tuple(passed_over))
+        if len(missing) < len(fashion_mnist.FILES):
+            fix = (f"apt-get install --reinstall -y {fashion_mnist.DEBIAN_PACKAGE}" if origin == SYSTEM_COPY
+                   else f"coursekit instructor data fashion-mnist --dir {root}")
+            passed_over.append((f"Fashion-MNIST in {candidate} is incomplete ({', '.join(missing)} missing)", fix))
+    return DataSource(wanted, GENERATED, None, GENERATED, root, tuple(passed_over))
 
 
 def fashion_config(config: Any, folder: Path) -> Any:
@@ -91,11 +144,11 @@ def real_or_standin(config: Any, folder: str | Path | None = None) -> tuple[Any,
     """``(config, None)`` when CIFAR-10 is staged in ``folder`` (default: ``config.data_dir``); else the
     configuration on Fashion-MNIST when it is there, else on the generated stand-in, with the notice to print."""
     where = folder or config.data_dir or data_dir()
-    if cifar10_present(where):
+    source = resolve(CIFAR10, where)
+    if source.dataset == CIFAR10:
         return config, None
-    fashion = fashion_mnist_folder(where)
-    if fashion is not None:
-        return fashion_config(config, fashion), fashion_notice(fashion, config.num_samples or 60_000)
+    if source.dataset == FASHION_MNIST:
+        return fashion_config(config, source.folder), fashion_notice(source.folder, config.num_samples or 60_000)
     return standin_config(config), standin_notice(where, config.num_samples or CIFAR10_TRAIN)
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from coursekit.labs.kit.datasets import FASHION_MARK, STANDIN_MARK, fashion_mnist_folder
+from coursekit.labs.kit.datasets import FASHION_MARK, FASHION_MNIST, STANDIN_MARK, resolve
 from coursekit.labs.kit.profiles import data_dir
 from coursekit.labs.kit.settings import QUIET, job_options, on_cifar10, workshop_budget
 from coursekit.labs.lab09_race.leaderboard import (
@@ -71,8 +71,9 @@ def settings(profile: str) -> dict[str, Any]:
     cpu = profile == "cpu"
     notice = None
     if cpu:
-        fashion = fashion_mnist_folder(data_dir())
-        if fashion is not None:  # real data, small: the first 2,000 training images at 16 px, the 10,000 test images
+        source = resolve(FASHION_MNIST)  # what `coursekit doctor` says this race trains on
+        fashion = source.folder
+        if source.real:  # real data, small: the first 2,000 training images at 16 px, the 10,000 test images
             baseline = TrainConfig(model="mlp", dataset="fashion-mnist", data_dir=str(fashion), num_samples=2000,
                                    image_size=16, batch_size=50, epochs=10, lr=0.05,
                                    target_acc=LAB09_TARGET["cpu-fashion"], eval_every=10, data_seed=0, timing_warmup=3,
@@ -85,7 +86,7 @@ def settings(profile: str) -> dict[str, Any]:
                                    batch_size=50, epochs=10, lr=0.05, target_acc=LAB09_TARGET["cpu"], eval_every=5,
                                    data_seed=0, timing_warmup=3, confirm_fraction=CONFIRM_FRACTION, device="cpu",
                                    **QUIET)
-            notice = (f"{STANDIN_MARK}: Fashion-MNIST is not in {data_dir()}, so the cpu race runs on a generated "
+            notice = (f"{STANDIN_MARK}: Fashion-MNIST is not in {source.data_dir}, so the cpu race runs on a generated "
                       "set (4 classes, 16 x 16): a smoke test of the race's mechanics, not evidence about accuracy. "
                       "Real data: coursekit instructor data fashion-mnist.")
         tuned = {"batch_size": 100, "lr": 0.1}

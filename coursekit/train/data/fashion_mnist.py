@@ -64,20 +64,32 @@ def data_folder(data_dir: str | Path | None = None) -> Path:
         fix = INSTALL_HINT + ", or give --data-dir"
     else:
         root = Path(data_dir).expanduser()
-        candidates = [root / FOLDER, root]
+        candidates = candidate_folders(root)
         where = f"data_dir={str(root)!r} (neither in {FOLDER}/ nor directly there)"
         fix = (f"stage them with `coursekit instructor data fashion-mnist --dir {root}`, fix --data-dir, or leave "
                f"--data-dir out to read Debian's copy in {DEBIAN_DIR} ({INSTALL_HINT})")
     for folder in candidates:
-        if all(file_path(folder, name) is not None for name in FILES):
+        if not missing_files(folder):
             return folder
     for folder in candidates:  # some files but not all: name the missing ones
-        missing = [name for name in FILES if file_path(folder, name) is None]
+        missing = missing_files(folder)
         if len(missing) < len(FILES):
             raise ValueError(f"Fashion-MNIST in {folder} is incomplete: {', '.join(m + '[.gz]' for m in missing)} "
                              f"missing; {fix}")
     raise ValueError(f"Fashion-MNIST is not in {where}: its files {', '.join(FILES)} (.gz or uncompressed) are "
                      f"missing; {fix}")
+
+
+def candidate_folders(data_dir: str | Path) -> list[Path]:
+    """Where a data folder may hold the four files, in the order they are looked for: ``data_dir/fashion-mnist/``,
+    then ``data_dir`` itself (Debian's folder is the fallback of a run without a data folder, not of these)."""
+    root = Path(data_dir).expanduser()
+    return [root / FOLDER, root]
+
+
+def missing_files(folder: Path) -> list[str]:
+    """The names of the four files that ``folder`` lacks (neither ``name`` nor ``name.gz``); empty: all there."""
+    return [name for name in FILES if file_path(folder, name) is None]
 
 
 def file_path(folder: Path, name: str) -> Path | None:
