@@ -23,6 +23,12 @@ decides who was first). Records of a pseudonym posted by another user, or read f
 write, carry a ``not_theirs`` reason: shown, never counted. A line that is not a record of the pool, a link
 or an unreadable file is reported (``problems``) and skipped, never fatal.
 
+A record names its job (``job_id``) where it can: ``check_evidence`` holds the pool to lab 09's rules
+(``kit/evidence.py``: the job is known to Slurm's accounting, the poster's, COMPLETED, claimed once for one
+measurement, long enough for the durations it claims); ``counted`` then leaves out what accounting does not
+back, and ``marked`` lists it with its reasons, so that no bad record moves a room's figure unseen. On the local
+site (no accounting) it says the pool is ``UNVERIFIED``.
+
 The race's leaderboard (lab 09) is such a folder; so are the pools of lab 06's team sweep::
 
     pool.post("lab06-scaling-red", [{"participant": "ada", "n_gpu": 4, "img_s": 9100.0}])
