@@ -16,21 +16,8 @@ from coursekit.labs.lab09_race import leaderboard as lb
 ME = lb.user_name(os.geteuid())
 
 
-@pytest.fixture
-def course(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A course folder on the local site naming this user as its instructor, its race folder the instructor's."""
-    folder = tmp_path / "course"
-    (folder / "race").mkdir(parents=True)
-    (folder / "race").chmod(0o1777)
-    (folder / "coursekit.toml").write_text(f'site = "local"\njob_prefix = "ws"\ninstructor = "{ME}"\n')
-    monkeypatch.setenv("COURSEKIT_COURSE_DIR", str(folder))
-    monkeypatch.setenv("COURSEKIT_SITE", "local")
-    monkeypatch.delenv("COURSEKIT_DATA_DIR", raising=False)
-    return folder
-
-
-def test_verify_refuses_a_participant(course: Path, capsys: pytest.CaptureFixture) -> None:
-    (course / "coursekit.toml").write_text('site = "local"\ninstructor = "someone-else"\n')
+def test_verify_refuses_a_participant(race_course: Path, capsys: pytest.CaptureFixture) -> None:
+    (race_course / "coursekit.toml").write_text('site = "local"\ninstructor = "someone-else"\n')
     assert cli.main(["instructor", "race", "verify", "--top", "1"]) == 1
     err = capsys.readouterr().err
     assert "coursekit instructor race: error:" in err and "only the re-runs of Unix user someone-else" in err
@@ -47,7 +34,7 @@ def small_settings(original: Any) -> Any:
 
 
 @pytest.mark.slow
-def test_verify_really_reruns_an_entry_on_the_local_site(course: Path, monkeypatch: pytest.MonkeyPatch,
+def test_verify_really_reruns_an_entry_on_the_local_site(race_course: Path, monkeypatch: pytest.MonkeyPatch,
                                                          capsys: pytest.CaptureFixture) -> None:
     """A real entry (2 seeds, one job) posted by a participant's notebook code, then `race verify --top 1
     --no-wait` and `race verify --collect`: the instructor's re-run job really ran (its own job, named

@@ -23,6 +23,12 @@ decides who was first). Records of a pseudonym posted by another user, or read f
 write, carry a ``not_theirs`` reason: shown, never counted. A line that is not a record of the pool, a link
 or an unreadable file is reported (``problems``) and skipped, never fatal.
 
+A record names its job (``job_id``) where it can: ``check_evidence`` holds the pool to lab 09's rules
+(``kit/evidence.py``: the job is known to Slurm's accounting, the poster's, COMPLETED, claimed once for one
+measurement, long enough for the durations it claims); ``counted`` then leaves out what accounting does not
+back, and ``marked`` lists it with its reasons, so that no bad record moves a room's figure unseen. On the local
+site (no accounting) it says the pool is ``UNVERIFIED``.
+
 The race's leaderboard (lab 09) is such a folder; so are the pools of lab 06's team sweep::
 
     pool.post("lab06-scaling-red", [{"participant": "ada", "n_gpu": 4, "img_s": 9100.0}])
@@ -40,7 +46,7 @@ import secrets
 import stat
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -342,5 +348,56 @@ def read(name: str) -> tuple[list[dict[str, Any]], list[str]]:
 
 
 def counted(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The records that count: their poster's own pseudonym, in a file only they can write."""
-    return [r for r in records if not r.get("not_theirs")]
+    """The records that count: their poster's own pseudonym, in a file only they can write, and (once
+    ``check_evidence`` ran) backed by Slurm's accounting."""
+    return [r for r in records if not r.get("not_theirs") and not r.get("evidence")]
+
+
+# ---------------------------------------------------------------- evidence: the same rules as lab 09's race
+
+AUTO = "auto"
+VERIFIED = "sacct"
+UNVERIFIED = ("unverified: this site keeps no Slurm accounting (the local site), so nothing stands behind a pooled "
+              "record but its line")
+READ_FIELDS = (*READER_FIELDS, "posted", "evidence")  # not what a record says: its reposting is the same record
+
+
+def _content(record: dict[str, Any]) -> str:
+    return json.dumps({k: v for k, v in record.items() if k not in READ_FIELDS}, sort_keys=True, default=str)
+
+
+def check_evidence(records: list[dict[str, Any]], problems: list[str], key: Callable[[dict[str, Any]], Any],
+                   label: Callable[[dict[str, Any]], str], durations: Sequence[str] = (),
+                   accounting: Any = AUTO) -> str:
+    """Check a pool's records (``read``'s) against Slurm's accounting, as lab 09's board does
+    (``kit.evidence.check_jobs``): each record names its ``job_id``, a job that accounting knows, of the Unix
+    user who posted the record, COMPLETED; a job claimed for the same measurement (``key(record)``, e.g. a
+    sweep's cell, a seed; ``label``: it in words) by two records with other values marks both (the same record
+    posted again by a re-run notebook is not a second claim); the ``durations`` fields (seconds measured
+    inside the job) are within its elapsed time. Sets ``record["evidence"]`` (the reasons; ``counted`` then
+    leaves the record out, ``marked`` lists it). ``accounting``: job id -> sacct's record (data: tests plant
+    it), None for none, ``AUTO``: sacct's on a Slurm site (one call for the pool), none on the local site.
+    Returns ``VERIFIED``, or ``UNVERIFIED`` where there is no accounting (nothing is marked then)."""
+    from coursekit.labs.kit.evidence import check_jobs, site_accounting
+
+    if isinstance(accounting, str) and accounting == AUTO:
+        accounting = site_accounting(records, problems, what="the pooled records")
+    if accounting is None:
+        for record in records:
+            record["evidence"] = []
+        return UNVERIFIED
+    check_jobs(records, accounting, key=key, label=label, durations=durations, noun="record", many="records",
+               measured="measured", content=_content)
+    return VERIFIED
+
+
+def marked(records: Iterable[dict[str, Any]], label: Callable[[dict[str, Any]], str]) -> list[str]:
+    """The records left out of a room's figure, each in one line with its reasons (the pseudonym's or file's,
+    then accounting's): "ignored bob's record (seed 3): job 12 is Unix user ada's, ..."."""
+    lines = []
+    for record in records:
+        reasons = ([record["not_theirs"]] if record.get("not_theirs") else []) + list(record.get("evidence") or ())
+        if reasons:
+            lines.append(f"ignored {record.get('user')}'s record ({label(record)}, posted as "
+                         f"{record.get('participant')!r}): {'; '.join(reasons)}")
+    return lines

@@ -2,16 +2,30 @@
 
 ``labs.run_sweep`` and ``Sweep.results`` wait for their jobs with one bar, "3/8 jobs ended", so that a
 sweep of several minutes is never silent. The bar appears only when the wait lasts more than
-``PROGRESS_DELAY_S`` and is a no-op where tqdm is not installed (it comes with the ``lab`` extra).
+``PROGRESS_DELAY_S`` and is a no-op where tqdm is not installed (it comes with the ``lab`` extra). Where
+nobody watches it redraw (stderr is not a terminal and this is no notebook: a CLI piped to a file, a batch
+job's log), there is no bar: its redraws would fill the file; one line says how the wait ended instead.
 """
 
 from __future__ import annotations
 
+import sys
+import time
 from types import TracebackType
 from typing import Any
 
 PROGRESS_DELAY_S = 1.0  # shorter waits show no bar
 PROGRESS_UNIT = "job"
+
+
+def redraws_seen() -> bool:
+    """A bar's redraws are seen: in a notebook (a widget), or on a terminal (stderr is a tty)."""
+    from coursekit.jobs.queue_view import in_kernel
+
+    try:
+        return in_kernel() or sys.stderr.isatty()
+    except (AttributeError, ValueError):  # no stderr, or a closed one
+        return False
 
 
 class JobsBar:
@@ -22,7 +36,10 @@ class JobsBar:
             raise ValueError(f"total={total!r}: give the number of jobs waited for, an int >= 0")
         self.total, self.count = total, 0
         self._bar: Any = None
-        if enabled and total > 0:
+        self.desc, self._quiet_since = desc, None
+        if enabled and total > 0 and not redraws_seen():
+            self._quiet_since = time.monotonic()  # no bar: one line at the end (``close``)
+        elif enabled and total > 0:
             try:
                 from tqdm.auto import tqdm
             except ImportError:  # tqdm is in the lab extra: without it, no bar
@@ -40,6 +57,12 @@ class JobsBar:
         self.count = count
 
     def close(self) -> None:
+        if self._quiet_since is not None:
+            waited = time.monotonic() - self._quiet_since
+            if waited >= PROGRESS_DELAY_S:
+                print(f"{self.desc or 'jobs'}: {self.count}/{self.total} {PROGRESS_UNIT}s ended after {waited:.0f} s",
+                      file=sys.stderr, flush=True)
+            self._quiet_since = None
         if self._bar is not None:
             self._bar.close()
             self._bar = None

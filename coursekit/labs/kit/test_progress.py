@@ -2,7 +2,7 @@
 
 import pytest
 
-from coursekit.labs.kit import experiments
+from coursekit.labs.kit import experiments, progress
 from coursekit.labs.kit.progress import JobsBar
 from coursekit.labs.kit.test_experiments import StandInJob
 
@@ -15,7 +15,8 @@ def test_wait_all_reports_how_many_jobs_ended_on_every_poll(monkeypatch):
     assert seen == sorted(seen) and seen[0] == 1 and seen[-1] == 3
 
 
-def test_bar_counts_up_to_the_total_and_closes():
+def test_bar_counts_up_to_the_total_and_closes(monkeypatch):
+    monkeypatch.setattr(progress, "redraws_seen", lambda: True)  # a terminal or a notebook
     with JobsBar(3, "ada-bs") as bar:
         assert bar._bar is not None and bar._bar.total == 3
         bar.done(1)
@@ -38,3 +39,19 @@ def test_sweep_wait_draws_one_bar_over_its_jobs(monkeypatch):
     sweep = experiments.Sweep("ada-bs", [], [StandInJob(job_id="1", done_after=2), StandInJob(job_id="2")])
     assert sweep.wait(timeout_s=10) == ["COMPLETED", "COMPLETED"]
     assert drawn == [(2, "ada-bs")]
+
+
+def test_where_nobody_sees_redraws_there_is_no_bar_and_one_line_says_how_the_wait_ended(monkeypatch, capsys):
+    """``coursekit instructor race verify > log``: stderr is a file, a bar's redraws would fill it."""
+    monkeypatch.setattr(progress, "redraws_seen", lambda: False)
+    monkeypatch.setattr(progress, "PROGRESS_DELAY_S", 0.0)
+    with JobsBar(3, "re-runs") as bar:
+        assert bar._bar is None
+        for count in (1, 2, 3, 3, 3):
+            bar.done(count)
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "re-runs: 3/3 jobs ended after" in err, err
+    monkeypatch.setattr(progress, "PROGRESS_DELAY_S", 3600.0)
+    with JobsBar(2, "quick") as bar:
+        bar.done(2)
+    assert capsys.readouterr().err == ""  # a short wait says nothing, as a bar would not have shown

@@ -9,7 +9,10 @@ parts, member ``k`` runs rows ``k, k + parts, ...``, and everyone posts to the t
 A member's part is taken, not typed: ``part-<k>.claim`` in the team's pool folder, made with ``O_EXCL``
 (the first free part goes to the first who asks; asking again returns the part already held). Only the
 holder of a part counts for that part's cells: another user's record of those cells is shown as ignored,
-never mixed in. Without a team (``team=None``) a participant is a team of one and runs every row.
+never mixed in. On a Slurm site every record is checked against Slurm's accounting (``pool.check_evidence``, lab
+09's rules: the job exists, is the poster's, COMPLETED, backs one cell once, and its step time is within its
+elapsed time); a record it does not back is left out of the table and named in the notes with its reasons. On
+the local site the notes say that the table is unverified. Without a team (``team=None``) a participant is a team of one and runs every row.
 """
 
 from __future__ import annotations
@@ -113,10 +116,20 @@ def post_part(part: TeamPart, participant: str, sweep: Any) -> int:
     return pool.post(part.pool_name, records)
 
 
+def cell_key(record: dict[str, Any]) -> tuple[Any, Any]:
+    """What a record measures: one cell of the sweep (GPU count, per-GPU batch); a job backs one record of it."""
+    return record.get("n_gpu"), record.get("batch_size")
+
+
+def cell_label(record: dict[str, Any]) -> str:
+    return f"{record.get('n_gpu')} GPU(s), batch {record.get('batch_size')}"
+
+
 def team_table(part: TeamPart, title: str = "") -> tuple[ResultsTable, list[str]]:
     """The team's sweep read back from its pool: the latest record of each (GPU count, per-GPU batch) posted
     by the holder of that row's part; and notes: rows not posted yet, records ignored and why."""
     records, problems = pool.read(part.pool_name)
+    evidence = pool.check_evidence(records, problems, key=cell_key, label=cell_label, durations=("step_time_s",))
     folder = pool.pool_folder(part.pool_name)
     holders = {p: (pool.claim_owner(folder / PART_CLAIM.format(p)) if part.parts > 1 else user_name(os.geteuid()))
                for p in range(part.parts)}
@@ -131,10 +144,12 @@ def team_table(part: TeamPart, title: str = "") -> tuple[ResultsTable, list[str]
             ignored += 1  # not the part's holder: never mixed into the team's table
             continue
         cells[(n_gpu, batch)] = record  # records are oldest first: the latest wins
-    notes = [f"ignored: {problem}" for problem in problems]
-    if ignored or len(pool.counted(records)) < len(records):
-        notes.append(f"ignored {ignored + len(records) - len(pool.counted(records))} record(s) not posted by the "
-                     "holder of their part")
+    notes = [f"the team's records are {pool.UNVERIFIED}"] if records and evidence == pool.UNVERIFIED else []
+    notes += [f"ignored: {problem}" for problem in problems]
+    not_theirs = sum(1 for r in records if r.get("not_theirs"))
+    if ignored or not_theirs:
+        notes.append(f"ignored {ignored + not_theirs} record(s) not posted by the holder of their part")
+    notes += pool.marked([r for r in records if r.get("evidence") and not r.get("not_theirs")], cell_label)
     for index, batches in enumerate(deal_rows(list(part.batches), part.parts)):
         missing = [b for b in batches if any((n, b) not in cells for n in part.n_gpus)]
         if missing:

@@ -6,12 +6,15 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
 from coursekit.labs import lab06_data_parallel as dp
 from coursekit.labs.kit import pool
 from coursekit.labs.kit.settings import GPU_MINUTES_PER_PARTICIPANT
+from coursekit.labs.kit.test_pool_evidence import job
 from coursekit.labs.lab06_data_parallel import team
 
 BATCHES, N_GPUS = [32, 64, 128, 256], [1, 2, 4, 8]
@@ -23,6 +26,7 @@ as_root = pytest.mark.skipif(os.geteuid() != 0, reason="making files of other us
 def course(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (tmp_path / "coursekit.toml").write_text("")
     monkeypatch.setenv("COURSEKIT_COURSE_DIR", str(tmp_path))
+    monkeypatch.setenv("COURSEKIT_SITE", "local")  # planted job ids no Slurm knows: read without accounting
     return tmp_path
 
 
@@ -45,7 +49,7 @@ def test_without_a_team_a_participant_runs_every_row_and_reads_them_back(course:
     assert (part.parts, part.my_batches) == (1, BATCHES) and "no team" in str(part)
     assert dp.post_part(part, "ada", rows(BATCHES)) == 16
     table, notes = dp.team_table(part)
-    assert notes == [] and len(table) == 16
+    assert notes == [f"the team's records are {pool.UNVERIFIED}"] and len(table) == 16
     strong, weak = dp.scaling_tables(table, 256, 256)
     assert [r["n_gpu"] for r in weak] == N_GPUS and [r["batch_per_gpu"] for r in strong] == [256, 128, 64, 32]
 
@@ -92,3 +96,29 @@ def test_the_team_table_holds_each_rows_holder_only_and_names_what_is_missing(co
     assert any("not a record of the pool" in note for note in notes), notes
     assert "part 3 (nobody yet): batch 128 not posted yet" in notes and any("part 4" in n for n in notes)
 
+
+def test_the_team_table_asks_accounting_once_and_leaves_out_what_it_does_not_back(
+        course: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lab 06 on a Slurm site (planted): one sacct call for the pool; a cell whose job accounting does not know
+    is left out of the team's table and named with its reason, not silently dropped."""
+    calls: list[list[str]] = []
+    me = pool.user_name(os.geteuid())
+    known = {"101": job("101", me), "102": job("102", me, state="CANCELLED")}
+
+    def job_evidence(job_ids: Any) -> dict[str, Any]:
+        calls.append(sorted(job_ids))
+        return {j: known[j] for j in calls[-1] if j in known}
+
+    monkeypatch.setattr("coursekit.slurm_cli.job_evidence", job_evidence)
+    monkeypatch.setattr("coursekit.sites.load_site", lambda: SimpleNamespace(is_local=False))
+    part = team.take_part(None, "ada", [32], [1, 2, 4], 1)
+    sweep = [{"n_gpu": n, "batch_size": 32, "images_per_s_median": 100.0 * n, "step_time_s": 0.1,
+              "state": "COMPLETED", "job_id": j} for n, j in ((1, "101"), (2, "102"), (4, "103"))]
+    team.post_part(part, "ada", sweep)
+    table, notes = team.team_table(part)
+    assert calls == [["101", "102", "103"]]
+    assert [(r["n_gpu"], r["images_per_s_median"]) for r in table] == [(1, 100.0)]
+    assert any("(2 GPU(s), batch 32, posted as 'ada'): job 102 ended CANCELLED" in n for n in notes), notes
+    assert any("(4 GPU(s), batch 32, posted as 'ada'): job 103 is unknown to Slurm's accounting" in n
+               for n in notes), notes
+    assert not any("unverified" in n for n in notes)

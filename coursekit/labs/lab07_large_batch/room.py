@@ -13,6 +13,12 @@ A record is kept only when it is one of this lab's runs in the same setup (``set
 image size, epochs, subset); anything else (a malformed line, another profile's run, a pseudonym posted by
 another user) is ignored and counted in ``RoomRuns.notes``, never fatal. A run posted twice (the notebook
 re-run) counts once: the latest record of each (user, part, arm, batch, LR, seed) wins.
+
+On a Slurm site each record names its run's job and is checked against Slurm's accounting
+(``pool.check_evidence``, the rules of lab 09's race): a job accounting does not know, another user's job (a
+copied record), a job that did not complete, or one job claimed for the same run with other values (an edited
+re-post) leaves the record out of the room's points and tables, listed in the notes with its reasons. On the
+local site (no accounting) the notes say that the room's records are unverified.
 """
 
 from __future__ import annotations
@@ -72,7 +78,7 @@ def room_records(table: Iterable[dict[str, Any]], participant: str, setup: str) 
         steps = (row.get("summary") or {}).get("steps_to_target") if done else None
         records.append({"participant": participant, "setup": setup, "part": row["part"], "arm": row["arm"],
                         "batch_size": row["batch_size"], "lr": row["lr"], "seed": row["seed"],
-                        "status": row.get("status"), "val_acc": _number(row.get("val_acc")) if done else None,
+                        "status": row.get("status"), "job_id": row.get("job_id"), "val_acc": _number(row.get("val_acc")) if done else None,
                         "steps_to_target": steps if isinstance(steps, int) and steps > 0 else None})
     return records
 
@@ -123,6 +129,16 @@ def _why_bad(record: dict[str, Any], arms: set[str], batches: set[int]) -> str |
     return None
 
 
+def run_key(record: dict[str, Any]) -> tuple[Any, ...]:
+    """What a record measures: one run (its part, arm, batch, LR and seed); a job backs one record of it."""
+    return tuple(record.get(k) for k in ("part", "arm", "batch_size", "lr", "seed"))
+
+
+def run_label(record: dict[str, Any]) -> str:
+    return (f"part {record.get('part')}, {record.get('arm')}, batch {record.get('batch_size')}, "
+            f"lr {record.get('lr')}, seed {record.get('seed')}")
+
+
 def sort_room(records: Iterable[dict[str, Any]], problems: Sequence[str], setup: str, arms: Iterable[str],
               batches: Iterable[int], me: str) -> RoomRuns:
     """Keep the records that count (this lab's runs in ``setup``, attributable, the latest of each run per
@@ -130,7 +146,11 @@ def sort_room(records: Iterable[dict[str, Any]], problems: Sequence[str], setup:
     arm_names, batch_sizes = set(arms), set(batches)
     latest: dict[tuple[Any, ...], dict[str, Any]] = {}
     ignored: dict[str, int] = {}
+    unbacked: list[dict[str, Any]] = []
     for record in records:
+        if record.get("evidence") and not record.get("not_theirs"):
+            unbacked.append(record)  # not backed by Slurm's accounting: listed one by one, with its reasons
+            continue
         if record.get("not_theirs"):
             why: str | None = "posted under another user's pseudonym or in a file others can write"
         elif record.get("setup") != setup:
@@ -148,14 +168,20 @@ def sort_room(records: Iterable[dict[str, Any]], problems: Sequence[str], setup:
         (room.mine if record.get("user") == me else room.others).append(record)
     room.notes = [f"ignored: {problem}" for problem in problems]
     room.notes += [f"ignored {count} record(s): {why}" for why, count in sorted(ignored.items())]
+    room.notes += pool.marked(unbacked, run_label)
     return room
 
 
 def read_room(s: Any) -> RoomRuns:
-    """Every run of the room posted so far in this lab's setup, this user's apart; never raises on bad records."""
+    """Every run of the room posted so far in this lab's setup, this user's apart, each checked against Slurm's
+    accounting where the site keeps it; never raises on bad records."""
     records, problems = pool.read(POOL_NAME)
+    evidence = pool.check_evidence(records, problems, key=run_key, label=run_label)
     batches = {batch for _, batch, *_ in s.arms} | set(s.critical_batches)
-    return sort_room(records, problems, setup_key(s), (arm for arm, *_ in s.arms), batches, user_name(os.geteuid()))
+    found = sort_room(records, problems, setup_key(s), (arm for arm, *_ in s.arms), batches, user_name(os.geteuid()))
+    if records and evidence == pool.UNVERIFIED:
+        found.notes.insert(0, f"the room's records are {pool.UNVERIFIED}")
+    return found
 
 
 # ------------------------------------------------------------------------------ what the plots show

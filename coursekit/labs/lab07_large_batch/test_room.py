@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from coursekit.labs.kit import pool
+from coursekit.labs.kit.test_pool_evidence import ACCOUNTING, planted_room
 from coursekit.labs.lab07_large_batch import plan, room
 
 ARMS = ("reference B=32", "naive B=512")
@@ -108,6 +109,7 @@ def test_posted_runs_come_back_and_a_malformed_line_is_reported(tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "coursekit.toml").write_text("")
     monkeypatch.setenv("COURSEKIT_COURSE_DIR", str(tmp_path))
+    monkeypatch.setenv("COURSEKIT_SITE", "local")  # no accounting: the room's records are unverified
     s = _settings()
     alone = room.read_room(s)
     assert alone.everyone == [] and alone.notes == []
@@ -129,6 +131,7 @@ def test_another_participants_runs_join_the_room_and_their_bad_lines_are_harmles
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "coursekit.toml").write_text("")
     monkeypatch.setenv("COURSEKIT_COURSE_DIR", str(tmp_path))
+    monkeypatch.setenv("COURSEKIT_SITE", "local")  # no accounting: the room's records are unverified
     s = _settings()
     room.post_runs(_table((0, 1)), "ada", s)
     folder = pool.pool_folder(room.POOL_NAME)
@@ -145,3 +148,20 @@ def test_another_participants_runs_join_the_room_and_their_bad_lines_are_harmles
     assert sorted(room.accuracy_points(found, ARMS)[ARMS[0]]["room"]) == [0.62, 0.63, 0.7, 0.71]
     assert any("another user's pseudonym" in n for n in found.notes)
     assert any("not a record of the pool" in n for n in found.notes)
+
+
+def test_a_bad_record_cannot_move_the_rooms_figure_without_being_shown() -> None:
+    """The planted room of ``kit/test_pool_evidence.py`` (ada's and bob's honest runs, bob's six forgeries in his
+    own file) through lab 07's room: the forgeries are left out of the room's mean and each listed with its reason."""
+    records = planted_room()
+    pool.check_evidence(records, [], key=room.run_key, label=room.run_label, durations=("train_time_s",),
+                        accounting=ACCOUNTING)
+    found = room.sort_room(records, [], SETUP, ARMS, (32, 512), "ada")
+    table = room.room_table(found, ARMS)
+    assert table[0]["room_seeds"] == 3 and table[0]["room_acc"] == pytest.approx((0.70 + 0.72 + 0.68) / 3)
+    listed = [n for n in found.notes if n.startswith("ignored bob's record")]
+    assert len(listed) == 6, found.notes  # each forgery, one line each, with its reason
+    assert any("seed 3, posted as 'bob'): job 11 is Unix user ada's" in n for n in listed), listed
+    # the same records without the check: the forgeries would have moved the room's mean
+    unchecked = room.sort_room(planted_room(), [], SETUP, ARMS, (32, 512), "ada")
+    assert room.room_table(unchecked, ARMS)[0]["room_acc"] > 0.8

@@ -29,18 +29,6 @@ ME = lb.user_name(os.geteuid())
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="making files of other users needs root (chown)")
 
 
-@pytest.fixture
-def course(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A course folder naming this user as its instructor, its race folder the instructor's (mode 1777)."""
-    folder = tmp_path / "course"
-    (folder / "race").mkdir(parents=True)
-    (folder / "race").chmod(0o1777)
-    (folder / "coursekit.toml").write_text(f'site = "local"\njob_prefix = "ws"\ninstructor = "{ME}"\n')
-    monkeypatch.setenv("COURSEKIT_COURSE_DIR", str(folder))
-    monkeypatch.delenv("COURSEKIT_DATA_DIR", raising=False)
-    return folder
-
-
 def run(seed: int, seconds: float, participant: str, submission: str, config: TrainConfig = DRY,
         **extra: Any) -> dict[str, Any]:
     values = config.replace(batch_size=100, seed=seed).to_dict()
@@ -71,12 +59,12 @@ def claim(folder: Path, pseudonym: str, uid: int) -> None:
 
 @as_root
 def test_a_claim_ten_times_faster_than_its_rerun_loses_its_rank_a_reproduced_one_keeps_it_and_a_participants_rerun_line_is_ignored(
-        course: Path) -> None:
+        race_course: Path) -> None:
     """kim claims 0.15 s (a time cut within her job's elapsed time: what accounting cannot see), the instructor's
     re-run takes 1.5 s: not reproduced, unranked. ada's re-run is within the spread: reproduced, ranked #1 by
     her verified time. bob writes re-run lines into his own file (a fast "verification" of his entry, a slow one
     of ada's): ignored, with a note. lee's entry, not re-run, ranks after the verified ones."""
-    folder = course / "race"
+    folder = race_course / "race"
     write(folder / f"{ADA}.jsonl", [run(s, t, "ada", "fast") for s, t in enumerate((1.0, 1.1, 0.9))], ADA_UID)
     write(folder / f"{KIM}.jsonl", [run(s, t, "kim", "cut") for s, t in enumerate((0.15, 0.16, 0.14))], KIM_UID)
     bob_runs = [run(s, 0.5, "bob", "mine") for s in range(3)]
@@ -110,11 +98,11 @@ def test_a_claim_ten_times_faster_than_its_rerun_loses_its_rank_a_reproduced_one
     assert "not reproduced, unranked: kim/cut" in text
 
 
-def test_rerun_lines_count_only_from_the_instructor(course: Path) -> None:
+def test_rerun_lines_count_only_from_the_instructor(race_course: Path) -> None:
     """This user's own file, the course naming another instructor: its re-run lines are ignored, and this user
     may not verify (the command says whom to ask)."""
-    (course / "coursekit.toml").write_text('site = "local"\ninstructor = "someone-else"\n')
-    folder = course / "race"
+    (race_course / "coursekit.toml").write_text('site = "local"\ninstructor = "someone-else"\n')
+    folder = race_course / "race"
     write(folder / f"{ME}.jsonl", [run(s, 2.0, "ada", "fast") for s in range(3)]
           + [rerun_line("ada", "fast", ME, s, 0.1) for s in range(3)])
     table = race.standings(RULES, KIT)

@@ -30,11 +30,12 @@ An entry (one participant's submission in one round) counts when it has no mark.
 from __future__ import annotations
 
 import math
-import pwd
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from coursekit.labs.kit.evidence import ELAPSED_TOLERANCE_S as ELAPSED_TOLERANCE_S
+from coursekit.labs.kit.evidence import Accounting, check_jobs, seconds
 from coursekit.labs.kit.results import ResultsTable
 from coursekit.labs.lab09_race.leaderboard import BASELINE, group_runs, is_theirs, mean_std
 from coursekit.labs.lab09_race.rules import Rules
@@ -43,15 +44,12 @@ from coursekit.labs.lab09_race.rules import Rules
 # honest entry (its models truly at the target) is marked by chance about once in 40, one that stopped on a lucky
 # evaluation is marked when its luck was large against the noise of both parts of the validation set.
 CONFIRM_Z = 2.0
-# Slurm stamps a job's Start and End in whole seconds, so its Elapsed may read up to 1 s less than the time a
-# clock inside the job measured; the engine's clocks (time to target, training time) are one clock read at two
-# moments: equal at the stop up to float rounding.
-ELAPSED_TOLERANCE_S = 1.0
+# The engine's clocks (time to target, training time) are one clock read at two moments: equal at the stop up to
+# float rounding (a job's elapsed time has its own tolerance: kit.evidence.ELAPSED_TOLERANCE_S).
 CLOCK_TOLERANCE_S = 1e-3
 SUBMITTED = "submitted"  # the status of a re-run line written at submission, before its run's result is collected
 UNVERIFIED = ("times unverified: this site keeps no Slurm accounting (the local site), so nothing stands behind a "
               "posted time but its line; ranked as posted")
-Accounting = Mapping[str, Mapping[str, Any]]  # job id -> sacct's record (slurm_cli.job_evidence)
 # Verification by re-run (the instructor re-runs an entry's configuration and seeds on the room's hardware): the
 # claimed mean is "not reproduced" when the re-run's mean is slower than the claim by more than BOTH
 # - REPRO_Z = 3 standard errors of the difference of the two means (claim of k seeds, re-run of k seeds): seeds
@@ -161,79 +159,23 @@ def baseline_reference(runs: list[dict[str, Any]], round_: int) -> dict[str, Any
     return None
 
 
-def _seconds(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def _owned_by(record: Mapping[str, Any], user: str) -> bool:
-    """Is the job of ``record`` the Unix user ``user``'s (sacct's User, else its UID)?"""
-    if record.get("user"):
-        return str(record["user"]) == user
-    try:
-        return record.get("uid") is not None and int(record["uid"]) == pwd.getpwnam(user).pw_uid
-    except KeyError:
-        return user == f"uid{record.get('uid')}"
-
-
 def check_evidence(runs: list[dict[str, Any]], accounting: Accounting | None) -> None:
     """Set ``run["evidence"]`` on every run (every line read, including those a later line of the same seed
-    replaces): the reasons why Slurm's accounting does not back it (empty: it does), each said in words.
+    replaces): the reasons why Slurm's accounting does not back it (empty: it does), each said in words
+    (``kit.evidence.check_jobs``: a job backs one line per seed; time to target <= training time <= elapsed).
     ``accounting``: job id -> sacct's record (``slurm_cli.job_evidence``), data, so that tests can plant it;
     None: the site has no accounting, nothing is checked (the board says its times are unverified)."""
     if accounting is None:
         for run in runs:
             run["evidence"] = []
         return
-    rightful: dict[tuple[str, Any], list[dict[str, Any]]] = {}  # (job, seed) -> lines of the job's own owner
+    check_jobs(runs, accounting, key=lambda run: run.get("seed"), label=lambda run: f"seed {run.get('seed')}",
+               durations=("train_time_s", "time_to_target_s"), noun="run", many="seeds")
     for run in runs:
-        reasons: list[str] = []
-        job_id = run.get("job_id")
-        record = accounting.get(str(job_id)) if job_id not in (None, "") else None
-        if job_id in (None, ""):
-            reasons.append("names no Slurm job (job_id is empty): nothing stands behind its time")
-        elif record is None:
-            reasons.append(f"job {job_id} is unknown to Slurm's accounting: no such job ran")
-        else:
-            if not _owned_by(record, str(run.get("user"))):
-                reasons.append(f"job {job_id} is Unix user {record.get('user') or record.get('uid')}'s, not "
-                               f"{run.get('user')}'s who posted it: a copied run")
-            else:
-                rightful.setdefault((str(job_id), run.get("seed")), []).append(run)
-            if record.get("state") != "COMPLETED":
-                reasons.append(f"job {job_id} ended {record.get('state')} in Slurm's accounting, not COMPLETED")
-            reasons += _clock_reasons(run, record)
-        run["evidence"] = reasons
-    by_job: dict[str, list[dict[str, Any]]] = {}
-    for (job_id, seed), lines in rightful.items():
-        if len(lines) > 1:
-            for line in lines:
-                line["evidence"].append(f"job {job_id} (seed {seed}) is claimed by {len(lines)} lines: a job backs "
-                                        "one run, posted once")
-        by_job.setdefault(job_id, []).append(lines[0])
-    for job_id, lines in by_job.items():
-        if len(lines) < 2:
-            continue  # one run: its own bound is checked above
-        total = sum(_seconds(line.get("train_time_s")) or _seconds(line.get("time_to_target_s")) or 0.0
-                    for line in lines)
-        elapsed = _seconds(accounting[job_id].get("elapsed_s"))
-        if elapsed is not None and total > elapsed + ELAPSED_TOLERANCE_S:
-            for line in lines:
-                line["evidence"].append(f"the {len(lines)} seeds of job {job_id} trained {total:.1f} s in all, "
-                                        f"more than the job's elapsed {elapsed:.0f} s in Slurm's accounting")
-
-
-def _clock_reasons(run: dict[str, Any], record: Mapping[str, Any]) -> list[str]:
-    """time to target <= training time <= the job's elapsed time (within the tolerances), in words."""
-    reasons = []
-    to_target, trained = _seconds(run.get("time_to_target_s")), _seconds(run.get("train_time_s"))
-    elapsed = _seconds(record.get("elapsed_s"))
-    if to_target is not None and trained is not None and to_target > trained + CLOCK_TOLERANCE_S:
-        reasons.append(f"time to target {to_target:.3f} s is longer than the run's training time {trained:.3f} s")
-    longest = max((t for t in (to_target, trained) if t is not None), default=None)
-    if longest is not None and elapsed is not None and longest > elapsed + ELAPSED_TOLERANCE_S:
-        reasons.append(f"the run says it trained {longest:.1f} s, but its job {run.get('job_id')} ran {elapsed:.0f} s "
-                       "in Slurm's accounting")
-    return reasons
+        to_target, trained = seconds(run.get("time_to_target_s")), seconds(run.get("train_time_s"))
+        if to_target is not None and trained is not None and to_target > trained + CLOCK_TOLERANCE_S:
+            run["evidence"].append(f"time to target {to_target:.3f} s is longer than the run's training time "
+                                   f"{trained:.3f} s")
 
 
 def reproduction(claimed: list[dict[str, Any]], reruns: list[dict[str, Any]]) -> tuple[float | None, str | None]:

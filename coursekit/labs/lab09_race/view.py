@@ -4,12 +4,11 @@ and a plot of time-to-target with error bars per entry, the baseline marked."""
 from __future__ import annotations
 
 import html
-import math
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
+from coursekit.labs.kit.evidence import AccountingCache, site_accounting
 from coursekit.labs.kit.plots import RECORDED_COLOR, new_figure
 from coursekit.labs.kit.pool import CLAIM_SUFFIX, RUNS_SUFFIX
 from coursekit.labs.kit.results import ResultsTable
@@ -23,59 +22,15 @@ COUNTS_COLOR, MARKED_COLOR, BASELINE_COLOR = "tab:blue", "tab:red", "tab:gray"
 
 
 AUTO = "auto"
-ACCOUNTING_RETRY_S = 30.0  # a job accounting did not know (yet) is asked about again at most this often
-
-
-class AccountingCache:
-    """Slurm's records of a board's jobs, asked for gently: ONE sacct call per refresh for the ids not known yet
-    (a finished job's record never changes: kept; an id accounting did not know, or a job not ended, is asked
-    again at most every ``retry_s``). ``records(job_ids)`` -> job id -> record (``slurm_cli.job_evidence``)."""
-
-    def __init__(self, retry_s: float = ACCOUNTING_RETRY_S) -> None:
-        self.retry_s = retry_s
-        self.known: dict[str, dict[str, Any]] = {}  # jobs that ended: their record is final
-        self.pending: dict[str, dict[str, Any]] = {}  # jobs still running at the last ask: their latest record
-        self.asked: dict[str, float] = {}  # id -> when it was last asked about without a final record
-
-    def records(self, job_ids: Any) -> dict[str, dict[str, Any]]:
-        from coursekit import slurm_cli
-
-        now = time.monotonic()
-        ids = {str(j) for j in job_ids if j is not None}
-        ask = sorted(j for j in ids if j not in self.known and now - self.asked.get(j, -math.inf) >= self.retry_s)
-        if ask:
-            found = slurm_cli.job_evidence(ask)
-            for job_id in ask:
-                record = found.get(job_id)
-                if record is not None and slurm_cli.is_terminal(str(record.get("state"))):
-                    self.known[job_id] = record
-                    self.asked.pop(job_id, None)
-                    self.pending.pop(job_id, None)
-                else:
-                    self.asked[job_id] = now
-                    if record is not None:
-                        self.pending[job_id] = record
-        return {j: self.known.get(j) or self.pending[j] for j in ids if j in self.known or j in self.pending}
-
-
 _ACCOUNTING = AccountingCache()
 
 
 def board_accounting(runs: list[dict[str, Any]], problems: list[str],
                      cache: AccountingCache | None = None) -> dict[str, dict[str, Any]] | None:
-    """Slurm's records of the runs' jobs on a Slurm site (one sacct call for the board), None on the local site
-    (no accounting: the board's times are unverified). Accounting that does not answer on a Slurm site is said
-    in ``problems`` and leaves the times unverified for this refresh."""
-    from coursekit import slurm_cli
-    from coursekit.sites import load_site
-
-    if load_site().is_local:
-        return None
-    try:
-        return (cache or _ACCOUNTING).records(r.get("job_id") for r in runs)
-    except slurm_cli.SlurmError as error:
-        problems.append(f"Slurm's accounting did not answer ({error}): the times below are unverified")
-        return None
+    """Slurm's records of the runs' jobs on a Slurm site (one sacct call for the board, through the view's
+    ``cache``), None on the local site (no accounting: the board's times are unverified). Accounting that does
+    not answer on a Slurm site is said in ``problems`` and leaves the times unverified for this refresh."""
+    return site_accounting(runs, problems, cache or _ACCOUNTING)
 
 
 def verification(runs: list[dict[str, Any]], reruns: list[dict[str, Any]]
