@@ -101,7 +101,9 @@ install_participant_python() {
         say "$HUB_ROOT is on another file system than $prefix: copying it (slower)"
         cp -a "$prefix" "$PARTICIPANT_PYTHON_DIR.new"
     fi
-    python "$SCRIPT_DIR/hub/relocate_python.py" "$prefix" "$PARTICIPANT_PYTHON_DIR.new"
+    # libpython's search path, and every console script's first line (#!<root's Python>: "bad interpreter:
+    # Permission denied" for the users) pointed at the copy
+    python "$SCRIPT_DIR/hub/relocate_python.py" "$prefix" "$PARTICIPANT_PYTHON_DIR.new" "$PARTICIPANT_PYTHON_DIR"
     rm -rf "$PARTICIPANT_PYTHON_DIR"
     mv "$PARTICIPANT_PYTHON_DIR.new" "$PARTICIPANT_PYTHON_DIR"
     # coursekit: this checkout's editable install when every user can read the checkout (participants then
@@ -114,6 +116,9 @@ install_participant_python() {
     fi
     runuser -u nobody -- "$PARTICIPANT_PYTHON_DIR/bin/python" -c 'import coursekit.course, batchspawner' \
         || die "user nobody cannot run $PARTICIPANT_PYTHON_DIR/bin/python with coursekit and batchspawner"
+    runuser -u nobody -- "$PARTICIPANT_PYTHON_DIR/bin/coursekit" --help >/dev/null \
+        || die "user nobody cannot run $PARTICIPANT_PYTHON_DIR/bin/coursekit (its first line: $(head -n 1 \
+            "$PARTICIPANT_PYTHON_DIR/bin/coursekit"))"
     say "participants' Python: $PARTICIPANT_PYTHON_DIR ($("$PARTICIPANT_PYTHON_DIR/bin/python" --version))"
 }
 
