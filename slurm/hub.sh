@@ -5,11 +5,13 @@
 #   bash slurm/hub.sh install   hub packages (pip: jupyterhub, batchspawner; npm: configurable-http-proxy),
 #                               the participants' Python (/opt/coursekit-hub/python), the users ada, bob and
 #                               instructor, and the course template every participant's ~/course starts from
-#   bash slurm/hub.sh start     start the hub (its own process session) and wait until its API answers
+#   bash slurm/hub.sh start     the course's Slurm account (instructor its coordinator: cancels the room's jobs),
+#                               then start the hub (its own process session) and wait until its API answers
 #   bash slurm/hub.sh stop      stop the hub (it cancels every server job), then its whole process group
 #   bash slurm/hub.sh status    exit 0 only when the hub answers
 #   bash slurm/hub.sh add-user NAME...   more participants (Unix users with the same home layout); the hub's
-#                               REST API (service coursekit-room) can then start their servers
+#                               REST API (service coursekit-room) can then start their servers; they join the
+#                               course's Slurm account when the cluster's accounting answers
 #
 # Runs as root on Debian 12 (no sudo, no systemd). Every command is idempotent. The top README's "Running a
 # workshop on a JupyterHub" and slurm/README.md have the layout and the reasons.
@@ -35,6 +37,7 @@ HUB_URL="http://127.0.0.1:${COURSEKIT_HUB_PORT:-8000}"
 JOB_PREFIX="ws"
 USERS=(ada bob)                 # participants; more with `add-user` (bench/room_slurm.py)
 INSTRUCTOR="instructor"
+ACCOUNT="workshop"              # the course's Slurm account (slurm/cluster.sh account): the instructor coordinates it
 
 START_TIMEOUT_S=60
 STOP_TIMEOUT_S=60               # the hub cancels every server job (scancel) before it exits
@@ -143,6 +146,15 @@ ensure_user() {
     fi
 }
 
+# course_account USER...: the users in the course's Slurm account (their jobs carry it), the instructor its
+# coordinator, as a site's admins set it up (slurm/cluster.sh account); a warning when accounting does not answer
+course_account() {
+    if ! bash "$SCRIPT_DIR/cluster.sh" account "$ACCOUNT" "$INSTRUCTOR" "$@"; then
+        say "warning: the Slurm account $ACCOUNT was not set up (is the cluster up? bash slurm/cluster.sh start):" \
+            "$INSTRUCTOR cannot cancel the participants' jobs (coursekit instructor cancel --course) until it is"
+    fi
+}
+
 install_users() {
     local user
     ensure_user "$INSTRUCTOR"
@@ -202,6 +214,7 @@ hub_answers() { curl -fsS --max-time 5 "$HUB_URL/hub/api/" >/dev/null 2>&1; }
 cmd_start() {
     need_root
     [[ -x $PARTICIPANT_PYTHON_DIR/bin/python ]] || die "not installed: run 'bash slurm/hub.sh install' first"
+    course_account "${USERS[@]}"
     if hub_pid >/dev/null && hub_answers; then
         say "hub already running (pid $(cat "$PID_FILE")) at $HUB_URL"
         return 0
@@ -272,6 +285,7 @@ case "${1:-}" in
         shift
         (($# > 0)) || die "usage: bash slurm/hub.sh add-user NAME..."
         for name in "$@"; do ensure_user "$name"; done
+        course_account "$@"
         ;;
     *) die "usage: bash slurm/hub.sh install|start|stop|status|add-user NAME..." ;;
 esac
