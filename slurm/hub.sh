@@ -29,6 +29,7 @@ HUB_ROOT="${COURSEKIT_HUB_ROOT:-/opt/coursekit-hub}"
 PARTICIPANT_PYTHON_DIR="$HUB_ROOT/python"   # a hard-linked copy of this Python (/root is mode 700)
 PROXY_DIR="$HUB_ROOT/proxy"
 COURSE_TEMPLATE="$HUB_ROOT/course"          # `coursekit instructor setup` output: copied to ~/course at spawn
+COURSE_SUBDIR="course"                      # each participant's copy in their home (slurm/hub/jupyterhub_config.py)
 STATE_DIR="/var/lib/coursekit-hub"          # the hub's database, cookie secret, proxy token
 LOG_DIR="/var/log/coursekit-hub"
 PID_FILE="/run/coursekit-hub.pid"
@@ -161,13 +162,17 @@ install_users() {
     for user in "${USERS[@]}"; do ensure_user "$user"; done
 }
 
+# the folder holding the participants' homes (useradd's HOME base: /home), for the course's `participants` glob
+participant_homes() { dirname "$(getent passwd "${USERS[0]}" | cut -d: -f6)"; }
+
 # The course every participant's ~/course starts from (copied at their first spawn, as them): its
 # coursekit.toml (site slurm, job prefix, shared data folder and leaderboard) and the shipped notebooks.
 install_course_template() {
     rm -rf "$COURSE_TEMPLATE"
-    python -m coursekit instructor setup "$COURSE_TEMPLATE" --site slurm \
+    PYTHONPATH="$REPO" python -m coursekit instructor setup "$COURSE_TEMPLATE" --site slurm \
         --job-prefix "$JOB_PREFIX" --data-dir "$HUB_ROOT/data" --leaderboard "$HUB_ROOT/race/leaderboard.jsonl" \
-        --instructor "$INSTRUCTOR" --no-doctor >"$LOG_DIR/course-setup.log" 2>&1 \
+        --instructor "$INSTRUCTOR" --participants "$(participant_homes)/*/$COURSE_SUBDIR" --no-doctor \
+        >"$LOG_DIR/course-setup.log" 2>&1 \
         || { cat "$LOG_DIR/course-setup.log" >&2; die "coursekit instructor setup failed"; }
     mkdir -p "$HUB_ROOT/data" "$HUB_ROOT/race"
     # lab 09's race: each user posts to their own <user>.jsonl here (made by them, mode 0644) and claims a
@@ -179,6 +184,8 @@ install_course_template() {
     chown "$INSTRUCTOR" "$HUB_ROOT/race"
     if [[ -f $HUB_ROOT/race/leaderboard.jsonl ]]; then chmod go-w "$HUB_ROOT/race/leaderboard.jsonl"; fi
     chmod -R a+rX "$COURSE_TEMPLATE" "$HUB_ROOT/data"
+    # the instructor stages the room's data (coursekit instructor data ... --dir $HUB_ROOT/data) without root
+    chown "$INSTRUCTOR" "$HUB_ROOT/data"
     say "course template: $COURSE_TEMPLATE (job prefix $JOB_PREFIX)"
 }
 
