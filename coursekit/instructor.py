@@ -1,6 +1,7 @@
 """``coursekit instructor ...``: set up a course, stage its data once, follow and clean up the room's jobs.
 
     coursekit instructor setup COURSE_DIR [--site S] [--account A] [--data-dir D] [--leaderboard F] [--pools D] [--job-prefix P]
+                                   [--participants GLOB]
     coursekit instructor data cifar10 --dir D      download + verify CIFAR-10 once for everyone (login node)
     coursekit instructor data jpeg --dir D         lab 05's synthetic JPEG tree, written once in a shared folder
     coursekit instructor data fashion-mnist --dir D  copy + verify Debian's Fashion-MNIST (no internet needed)
@@ -13,7 +14,9 @@
 
 The course's job prefix (``job_prefix`` in its coursekit.toml) starts every job name of its participants
 (``<prefix>-<pseudonym>-<experiment>``, ``labs.job_name``): on a cluster the instructor finds the room's
-jobs in Slurm by it. On the local site (no Slurm) the course's own job registry is read instead.
+jobs in Slurm by it. On the local site (no Slurm) the course's own job registry is read instead. Where each participant has a course
+folder of their own (a hub: ``~/course``), the course's ``participants`` setting (a glob, e.g. ``/home/*/course``)
+is where ``results`` and ``room`` read their job folders by default.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import contextlib
 import csv
 import functools
 import getpass
+import glob
 import json
 import os
 import pwd
@@ -50,7 +54,7 @@ from coursekit.sites import load_site, site_jobs_dir
 REPO_NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 PARTICIPANT_NOTEBOOKS = "notebooks"
 DEFAULT_RESULTS = "results.csv"
-RESULT_FIELDS = ("participant", "experiment", "job_name", "job_id", "status", "model", "dataset", "batch_size",
+RESULT_FIELDS = ("participant", "user", "experiment", "job_name", "job_id", "status", "model", "dataset", "batch_size",
                  "precision", "world_size", "steps", "val_acc", "images_per_s", "total_time_s", "time_to_target_s",
                  "device_name", "run_dir")
 JOB_FIELDS = ("job_id", "name", "user", "state", "elapsed", "node_list")
@@ -67,7 +71,8 @@ def toml_string(value: str) -> str:
 
 
 def course_toml(site: str, account: str | None, data_dir: str, leaderboard: str, job_prefix: str,
-                profile: str | None, pools: str | None = None, instructor: str | None = None) -> str:
+                profile: str | None, pools: str | None = None, instructor: str | None = None,
+                participants: str | None = None) -> str:
     """The course's coursekit.toml."""
     q = toml_string
     lines = ["# written by `coursekit instructor setup`; every participant's notebook reads it",
@@ -78,6 +83,9 @@ def course_toml(site: str, account: str | None, data_dir: str, leaderboard: str,
         lines.append(f"instructor = {q(instructor)}          # the instructor's Unix user: lab 09's baseline is theirs only")
     if pools:
         lines.append(f"pools = {q(pools)}          # the room's pooled results (lab 06's team sweeps), one file per user")
+    if participants:
+        lines.append(f"participants = {q(participants)}          # each participant's course folder: "
+                     "`coursekit instructor results` and `room` read their jobs")
     if profile:
         lines.append(f"profile = {q(profile)}")
     if account:
@@ -87,7 +95,7 @@ def course_toml(site: str, account: str | None, data_dir: str, leaderboard: str,
 
 def setup(folder: Path, site: str, account: str | None, data_dir: str | None, leaderboard: str | None,
           job_prefix: str, profile: str | None, doctor: bool, force: bool, pools: str | None = None,
-          instructor: str | None = None) -> int:
+          instructor: str | None = None, participants: str | None = None) -> int:
     from coursekit.labs.kit.exercises import strip_folder
     from coursekit.labs.kit.participant import check_pseudonym
     from coursekit.labs.kit.pool import make_shared_folder
@@ -106,7 +114,7 @@ def setup(folder: Path, site: str, account: str | None, data_dir: str | None, le
     data = data_dir or str(folder / "data")
     board = leaderboard or str(folder / "race" / "leaderboard.jsonl")
     shared_pools = pools or str(folder / "pools")
-    config.write_text(course_toml(site, account, data, board, job_prefix, profile, shared_pools, teacher))
+    config.write_text(course_toml(site, account, data, board, job_prefix, profile, shared_pools, teacher, participants))
     make_shared_folder(Path(board).parent)  # 1777, this user's: the instructor clears a round without root
     make_shared_folder(Path(shared_pools))  # 1777 where this setup creates it
     reports = strip_folder(REPO_NOTEBOOKS, folder / PARTICIPANT_NOTEBOOKS) if REPO_NOTEBOOKS.is_dir() else None
@@ -123,6 +131,9 @@ def setup(folder: Path, site: str, account: str | None, data_dir: str | None, le
           f"be the instructor's ({teacher}), who clears a round with `coursekit instructor race clear`)")
     print(f"pooled results: {shared_pools} (lab 06's team sweeps; every participant must be able to create "
           "files in it: chmod 1777)")
+    if participants:
+        print(f"participants' course folders: {participants} (`coursekit instructor results` and `room` read their "
+              "jobs; the instructor must be able to read them)")
     if not doctor:
         return EXIT_OK
     from coursekit.doctor import doctor as run_doctor
@@ -223,9 +234,12 @@ def course_jobs(prefix: str, finished: bool, notes: list[str] | None = None) -> 
     rows = [r for r in slurm_cli.squeue(all_states=finished) if r["name"].startswith(start)]
     if finished and slurm_cli.accounting_enabled():
         seen = {r["job_id"] for r in rows}
-        text = slurm_cli.run(["sacct", "-a", "-n", "-P", "-X", "-S", "now-7days", "-o", ",".join(slurm_cli.SACCT_FIELDS)])
-        rows += [{**r, "user": ""} for r in slurm_cli.parse_sacct(text)
-                 if r["name"].startswith(start) and r["job_id"] not in seen]
+        fields = (*slurm_cli.SACCT_FIELDS, "User")  # the submitter, last: the rest is parse_sacct's
+        text = slurm_cli.run(["sacct", "-a", "-n", "-P", "-X", "-S", "now-7days", "-o", ",".join(fields)])
+        for line in text.splitlines():
+            head, _, user = line.rpartition(slurm_cli.FIELD_SEPARATOR)
+            rows += [{**r, "user": user.strip()} for r in slurm_cli.parse_sacct(head)
+                     if r["name"].startswith(start) and r["job_id"] not in seen]
     elif finished and notes is not None:
         notes.append(NO_ACCOUNTING_NOTE)
     return sorted(rows, key=lambda r: [int(p) if p.isdigit() else 0 for p in r["job_id"].split("_")])
@@ -300,8 +314,10 @@ def gather_results(roots: list[Path], prefix: str | None, warnings: list[str] | 
             except OSError as error:
                 warnings.append(f"{root}: cannot read it ({error.strerror or error}); its runs are not in the table")
                 continue
-        for path in sorted(Path(root).glob("*/*/metrics.jsonl")):
-            job_name, job_id = path.parent.parent.name, path.parent.name
+        found = [*Path(root).glob("*/*/metrics.jsonl"), *Path(root).glob(f"*/*/{SWEEP_RUN_GLOB}/metrics.jsonl")]
+        for path in sorted(found):
+            job_folder = path.parent if path.parent.parent.parent == Path(root) else path.parent.parent
+            job_name, job_id = job_folder.parent.name, job_folder.name
             if prefix and not job_name.startswith(prefix + "-"):
                 continue
             try:
@@ -317,12 +333,28 @@ def gather_results(roots: list[Path], prefix: str | None, warnings: list[str] | 
                 continue
             config = final.get("config") or {}
             who, experiment = participant_of(job_name, prefix)
-            row = {"participant": who, "experiment": experiment, "job_name": job_name, "job_id": job_id,
+            row = {"participant": who, "user": _owner(path), "experiment": experiment, "job_name": job_name,
+                   "job_id": job_id,
                    **{k: final.get(k) for k in RESULT_FIELDS if k in final},
                    **{k: config.get(k) for k in ("model", "dataset", "batch_size", "precision")},
                    "run_dir": str(path.parent)}
             rows.append(row)
     return rows
+
+
+SWEEP_RUN_GLOB = "run[0-9][0-9][0-9]"  # one run of a job making several (labs' one_job sweeps: run000, run001...)
+
+
+def participant_folders() -> list[Path]:
+    """The participants' own course folders (the course's ``participants`` glob, e.g. ``/home/*/course``; ``~``
+    and ``$VARS`` expanded), each holding a coursekit.toml; [] when the course has no such setting."""
+    from coursekit.course import course_relative
+
+    pattern = course_setting("participants")
+    if not pattern:
+        return []
+    return [Path(m) for m in sorted(glob.glob(str(course_relative(pattern))))
+            if (Path(m) / COURSE_CONFIG_FILE).is_file() and Path(m).resolve() != course_dir()]
 
 
 def _cell(value: Any) -> Any:
@@ -672,6 +704,7 @@ def room_table(roots: list[str | os.PathLike] | None = None, prefix: str | None 
         raise ValueError(f"roots={roots!r}: give a list of folders, e.g. ['/home/ada/dl-course/jobs']")
     default = [course_dir() / JOBS_SUBDIR, site_jobs_dir()]  # the registry's folder, the site's job folders
     default = [p for p in default if p.is_dir()] or default[:1]
+    default += participant_folders()  # each participant's own course folder (a hub's ~/course)
     room = gather_room([Path(r) for r in roots] if roots else default, job_prefix(prefix), stderr_lines=stderr_lines)
     if warnings is not None:
         warnings += room.warnings
@@ -767,7 +800,7 @@ def show_room(roots: list[str | os.PathLike] | None = None, prefix: str | None =
 def cmd_setup(args: argparse.Namespace) -> int:
     return setup(args.course_dir, args.site, args.account, args.data_dir, args.leaderboard, args.job_prefix,
                  args.profile, doctor=not args.no_doctor, force=args.force, pools=args.pools,
-                 instructor=args.instructor)
+                 instructor=args.instructor, participants=args.participants)
 
 
 def race_rules(profile: str | None) -> tuple[Any, dict[str, Any]]:
@@ -877,6 +910,8 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 def cmd_results(args: argparse.Namespace) -> int:
     prefix = args.prefix or course_setting("job_prefix")
     roots = [Path(p) for p in args.jobs_dir] or [p for p in [site_jobs_dir()] if p.exists()]  # none yet: no run
+    if not args.jobs_dir:  # the participants' own course folders too (a hub's ~/course)
+        roots += [folder / JOBS_SUBDIR for folder in participant_folders() if (folder / JOBS_SUBDIR).exists()]
     if args.jobs_dir and not any(root.is_dir() for root in roots):
         raise ValueError(f"--jobs-dir {' '.join(args.jobs_dir)}: no such folder; give the participants' jobs folders, "
                          "e.g. --jobs-dir /home/*/dl-course/jobs")
@@ -1012,6 +1047,8 @@ def add_parser(commands: Any) -> None:
     s.add_argument("--profile", choices=("cpu", "gpu"), help="force the labs' profile (default: chosen per kernel)")
     s.add_argument("--instructor", help="the instructor's Unix user, who alone posts lab 09's baseline and clears "
                    "its rounds (default: the user running setup)")
+    s.add_argument("--participants", metavar="GLOB", help="where each participant's own copy of the course lives, "
+                   "e.g. '/home/*/course' on a hub (quoted: a glob read later): results and room read their jobs")
     s.add_argument("--no-doctor", action="store_true", help="skip the doctor's checks of the site")
     s.add_argument("--force", action="store_true", help="overwrite an existing coursekit.toml")
     s.set_defaults(handler=guarded(cmd_setup))

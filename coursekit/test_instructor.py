@@ -150,16 +150,49 @@ def test_slurm_branch_reads_every_users_jobs_by_prefix_and_cancels_only_the_acti
     active = [{"job_id": "7", "name": "ck-ada-bs", "user": "u1", "state": "RUNNING", "elapsed": "1:00", "node_list": "n1"},
               {"job_id": "8", "name": "zz-x", "user": "u2", "state": "PENDING", "elapsed": "0:00", "node_list": ""},
               {"job_id": "9", "name": "ck-bob-lr", "user": "u2", "state": "PENDING", "elapsed": "0:00", "node_list": ""}]
-    sacct = "5|ck-eve-amp|COMPLETED|0:0|00:01:00|n2|t|t|t|gpu\n6|zz-y|FAILED|1:0|00:00:10|n2|t|t|t|gpu\n"
+    sacct = "5|ck-eve-amp|COMPLETED|0:0|00:01:00|n2|t|t|t|gpu|u3\n6|zz-y|FAILED|1:0|00:00:10|n2|t|t|t|gpu|u4\n"
     cancelled: list[list[str]] = []
     monkeypatch.setattr(slurm_cli, "squeue", lambda all_states=True: active)
     monkeypatch.setattr(slurm_cli, "accounting_enabled", lambda: True)
     monkeypatch.setattr(slurm_cli, "run", lambda command: sacct)
     monkeypatch.setattr(slurm_cli, "scancel", lambda ids: cancelled.append(list(ids)))
     assert [r["job_id"] for r in instructor.course_jobs("ck", finished=False)] == ["7", "9"]
-    assert [r["job_id"] for r in instructor.course_jobs("ck", finished=True)] == ["5", "7", "9"]
+    finished = instructor.course_jobs("ck", finished=True)
+    assert [(r["job_id"], r["user"]) for r in finished] == [("5", "u3"), ("7", "u1"), ("9", "u2")]  # sacct's User
     assert cli.main(["instructor", "cancel", "--course", "--prefix", "ck"]) == 0
     assert cancelled == [["7", "9"]] and "cancelled 2 job(s)" in capsys.readouterr().out
+
+
+def test_results_and_room_read_every_participants_own_course_and_each_run_of_a_one_job_sweep(
+        course: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A hub's layout: the instructor's course (the template) names the participants' copies (``participants``, a
+    glob); results finds their runs there, single-run jobs and each run of a job that made several (run000...)."""
+    homes = tmp_path / "home"
+    assert cli.main(["instructor", "setup", str(course), "--job-prefix", "ck", "--no-doctor",
+                     "--participants", f"{homes}/*/course"]) == 0
+    assert f'participants = "{homes}/*/course"' in (course / "coursekit.toml").read_text()
+    runs = {"ada": [("ck-ada-bs", "11", None), ("ck-ada-race", "12", "run000"), ("ck-ada-race", "12", "run001")],
+            "bob": [("ck-bob-race", "21", "run000"), ("ck-bob-race", "21", "run001"), ("ck-bob-race", "21", "run002"),
+                    ("ck-bob-lr", "22_0", None)]}
+    for user, jobs in runs.items():
+        mine = homes / user / "course"
+        (mine / "jobs").mkdir(parents=True)
+        (mine / "coursekit.toml").write_text((course / "coursekit.toml").read_text())
+        for name, job_id, run in jobs:
+            writer = MetricsWriter(mine / "jobs" / name / job_id / (run or ""))
+            writer.write("summary", status="completed", val_acc=0.5, config={"model": "mlp"})
+            writer.close()
+    (homes / "eve").mkdir()  # a home without a course: not a participant's folder
+    capsys.readouterr()
+    assert cli.main(["instructor", "results", "--out", str(tmp_path / "r.csv")]) == 0
+    assert "7 run(s) of 2 participant(s) (ada, bob)" in capsys.readouterr().out
+    rows = list(csv.DictReader(open(tmp_path / "r.csv")))
+    assert sorted((r["participant"], r["experiment"], r["job_id"]) for r in rows) == sorted(
+        (user, name.split("-")[2], job_id) for user, jobs in runs.items() for name, job_id, _ in jobs)
+    assert {r["user"] for r in rows} == {getpass.getuser()}  # the owner of each run's folder
+    assert {Path(r["run_dir"]).name for r in rows if r["experiment"] == "race"} == {"run000", "run001", "run002"}
+    room = instructor.room_table()
+    assert sorted(r["pseudonym"] for r in room) == ["ada", "bob"]
 
 
 def test_course_toml_keeps_paths_with_quotes_and_backslashes() -> None:

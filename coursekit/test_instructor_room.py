@@ -204,7 +204,7 @@ def test_room_on_slurm_asks_once_for_the_whole_room(course: Path, room: dict[str
     calls: list[list[str]] = []
     squeue_rows = [{"job_id": "7", "name": "ck-eve-bs", "user": "eve", "state": "PENDING", "submit_time": "",
                     "elapsed": "0:00", "node_list": ""}]
-    sacct = "102|ck-ada-amp|OUT_OF_MEMORY|0:125|00:01:00|n1|2026-11-27T06:00:00|x|2026-11-27T06:01:00|gpu\n"
+    sacct = "102|ck-ada-amp|OUT_OF_MEMORY|0:125|00:01:00|n1|2026-11-27T06:00:00|x|2026-11-27T06:01:00|gpu|ada\n"  # User last: course_jobs asks for it
 
     def fake_squeue(all_states: bool = True) -> list[dict[str, str]]:
         calls.append(["squeue"])

@@ -13,6 +13,10 @@
 #   bash slurm/cluster.sh stop-controller    stop slurmctld only (tests: "controller down")
 #   bash slurm/cluster.sh start-controller   start slurmctld again, resume drained nodes, wait for them
 #   bash slurm/cluster.sh logs [N]           last N lines of every daemon's log
+#   bash slurm/cluster.sh account NAME COORDINATOR [USER...]
+#                                            a course's account in accounting, as a site makes one: USERs (and
+#                                            COORDINATOR) in it, their default; COORDINATOR its coordinator, who
+#                                            may then cancel (scancel) and modify every job of the account
 #
 # Runs as root on Debian 12 without systemd (containers, CI). Every command is idempotent.
 set -euo pipefail
@@ -686,8 +690,42 @@ cmd_logs() {
     LOG_EXCERPT_LINES=$lines log_excerpt "${logs[@]}" "$LOG_DIR/slurmdbd.log" 2>&1
 }
 
+# ---------------------------------------------------------------------------------------------- account
+
+account_has_user() { sacctmgr -n -P show assoc where "account=$1" "user=$2" format=user | grep -qx "$2"; }
+
+# account NAME COORDINATOR [USER...]: what a site's admins do for a course (sacctmgr): an account, the course's
+# users in it (it becomes their default account: their jobs carry it) and the instructor as its coordinator.
+# Slurm lets a coordinator cancel, hold and modify the jobs of their account's users (scancel as the instructor:
+# "Access/permission denied" without it). Idempotent.
+cmd_account() {
+    (($# >= 2)) || die "usage: bash slurm/cluster.sh account NAME COORDINATOR [USER...]"
+    local account=$1 coordinator=$2 user
+    shift 2
+    [[ $account =~ ^[a-z][a-z0-9_-]{0,31}$ ]] || die "account name: '$account' is not 1-32 lower-case letters, digits, - or _"
+    dbd_answers || die "accounting (slurmdbd) does not answer: bash slurm/cluster.sh start first"
+    if ! sacctmgr -n -P show account "$account" format=account | grep -qx "$account"; then
+        sacctmgr -i add account "$account" "cluster=$CLUSTER_NAME" "description=course $account" \
+            "organization=coursekit" >/dev/null || die "sacctmgr could not add account $account"
+        say "account $account added"
+    fi
+    for user in "$coordinator" "$@"; do
+        id "$user" >/dev/null 2>&1 || die "no Unix user '$user'"
+        if ! account_has_user "$account" "$user"; then
+            sacctmgr -i add user "$user" "account=$account" "defaultaccount=$account" >/dev/null \
+                || die "sacctmgr could not add user $user to account $account"
+        fi
+        sacctmgr -i modify user "$user" set "defaultaccount=$account" >/dev/null 2>&1 || true  # "nothing to change"
+    done
+    if ! sacctmgr -n -P show user "$coordinator" withcoord format=coordinators | tr ',' '\n' | grep -qx "$account"; then
+        sacctmgr -i add coordinator "account=$account" "names=$coordinator" >/dev/null \
+            || die "sacctmgr could not make $coordinator a coordinator of $account"
+    fi
+    say "account $account: users $coordinator${*:+ $*}; coordinator $coordinator"
+}
+
 usage() {
-    sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 main() {
@@ -701,6 +739,7 @@ main() {
         start-controller) cmd_start_controller "$@" ;;
         status) cmd_status "$@" ;;
         logs) cmd_logs "$@" ;;
+        account) cmd_account "$@" ;;
         -h | --help | help) usage ;;
         *) usage >&2; die "unknown command '${command}'" ;;
     esac

@@ -5,11 +5,13 @@
 #   bash slurm/hub.sh install   hub packages (pip: jupyterhub, batchspawner; npm: configurable-http-proxy),
 #                               the participants' Python (/opt/coursekit-hub/python), the users ada, bob and
 #                               instructor, and the course template every participant's ~/course starts from
-#   bash slurm/hub.sh start     start the hub (its own process session) and wait until its API answers
+#   bash slurm/hub.sh start     the course's Slurm account (instructor its coordinator: cancels the room's jobs),
+#                               then start the hub (its own process session) and wait until its API answers
 #   bash slurm/hub.sh stop      stop the hub (it cancels every server job), then its whole process group
 #   bash slurm/hub.sh status    exit 0 only when the hub answers
 #   bash slurm/hub.sh add-user NAME...   more participants (Unix users with the same home layout); the hub's
-#                               REST API (service coursekit-room) can then start their servers
+#                               REST API (service coursekit-room) can then start their servers; they join the
+#                               course's Slurm account when the cluster's accounting answers
 #
 # Runs as root on Debian 12 (no sudo, no systemd). Every command is idempotent. The top README's "Running a
 # workshop on a JupyterHub" and slurm/README.md have the layout and the reasons.
@@ -27,6 +29,7 @@ HUB_ROOT="${COURSEKIT_HUB_ROOT:-/opt/coursekit-hub}"
 PARTICIPANT_PYTHON_DIR="$HUB_ROOT/python"   # a hard-linked copy of this Python (/root is mode 700)
 PROXY_DIR="$HUB_ROOT/proxy"
 COURSE_TEMPLATE="$HUB_ROOT/course"          # `coursekit instructor setup` output: copied to ~/course at spawn
+COURSE_SUBDIR="course"                      # each participant's copy in their home (slurm/hub/jupyterhub_config.py)
 STATE_DIR="/var/lib/coursekit-hub"          # the hub's database, cookie secret, proxy token
 LOG_DIR="/var/log/coursekit-hub"
 PID_FILE="/run/coursekit-hub.pid"
@@ -35,6 +38,7 @@ HUB_URL="http://127.0.0.1:${COURSEKIT_HUB_PORT:-8000}"
 JOB_PREFIX="ws"
 USERS=(ada bob)                 # participants; more with `add-user` (bench/room_slurm.py)
 INSTRUCTOR="instructor"
+ACCOUNT="workshop"              # the course's Slurm account (slurm/cluster.sh account): the instructor coordinates it
 
 START_TIMEOUT_S=60
 STOP_TIMEOUT_S=60               # the hub cancels every server job (scancel) before it exits
@@ -101,7 +105,9 @@ install_participant_python() {
         say "$HUB_ROOT is on another file system than $prefix: copying it (slower)"
         cp -a "$prefix" "$PARTICIPANT_PYTHON_DIR.new"
     fi
-    python "$SCRIPT_DIR/hub/relocate_python.py" "$prefix" "$PARTICIPANT_PYTHON_DIR.new"
+    # libpython's search path, and every console script's first line (#!<root's Python>: "bad interpreter:
+    # Permission denied" for the users) pointed at the copy
+    python "$SCRIPT_DIR/hub/relocate_python.py" "$prefix" "$PARTICIPANT_PYTHON_DIR.new" "$PARTICIPANT_PYTHON_DIR"
     rm -rf "$PARTICIPANT_PYTHON_DIR"
     mv "$PARTICIPANT_PYTHON_DIR.new" "$PARTICIPANT_PYTHON_DIR"
     # coursekit: this checkout's editable install when every user can read the checkout (participants then
@@ -114,6 +120,9 @@ install_participant_python() {
     fi
     runuser -u nobody -- "$PARTICIPANT_PYTHON_DIR/bin/python" -c 'import coursekit.course, batchspawner' \
         || die "user nobody cannot run $PARTICIPANT_PYTHON_DIR/bin/python with coursekit and batchspawner"
+    runuser -u nobody -- "$PARTICIPANT_PYTHON_DIR/bin/coursekit" --help >/dev/null \
+        || die "user nobody cannot run $PARTICIPANT_PYTHON_DIR/bin/coursekit (its first line: $(head -n 1 \
+            "$PARTICIPANT_PYTHON_DIR/bin/coursekit"))"
     say "participants' Python: $PARTICIPANT_PYTHON_DIR ($("$PARTICIPANT_PYTHON_DIR/bin/python" --version))"
 }
 
@@ -138,19 +147,32 @@ ensure_user() {
     fi
 }
 
+# course_account USER...: the users in the course's Slurm account (their jobs carry it), the instructor its
+# coordinator, as a site's admins set it up (slurm/cluster.sh account); a warning when accounting does not answer
+course_account() {
+    if ! bash "$SCRIPT_DIR/cluster.sh" account "$ACCOUNT" "$INSTRUCTOR" "$@"; then
+        say "warning: the Slurm account $ACCOUNT was not set up (is the cluster up? bash slurm/cluster.sh start):" \
+            "$INSTRUCTOR cannot cancel the participants' jobs (coursekit instructor cancel --course) until it is"
+    fi
+}
+
 install_users() {
     local user
     ensure_user "$INSTRUCTOR"
     for user in "${USERS[@]}"; do ensure_user "$user"; done
 }
 
+# the folder holding the participants' homes (useradd's HOME base: /home), for the course's `participants` glob
+participant_homes() { dirname "$(getent passwd "${USERS[0]}" | cut -d: -f6)"; }
+
 # The course every participant's ~/course starts from (copied at their first spawn, as them): its
 # coursekit.toml (site slurm, job prefix, shared data folder and leaderboard) and the shipped notebooks.
 install_course_template() {
     rm -rf "$COURSE_TEMPLATE"
-    python -m coursekit instructor setup "$COURSE_TEMPLATE" --site slurm \
+    PYTHONPATH="$REPO" python -m coursekit instructor setup "$COURSE_TEMPLATE" --site slurm \
         --job-prefix "$JOB_PREFIX" --data-dir "$HUB_ROOT/data" --leaderboard "$HUB_ROOT/race/leaderboard.jsonl" \
-        --instructor "$INSTRUCTOR" --no-doctor >"$LOG_DIR/course-setup.log" 2>&1 \
+        --instructor "$INSTRUCTOR" --participants "$(participant_homes)/*/$COURSE_SUBDIR" --no-doctor \
+        >"$LOG_DIR/course-setup.log" 2>&1 \
         || { cat "$LOG_DIR/course-setup.log" >&2; die "coursekit instructor setup failed"; }
     mkdir -p "$HUB_ROOT/data" "$HUB_ROOT/race"
     # lab 09's race: each user posts to their own <user>.jsonl here (made by them, mode 0644) and claims a
@@ -162,6 +184,8 @@ install_course_template() {
     chown "$INSTRUCTOR" "$HUB_ROOT/race"
     if [[ -f $HUB_ROOT/race/leaderboard.jsonl ]]; then chmod go-w "$HUB_ROOT/race/leaderboard.jsonl"; fi
     chmod -R a+rX "$COURSE_TEMPLATE" "$HUB_ROOT/data"
+    # the instructor stages the room's data (coursekit instructor data ... --dir $HUB_ROOT/data) without root
+    chown "$INSTRUCTOR" "$HUB_ROOT/data"
     say "course template: $COURSE_TEMPLATE (job prefix $JOB_PREFIX)"
 }
 
@@ -197,6 +221,7 @@ hub_answers() { curl -fsS --max-time 5 "$HUB_URL/hub/api/" >/dev/null 2>&1; }
 cmd_start() {
     need_root
     [[ -x $PARTICIPANT_PYTHON_DIR/bin/python ]] || die "not installed: run 'bash slurm/hub.sh install' first"
+    course_account "${USERS[@]}"
     if hub_pid >/dev/null && hub_answers; then
         say "hub already running (pid $(cat "$PID_FILE")) at $HUB_URL"
         return 0
@@ -267,6 +292,7 @@ case "${1:-}" in
         shift
         (($# > 0)) || die "usage: bash slurm/hub.sh add-user NAME..."
         for name in "$@"; do ensure_user "$name"; done
+        course_account "$@"
         ;;
     *) die "usage: bash slurm/hub.sh install|start|stop|status|add-user NAME..." ;;
 esac

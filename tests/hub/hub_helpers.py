@@ -3,12 +3,17 @@ Slurm's view of a user's jobs, and commands run as a participant (``runuser``)."
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import pwd
+import shutil
 import subprocess
+import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -138,3 +143,75 @@ def in_server(user: str, command: list[str], timeout_s: float = 120, check: bool
     cwd = Path(f"/proc/{pid}/cwd").resolve()
     return run(["nsenter", f"--target={pid}", "--net", "--uts", RUNUSER, "-u", user, "--", "env", "-i",
                 f"--chdir={cwd}", *env, *command], timeout_s=timeout_s, check=check)
+
+
+# --- the real users' homes: what the tests leave there is taken away again --------------------------------
+
+HOME_USERS = ("ada", "bob", "instructor")  # slurm/hub.sh install's users, whose homes the tests run in
+JOBS_GONE_TIMEOUT_S = 60
+
+
+def home_manifest(home: Path) -> dict[str, tuple[Any, ...]]:
+    """Every path under ``home`` (relative) -> (type and mode, owner, group, size and mtime of a file, link
+    target); the folders' own mtimes are left out (restoring a folder's contents touches it)."""
+    found: dict[str, tuple[Any, ...]] = {}
+    for path in sorted([home, *home.rglob("*")]):
+        info = path.lstat()
+        relative = str(path.relative_to(home))
+        if path.is_symlink():
+            found[relative] = ("link", info.st_uid, os.readlink(path))
+        elif path.is_dir():
+            found[relative] = (info.st_mode, info.st_uid, info.st_gid)
+        else:
+            found[relative] = (info.st_mode, info.st_uid, info.st_gid, info.st_size, int(info.st_mtime))
+    return found
+
+
+def _last_job_id() -> int | None:
+    """The highest job id Slurm has given so far (the next job's, less one); None when Slurm does not say."""
+    said = run(["scontrol", "show", "config"], check=False).stdout
+    line = next((x for x in said.splitlines() if x.split("=")[0].strip() == "NEXT_JOB_ID"), "")
+    return int(line.split("=")[1]) - 1 if line.partition("=")[2].strip().isdigit() else None
+
+
+def _jobs_since(users: tuple[str, ...], after: int) -> list[str]:
+    """The active jobs of ``users`` with an id above ``after`` (submitted since)."""
+    done = run(["squeue", "-h", "-u", ",".join(users), "-o", "%A"], check=False)
+    return [j for j in done.stdout.split() if j.isdigit() and int(j) > after]
+
+
+@contextlib.contextmanager
+def homes_kept(users: tuple[str, ...] = HOME_USERS) -> Iterator[None]:
+    """Run the block, then put the users' homes back as they were before it (a copy taken first; paths made
+    since removed, changed ones restored) and check they are: a hub CI ran on is fresh for its first
+    participant. Jobs of theirs submitted in the block and still active are cancelled first (a job still
+    running would write into the home again)."""
+    homes = {user: home_of(user) for user in users if _exists(user)}
+    saved = Path(tempfile.mkdtemp(prefix="coursekit-homes-", dir="/var/tmp"))
+    first_job = _last_job_id()
+    try:
+        for user, home in homes.items():
+            run(["cp", "-a", str(home), str(saved / user)])
+        yield
+        left = _jobs_since(tuple(homes), first_job) if first_job is not None else []
+        if left:
+            run(["scancel", *left], check=False)
+            deadline = time.monotonic() + JOBS_GONE_TIMEOUT_S
+            while _jobs_since(tuple(homes), first_job or 0) and time.monotonic() < deadline:
+                time.sleep(POLL_S)
+        for user, home in homes.items():
+            run(["rsync", "-a", "--delete", f"{saved / user}/", f"{home}/"])
+        changed = {user: sorted(set(home_manifest(home).items()) ^ set(home_manifest(saved / user).items()))
+                   for user, home in homes.items()}
+        changed = {user: paths for user, paths in changed.items() if paths}
+        assert not changed, f"the tests left traces in the users' homes after the restore: {changed}"
+    finally:
+        shutil.rmtree(saved, ignore_errors=True)
+
+
+def _exists(user: str) -> bool:
+    try:
+        pwd.getpwnam(user)
+    except KeyError:
+        return False
+    return True

@@ -19,7 +19,7 @@ import pytest
 from slurm_helpers import wait_job_end
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "hub"))
-from hub_helpers import PARTICIPANT_PYTHON, REPO, as_user, run, write_as  # noqa: E402
+from hub_helpers import PARTICIPANT_PYTHON, REPO, as_user, homes_kept, run, write_as  # noqa: E402
 
 from coursekit import slurm_cli  # noqa: E402
 from coursekit.labs import lab09_race as race  # noqa: E402
@@ -31,6 +31,13 @@ JOB_END_S = 120
 DRY = TrainConfig(model="mlp", dataset="generated", num_samples=2000, num_classes=4, image_size=16, batch_size=50,
                   epochs=10, lr=0.05, target_acc=0.6, eval_every=5, data_seed=0, progress="off", device="cpu")
 RULES = race.Rules("evidence", DRY, models=("mlp",), max_parameters=300_000)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def users_homes_restored() -> Iterator[None]:
+    """The users' homes as they were before this module's tests, after them (and checked)."""
+    with homes_kept(USERS):
+        yield
 
 
 @pytest.fixture()
