@@ -13,7 +13,6 @@ import datetime as dt
 import json
 import os
 import platform
-import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -26,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from robust import check_writable, save_text  # noqa: E402
 
-from coursekit.metrics import read_metrics, steps  # noqa: E402
+from coursekit.metrics import mean_std, read_metrics, steps  # noqa: E402
 from coursekit.train.config import TrainConfig  # noqa: E402
 from coursekit.train.engine import train  # noqa: E402
 
@@ -44,17 +43,13 @@ CI_CONFIGS: dict[str, TrainConfig] = {
 }
 
 
-def mean_std(values: list[float]) -> dict[str, float]:
-    return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0,
-            "n": len(values)}
-
-
 def measure(config: TrainConfig, repeats: int, timed_steps: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as out:
         total = (1 + repeats) * timed_steps
         train(config.replace(out=out, test_steps=total, log_every=timed_steps, progress="off", device="cpu"))
         rates = [r["images_per_s_global"] for r in steps(read_metrics(out))][1:]
-    return mean_std(rates)
+    mean, std = mean_std(rates)
+    return {"mean": mean, "std": std, "n": len(rates)}
 
 
 def main(argv: list[str] | None = None) -> int:

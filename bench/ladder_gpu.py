@@ -20,7 +20,6 @@ import argparse
 import datetime as dt
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -37,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from robust import check_writable, number, save_text  # noqa: E402
 
-from coursekit.metrics import read_metrics, steps  # noqa: E402
+from coursekit.metrics import mean_std, read_metrics, steps  # noqa: E402
 from coursekit.train.config import TrainConfig  # noqa: E402
 
 RECORDING = "gpu_ladder"  # --publish: coursekit/labs/recordings/gpu_ladder.json
@@ -69,11 +68,6 @@ RUNGS: list[dict[str, Any]] = [
 ]
 EAGER_PRESET = RUNGS[4]  # bf16 + channels_last: the fastest preset without compilation
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-def mean_std(values: list[float]) -> dict[str, float]:
-    return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0,
-            "n": len(values)}
 
 
 def set_tf32(enabled: bool) -> None:
@@ -130,7 +124,8 @@ def bare_loop(precision: str, channels_last: bool, compile_model: bool, batch: i
     peak = torch.cuda.max_memory_allocated() / 2**30
     torch._dynamo.reset()
     torch.cuda.empty_cache()
-    return {"img_s": mean_std(rates), "peak_mem_gb": peak}
+    mean, std = mean_std(rates)
+    return {"img_s": {"mean": mean, "std": std, "n": len(rates)}, "peak_mem_gb": peak}
 
 
 def engine_run(config: TrainConfig, repeats: int, timed_steps: int, warmup_windows: int = 1) -> dict[str, Any]:
@@ -154,7 +149,8 @@ def engine_run(config: TrainConfig, repeats: int, timed_steps: int, warmup_windo
     torch._dynamo.reset()
     torch.cuda.empty_cache()
     peaks = [r.get("mem_allocated_peak_mb") or 0.0 for r in windows]
-    return {"img_s": mean_std(rates), "windows_img_s": rates, "peak_mem_gb": max(peaks, default=0.0) / 1024,
+    mean, std = mean_std(rates)
+    return {"img_s": {"mean": mean, "std": std, "n": len(rates)}, "windows_img_s": rates, "peak_mem_gb": max(peaks, default=0.0) / 1024,
             "summary_status": summary.get("status")}
 
 

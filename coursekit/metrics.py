@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import statistics
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -36,6 +37,7 @@ from typing import Any
 METRICS_FILE = "metrics.jsonl"
 RUN_ROOT_ENV = "COURSEKIT_RUN_ROOT"
 RECORD_KINDS = ("start", "step", "epoch", "summary", "event")
+_RAISE = object()
 
 
 def _json_safe(value: Any) -> Any:
@@ -124,6 +126,18 @@ def epochs(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 def summary(records: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
     found = of_kind(records, "summary")
     return found[-1] if found else None
+
+
+def mean_std(values: Iterable[float], empty: Any = _RAISE) -> tuple[Any, Any]:
+    """Mean and sample standard deviation (0 for a single value): a result's ± over seeds or repeats, the one
+    definition the labs, the race's leaderboard and the benchmarks use. No value: ``(empty, empty)`` when
+    ``empty`` is given (``None``: "nothing to average"), else ValueError."""
+    values = list(values)
+    if not values:
+        if empty is _RAISE:
+            raise ValueError("mean_std needs at least one value")
+        return empty, empty
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
 
 
 def current_job_id() -> str | None:

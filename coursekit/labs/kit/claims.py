@@ -51,14 +51,6 @@ def check_claim(statement: str, holds: bool, evidence: str, *, applies: bool = T
 
 # --- small statistics the claims use ------------------------------------------------------------
 
-def mean_std(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and sample standard deviation (0 for a single value)."""
-    if not values:
-        raise ValueError("mean_std needs at least one value")
-    mean = statistics.fmean(values)
-    return mean, statistics.stdev(values) if len(values) > 1 else 0.0
-
-
 def loglog_slope(x: Sequence[float], y: Sequence[float]) -> float:
     """Least-squares slope of log(y) against log(x): -1 when y falls as 1/x."""
     if len(x) != len(y) or len(x) < 2:

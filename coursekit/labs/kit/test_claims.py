@@ -5,6 +5,7 @@ import math
 import pytest
 
 from coursekit.labs.kit import claims
+from coursekit.metrics import mean_std
 
 
 def test_claim_that_holds_prints_stable_line_and_numbers(capsys):
@@ -62,9 +63,12 @@ def test_saturation_detects_flattening_growth_and_rejects_linear_growth():
     assert claims.saturates(batch, [100, 101, 102, 103, 104])[0] is False  # no real growth
 
 
-def test_time_to_target_and_mean_std():
+def test_time_to_target_and_mean_std():  # mean_std: coursekit.metrics, the one definition
     assert claims.time_to_target([1, 2, 3], [0.2, 0.6, 0.9], 0.5) == 2
     assert claims.time_to_target([1, 2], [0.2, 0.3], 0.5) is None
-    mean, std = claims.mean_std([1.0, 2.0, 3.0])
+    mean, std = mean_std([1.0, 2.0, 3.0])
     assert mean == 2.0 and math.isclose(std, 1.0)
-    assert claims.mean_std([4.0]) == (4.0, 0.0)
+    assert mean_std([4.0]) == (4.0, 0.0)
+    assert mean_std([], empty=None) == (None, None)
+    with pytest.raises(ValueError):
+        mean_std([])

@@ -26,11 +26,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from coursekit.labs.kit.claims import ClaimResult, check_claim, mean_std
+from coursekit.labs.kit.claims import ClaimResult, check_claim
 from coursekit.labs.kit.experiments import DEFAULT_TIMEOUT_S, Sweep, submit_sweeps, summarize_run, wait_runs
 from coursekit.labs.kit.profiles import data_dir
 from coursekit.labs.kit.results import ResultsTable
 from coursekit.labs.kit.settings import QUIET, job_options, on_cifar10, workshop_budget
+from coursekit.metrics import mean_std
 from coursekit.train.config import TrainConfig
 
 SCALING_RULES = ("none", "sqrt", "linear")

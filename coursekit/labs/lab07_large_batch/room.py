@@ -31,8 +31,8 @@ from typing import Any
 
 from coursekit.course import user_name
 from coursekit.labs.kit import pool
-from coursekit.labs.kit.claims import mean_std
 from coursekit.labs.kit.results import ResultsTable
+from coursekit.metrics import mean_std
 
 POOL_NAME = "lab07-runs"
 POSTED_PARTS = ("A", "C")
@@ -221,8 +221,8 @@ def room_table(room: RoomRuns, arms: Sequence[str]) -> ResultsTable:
     """Part A per arm: your mean over your seeds beside the room's mean ± std over every seed posted."""
     rows = []
     for arm, found in accuracy_points(room, arms).items():
-        mine = mean_std(found["mine"]) if found["mine"] else (None, None)
-        everyone = mean_std(found["room"]) if found["room"] else (None, None)
+        mine = mean_std(found["mine"], empty=None)
+        everyone = mean_std(found["room"], empty=None)
         rows.append({"arm": arm, "your_seeds": len(found["mine"]), "your_acc": mine[0],
                      "room_seeds": len(found["room"]), "room_acc": everyone[0], "room_std": everyone[1]})
     return ResultsTable(rows, title="A. final accuracy: yours and the room's (mean ± std over seeds)")

@@ -54,7 +54,6 @@ from __future__ import annotations
 import os
 import secrets
 import stat
-import statistics
 import time
 import warnings
 from pathlib import Path
@@ -284,12 +283,6 @@ def group_runs(runs: list[dict[str, Any]]) -> dict[tuple[str, str, int, str], li
         seeds.pop(run.get("seed"), None)  # re-inserted last: the group keeps posting order
         seeds[run.get("seed")] = run
     return {key: list(seeds.values()) for key, seeds in latest.items()}
-
-
-def mean_std(values: list[float]) -> tuple[float | None, float | None]:
-    if not values:
-        return None, None
-    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
 
 
 def _archive_root(folder: Path) -> Path:

@@ -37,8 +37,9 @@ from typing import Any
 from coursekit.labs.kit.evidence import ELAPSED_TOLERANCE_S as ELAPSED_TOLERANCE_S
 from coursekit.labs.kit.evidence import Accounting, check_jobs, seconds
 from coursekit.labs.kit.results import ResultsTable
-from coursekit.labs.lab09_race.leaderboard import BASELINE, group_runs, is_theirs, mean_std
+from coursekit.labs.lab09_race.leaderboard import BASELINE, group_runs, is_theirs
 from coursekit.labs.lab09_race.rules import Rules
+from coursekit.metrics import mean_std
 
 # An entry is marked when its held-out accuracy at the stops is this many standard errors below the target: an
 # honest entry (its models truly at the target) is marked by chance about once in 40, one that stopped on a lucky
@@ -185,13 +186,13 @@ def reproduction(claimed: list[dict[str, Any]], reruns: list[dict[str, Any]]) ->
     missed = [r.get("seed") for r in reruns if not r.get("target_reached") or r.get("time_to_target_s") is None]
     times = [float(r["time_to_target_s"]) for r in reruns if r.get("target_reached")
              and r.get("time_to_target_s") is not None]
-    verified, rerun_std = mean_std(times)
+    verified, rerun_std = mean_std(times, empty=None)
     if not reruns:
         return None, "not reproduced: the re-run left no run"
     if missed:
         return verified, f"not reproduced: the re-run of seed(s) {missed} did not reach the target"
     claims = [float(r["time_to_target_s"]) for r in claimed if r.get("time_to_target_s") is not None]
-    claim, claim_std = mean_std(claims)
+    claim, claim_std = mean_std(claims, empty=None)
     if claim is None or verified is None:
         return verified, None
     spread = REPRO_Z * math.sqrt(((claim_std or 0.0) ** 2) / max(len(claims), 1)
@@ -254,7 +255,7 @@ def entries(runs: list[dict[str, Any]], rules: Rules, kit_code_hash: str,
     for (participant, submission, round_, user), group in group_runs(runs).items():
         times = [r["time_to_target_s"] for r in group if r.get("target_reached") and r.get("time_to_target_s") is not None]
         steps = [r["steps_to_target"] for r in group if r.get("target_reached") and r.get("steps_to_target") is not None]
-        mean, std = mean_std(times)
+        mean, std = mean_std(times, empty=None)
         marks = marks_of(group, rules, kit_code_hash, baseline_reference(runs, round_))
         verified, key = None, (participant, submission, round_, user)
         verification = "claimed only"
@@ -268,7 +269,7 @@ def entries(runs: list[dict[str, Any]], rules: Rules, kit_code_hash: str,
             verification = rerun_notes[key]
         rows.append({"participant": participant, "submission": submission, "round": round_, "user": user,
                      "seeds": len(group), "reached": len(times), "time_to_target_s": mean, "std_s": std,
-                     "steps_to_target": mean_std(steps)[0], "confirm_acc": confirmed_accuracy(group),
+                     "steps_to_target": mean_std(steps, empty=None)[0], "confirm_acc": confirmed_accuracy(group),
                      "hardware": hardware(group[0]),
                      "evidence": "unverified" if accounting is None else "failed" if any(r["evidence"] for r in group)
                      else "sacct",
