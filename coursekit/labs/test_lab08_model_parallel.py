@@ -1,5 +1,5 @@
 """Lab 08's helpers without jobs: configurations, the bubble theory, weights compared, activations counted.
-(The strategies themselves are tested against serial training in coursekit/train/test_parallel.py; the
+(The strategies themselves are tested against serial training in coursekit/train/test_parallel_strategies.py; the
 notebook runs them as jobs.)"""
 
 import importlib.util

@@ -1,4 +1,5 @@
-"""coursekit.train.parallel: the mesh context, DDP's options, bucket overlap, and runs that fail fast."""
+"""coursekit.train.parallel: the mesh context, DDP's options, and runs that fail fast (DDP on a 2-process mesh, its
+buckets and their overlap: test_parallel_strategies.py, in the one fork of 2 processes)."""
 
 from __future__ import annotations
 
@@ -7,14 +8,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import cloudpickle
 import pytest
 import submitit
 import torch
 import torch._dynamo  # noqa: F401 - DDP imports it; imported once here, the forked workers start at once
-import torch.multiprocessing as mp
 
 from coursekit import launch
 from coursekit.metrics import read_metrics, summary
@@ -23,7 +22,6 @@ from coursekit.train.config import TrainConfig
 from coursekit.train.engine import main
 from coursekit.train.parallel import build_context, ddp
 from coursekit.train.parallel import process_group as pg
-from coursekit.train.parallel.overlap import measure_bucket_overlap
 from coursekit.train.parallel.test_process_group import free_port
 
 pytestmark = pytest.mark.slow  # processes of their own: left out of the fast tier (README)
@@ -32,7 +30,6 @@ ROOT = Path(__file__).resolve().parents[2]
 WORLD = 2
 PROMPT_FAILURE_S = 120  # a dead rank must end the run well before this (the collective timeout: 600 s)
 LONG_TIMEOUT_S = "600"
-LAYERS, BUCKET_MB = 3, 0.5
 RANK_ONE_DELAY_S = 4
 STARTUP_ALLOWANCE_S = 120  # two engines importing torch on a busy 2-core machine
 PEER_NOTICE_S = 60  # rank 0 must fail this soon after rank 1 died (8-13 s measured on a busy 2-core machine)
@@ -75,51 +72,6 @@ def test_engine_exits_2_on_a_world_size_mismatch(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv(launch.EXPECTED_WORLD_SIZE_ENV, "4")
     assert main(["--device", "cpu", "--test-steps", "1", "--progress", "off"]) == 2
     assert "submitted for 4 processes" in capsys.readouterr().err
-
-
-def _ddp_worker(rank: int, port: int, results: Any) -> None:
-    torch.set_num_threads(1)
-    env = {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(WORLD), "MASTER_ADDR": launch.LOCALHOST,
-           "MASTER_PORT": str(port)}
-    ctx = pg.init_distributed("cpu", env=env)
-    try:
-        pctx = build_context(ctx)
-        layers = [torch.nn.Linear(512, 512) for _ in range(LAYERS)]  # 1 MiB of weight gradients each
-        model = ddp.apply(torch.nn.Sequential(*layers), pctx, TrainConfig(bucket_cap_mb=BUCKET_MB))
-        seen = ddp.watch_buckets(model)
-        buckets_per_step = []
-        for _ in range(2):  # DDP rebuilds its buckets at the second step, in the order gradients came
-            model(torch.randn(8, 512)).sum().backward()
-            buckets_per_step.append(len(seen))
-            seen.clear()
-        try:
-            ddp.apply(torch.nn.BatchNorm1d(4), pctx, TrainConfig(sync_batchnorm=True))
-            sync_bn_error = ""
-        except ValueError as error:
-            sync_bn_error = str(error)
-        overlap = measure_bucket_overlap(ctx, grad_mb=4, compute_ms=20, layers=4, bucket_mbs=(4, 1), repeats=1)
-        results[rank] = (pctx.dp_rank, pctx.dp_size, pctx.holds_value, pctx.data_shard().rank,
-                         type(model).__name__, model.bucket_bytes_cap, buckets_per_step,
-                         round(ddp.gradient_megabytes(model), 3), sync_bn_error, overlap)
-    finally:
-        pg.cleanup()
-
-
-def test_ddp_on_a_two_process_mesh() -> None:
-    with mp.Manager() as manager:
-        results = manager.dict()
-        mp.start_processes(_ddp_worker, args=(free_port(), results), nprocs=WORLD, join=True, start_method="fork")
-        results = dict(results)
-    for rank in range(WORLD):
-        dp_rank, dp_size, holds, shard_rank, wrapper, cap, buckets, grad_mb, sync_bn_error, overlap = results[rank]
-        assert (dp_rank, dp_size, holds, shard_rank) == (rank, WORLD, rank == 0, rank)
-        assert wrapper == "DistributedDataParallel" and cap == int(BUCKET_MB * 2**20)
-        assert grad_mb == pytest.approx(LAYERS * (512 * 512 + 512) * 4 / 2**20, abs=1e-3)
-        assert buckets[-1] == LAYERS  # every 1 MiB weight gradient fills a 0.5 MiB bucket on its own
-        assert "SyncBatchNorm runs on GPUs only" in sync_bn_error and "--sync-batchnorm" in sync_bn_error
-        assert [row["buckets"] for row in overlap["rows"]] == [1, 4]
-        assert overlap["allreduce_ms"] > 0 and overlap["backward_ms"] >= 20 * 0.9
-    assert results[0][-1]["rows"] == results[1][-1]["rows"]  # every rank reports the slowest rank's times
 
 
 # ---------------------------------------------------------------- a rank that dies ends the run promptly
