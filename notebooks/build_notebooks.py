@@ -28,7 +28,9 @@ of a code cell become tags too. Magics are commented out and back with jupytext'
 ``jupytext --to ipynb`` reads a source as this builder does (plus a first cell: the docstring).
 
 Runs use the local site and a temporary course folder, like notebooks/conftest.py does under nbval.
-What participants open in JupyterLab is cleaned on the way: nbval's comment markers become cell tags,
+Every run also links the participants' scripts into this folder (``lab06_ddp/train_ddp.py`` -> the package's
+``labs/lab06_data_parallel/scripts/lab06_ddp/train_ddp.py``, their only copy; git-ignored), as the notebooks
+open them. What participants open in JupyterLab is cleaned on the way: nbval's comment markers become cell tags,
 the temporary course folder reads ``~/course``, and a live widget (the queue view, a progress bar),
 whose state JupyterLab does not restore, is stored as its last rendering.
 """
@@ -340,6 +342,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--execute", action="store_true", help="run the notebooks and store their outputs")
     parser.add_argument("--check", action="store_true", help="only compare the notebooks with their sources")
     args = parser.parse_args(argv)
+    if not args.check:
+        from coursekit.labs.kit.exercises import link_kit_scripts
+
+        for link in link_kit_scripts(HERE):
+            print(f"linked {link.relative_to(HERE.parent)} -> {os.readlink(link)}")
     sources = sorted(SOURCES.glob("nb[0-9][0-9]_*.py"))
     if args.only:
         sources = [s for s in sources if s.stem[2:4] in args.only]

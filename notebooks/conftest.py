@@ -29,6 +29,10 @@ every process under it, recorded before cancelling), then stops those still ther
   this process to end; unless told by a line on its pipe that the run ended normally, it cancels the jobs
   and deletes the folder this process made. It touches nothing outside that course folder.
 
+Scripts: the notebooks open the participants' scripts beside them (``lab07_rules/my_rules.py``), whose only
+copy is the package's; ``pytest_configure`` links them into this folder (``exercises.link_kit_scripts``,
+git-ignored), so that a fresh clone runs the notebooks with no build step.
+
 Four notebooks run in CI as a participant meets them instead (``RUN_ELSEWHERE``): 00 in a JupyterHub server
 on the real Slurm, 06 as a participant's copy in the browser on the real Slurm (both fail when Slurm is not
 up), 04 and 05 as participants' copies in the browser on the local site, their scripts completed in the
@@ -294,6 +298,9 @@ def _on_sigterm(run: CourseRun) -> Any:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    from coursekit.labs.kit.exercises import link_kit_scripts
+
+    link_kit_scripts(Path(__file__).resolve().parent)  # the solved scripts the notebooks open, from the package
     os.environ.setdefault(SITE_ENV, "local")
     os.environ.setdefault(PSEUDONYM_ENV, "ada")
     previous = {name: os.environ.get(name) for name in (COURSE_DIR_ENV, MADE_ENV)}

@@ -8,18 +8,25 @@ answer; ``strip`` replaces them with a placeholder at the same indentation::
 
 A markdown cell tagged ``solution`` (an answer in words) becomes "*Your answer here.*". A participant
 copy holds no outputs at all: the solved notebook's results, claims and checker verdicts would look like
-the participant's own before anything ran (and after Run All stops at an exercise). The Python scripts in the notebook folder's sub-folders
-(``lab06_ddp/train_ddp.py``: participants complete a script, not a cell) are copied too, their solution
-blocks replaced by::
+the participant's own before anything ran (and after Run All stops at an exercise).
+
+The scripts participants complete (``lab06_ddp/train_ddp.py``: a script, not a cell) have one copy, in the
+package: ``labs/<lab>/scripts/<folder>/<name>.py`` is ``<folder>/<name>.py`` beside the notebooks
+(``kit_scripts``; the checkers read the same files as their solutions). A participant's copy gets them
+stripped, their solution blocks replaced by::
 
     # YOUR CODE HERE
     raise NotImplementedError("Exercise: write this part (see the TODO above)")
 
-The folder's own tooling (top-level ``*.py``) and the notebooks' sources (``src/``) are not handed out.
-CI runs the solved notebooks; instructors hand out the stripped ones::
+with the scripts of the notebook folder's own sub-folders, if it has any. The solved notebooks (CI's nbval
+runs, an instructor's) find theirs in the notebook folder as links to the package's files, git-ignored, made by
+``link_kit_scripts`` (``notebooks/build_notebooks.py`` and ``notebooks/conftest.py`` call it). The folder's own
+tooling (top-level ``*.py``) and the notebooks' sources (``src/``) are not handed out. CI runs the solved
+notebooks; instructors hand out the stripped ones::
 
     python -m coursekit.labs.kit.exercises strip notebooks/     # -> notebooks/participant/
     python -m coursekit.labs.kit.exercises check notebooks/
+    python -m coursekit.labs.kit.exercises link notebooks/      # the solved scripts beside the notebooks
 
 The copies go by default into ``participant/`` inside the source folder, git-ignored. Participants are
 served that folder alone (``jupyter lab notebooks/participant/``): JupyterLab shows nothing above the
@@ -30,6 +37,7 @@ folder it serves, so the solutions are not one click away. Their jobs land in th
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +55,8 @@ ANSWER_PLACEHOLDER = "*Your answer here.*"
 NOTEBOOK_GLOB = "*.ipynb"
 PARTICIPANT_SUBDIR = "participant"  # default target: inside the served folder, git-ignored
 SCRIPT_GLOB = "*/**/*.py"  # scripts in sub-folders of the notebook folder
+LABS_FOLDER = Path(__file__).resolve().parents[1]  # coursekit/labs
+KIT_SCRIPT_GLOB = "*/scripts/*/*.py"  # <lab>/scripts/<folder>/<name>.py: <folder>/<name>.py for participants
 NOT_HANDED_OUT = frozenset({"src", "__pycache__", PARTICIPANT_SUBDIR})  # sources, caches, copies
 
 
@@ -113,17 +123,55 @@ def notebooks_in(folder: Path) -> list[Path]:
     return sorted(p for p in folder.glob(NOTEBOOK_GLOB) if not p.name.startswith("."))
 
 
-def scripts_in(folder: Path) -> list[Path]:
-    """The scripts handed out with the notebooks: ``*.py`` in sub-folders, except the notebooks' sources."""
-    if not folder.is_dir():
-        return []
-    return sorted(p for p in folder.glob(SCRIPT_GLOB) if p.is_file() and not any(
-        part in NOT_HANDED_OUT or part.startswith(".") for part in p.relative_to(folder).parts[:-1]))
+def kit_scripts() -> dict[str, Path]:
+    """The participants' scripts as the labs ship them, their only copy: the name in a notebook folder
+    (``lab06_ddp/train_ddp.py``) -> the package's file (``labs/lab06_data_parallel/scripts/lab06_ddp/...``)."""
+    found: dict[str, Path] = {}
+    for path in sorted(LABS_FOLDER.glob(KIT_SCRIPT_GLOB)):
+        name = path.relative_to(path.parents[1]).as_posix()
+        if name in found:
+            raise ValueError(f"{name} is shipped twice: {found[name]} and {path}")
+        found[name] = path
+    return found
 
 
-def strip_script(path: Path, folder: Path) -> tuple[str, StripReport]:
-    """The participant's copy of a script (solution blocks replaced) and its report."""
-    name = path.relative_to(folder).as_posix()
+def scripts_in(folder: Path) -> dict[str, Path]:
+    """The scripts handed out with the notebooks of `folder`: the kit's (``kit_scripts``), then the ``*.py`` of
+    the folder's own sub-folders, except the notebooks' sources (a name the kit ships is the kit's file)."""
+    scripts = kit_scripts()
+    if folder.is_dir():
+        for path in sorted(folder.glob(SCRIPT_GLOB)):
+            parts = path.relative_to(folder).parts
+            if path.is_file() and not any(part in NOT_HANDED_OUT or part.startswith(".") for part in parts[:-1]):
+                scripts.setdefault("/".join(parts), path)
+    return dict(sorted(scripts.items()))
+
+
+def link_kit_scripts(folder: Path) -> list[Path]:
+    """Make each of the kit's scripts reachable from the notebook folder `folder` under its participant name, as
+    a relative link to the package's file (what the solved notebooks open); the links made or mended. A file
+    there that is not such a link is replaced only when it holds the same text (an edited copy is refused)."""
+    made = []
+    for name, path in kit_scripts().items():
+        link = Path(folder) / name
+        target = os.path.relpath(path, link.parent)
+        if link.is_symlink() and os.readlink(link) == target:
+            continue
+        if link.exists() and not link.is_symlink() and link.read_text() != path.read_text():
+            raise ValueError(f"{link} differs from {path}, the only copy of that script: make the change there "
+                             f"and delete {link}")
+        link.parent.mkdir(parents=True, exist_ok=True)
+        temporary = link.with_name(f".{link.name}.{os.getpid()}.link")
+        temporary.unlink(missing_ok=True)
+        temporary.symlink_to(target)
+        os.replace(temporary, link)  # atomic: another process linking at the same time sees one or the other
+        made.append(link)
+    return made
+
+
+def strip_script(path: Path, name: str) -> tuple[str, StripReport]:
+    """The participant's copy of a script (solution blocks replaced) and its report (``name``: its path in
+    the participant's folder)."""
     text = path.read_text()
     source, blocks = strip_source(text, where=name, raise_line=SCRIPT_PLACEHOLDER_RAISE)
     return source + ("\n" if text.endswith("\n") else ""), StripReport(name, blocks, 0)
@@ -136,8 +184,8 @@ def default_target(source: Path) -> Path:
 
 
 def strip_folder(source: Path, target: Path | None = None) -> list[StripReport]:
-    """Write a stripped copy of every notebook of `source`, and of the scripts in its sub-folders, into
-    `target` (default: ``default_target``; never over the sources)."""
+    """Write a stripped copy of every notebook of `source`, and of the scripts handed out with them
+    (``scripts_in``), into `target` (default: ``default_target``; never over the sources)."""
     source = Path(source)
     target = default_target(source) if target is None else Path(target)
     if target.resolve() == (source if source.is_dir() else source.parent).resolve():
@@ -148,10 +196,10 @@ def strip_folder(source: Path, target: Path | None = None) -> list[StripReport]:
         nb = nbformat.read(path, as_version=4)
         reports.append(strip_notebook(nb, name=path.name))
         nbformat.write(nb, target / path.name)
-    for path in scripts_in(source):
-        if target.resolve() in path.resolve().parents:  # a handout folder inside the source folder
+    for name, path in scripts_in(source).items():
+        if target.resolve() in (source / name).resolve().parents:  # a handout folder inside the source folder
             continue
-        text, report = strip_script(path, source)
+        text, report = strip_script(path, name)
         reports.append(report)
         copy = target / report.notebook
         copy.parent.mkdir(parents=True, exist_ok=True)
@@ -165,8 +213,8 @@ def check_folder(source: Path) -> list[StripReport]:
     for path in notebooks_in(Path(source)):
         nb = nbformat.read(path, as_version=4)
         reports.append(strip_notebook(nb, name=path.name))
-    for path in scripts_in(Path(source)):
-        reports.append(strip_script(path, Path(source))[1])
+    for name, path in scripts_in(Path(source)).items():
+        reports.append(strip_script(path, name)[1])
     return reports
 
 
@@ -179,8 +227,14 @@ def main(argv: list[str] | None = None) -> int:
                        help=f"where the copies go (default: SOURCE/{PARTICIPANT_SUBDIR}/)")
     check = sub.add_parser("check", help="check that every solution block is well formed")
     check.add_argument("source", type=Path)
+    link = sub.add_parser("link", help="link the kit's scripts into a folder of solved notebooks")
+    link.add_argument("source", type=Path)
     args = parser.parse_args(argv)
     try:
+        if args.command == "link":
+            made = link_kit_scripts(args.source)
+            print(f"{len(kit_scripts())} scripts linked in {args.source} ({len(made)} new)")
+            return 0
         reports = strip_folder(args.source, args.target) if args.command == "strip" else check_folder(args.source)
     except (ValueError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)

@@ -99,8 +99,8 @@ def test_strip_folder_hands_out_scripts_of_sub_folders_stripped(tmp_path):
     (source / "src" / "nb01.py").write_text("### BEGIN SOLUTION\nx = 1\n### END SOLUTION\n")
     (source / "build_notebooks.py").write_text("print('tooling')\n")
     reports = exercises.strip_folder(source, target)
-    assert [(r.notebook, r.code_blocks) for r in reports] == [
-        ("01_lab.ipynb", 1), ("ddp/train_ddp.py", 1), ("ddp/train_serial.py", 0)]
+    own = [(r.notebook, r.code_blocks) for r in reports if not r.notebook.startswith("lab")]  # the kit's: below
+    assert own == [("01_lab.ipynb", 1), ("ddp/train_ddp.py", 1), ("ddp/train_serial.py", 0)]
     handed = (target / "ddp" / "train_ddp.py").read_text()
     assert "RANK" not in handed and "# TODO 1: the rank" in handed
     assert exercises.SCRIPT_PLACEHOLDER_RAISE in handed and handed.endswith("return rank\n")
@@ -140,3 +140,32 @@ def test_the_repositorys_participant_folder_is_ignored_and_shares_the_course_fol
     monkeypatch.delenv(COURSE_DIR_ENV, raising=False)
     monkeypatch.chdir(tmp_path / exercises.PARTICIPANT_SUBDIR)  # where a copy's kernel starts
     assert course_dir() == tmp_path.resolve()
+
+
+def test_the_kits_scripts_are_handed_out_from_the_package_and_linked_for_the_solved_notebooks(tmp_path):
+    """The package's ``labs/<lab>/scripts/<folder>/`` is the only copy: participants get ``<folder>/`` stripped,
+    the solved notebooks a link to each file; an edited copy in the notebook folder is refused, not lost."""
+    kit = exercises.kit_scripts()
+    assert "lab06_ddp/train_ddp.py" in kit and all(path.is_file() for path in kit.values())
+    source, target = tmp_path / "notebooks", tmp_path / "handout"
+    source.mkdir()
+    reports = {r.notebook: r.code_blocks for r in exercises.strip_folder(source, target)}
+    assert reports.keys() == kit.keys() and reports["lab06_ddp/train_ddp.py"] > 0
+    handed = (target / "lab06_ddp" / "train_ddp.py").read_text()
+    assert exercises.SCRIPT_PLACEHOLDER_RAISE in handed and exercises.BEGIN not in handed
+    assert not any(p.is_symlink() for p in target.rglob("*"))  # participants get files of their own
+
+    assert len(exercises.link_kit_scripts(source)) == len(kit)
+    assert exercises.link_kit_scripts(source) == []  # already there
+    link = source / "lab06_ddp" / "train_ddp.py"
+    assert link.is_symlink() and link.resolve() == kit["lab06_ddp/train_ddp.py"].resolve()
+    again = {r.notebook: r.code_blocks for r in exercises.strip_folder(source, tmp_path / "again")}
+    assert again == reports  # the links are the kit's files, not scripts of the folder's own
+    link.unlink()
+    link.write_text(kit["lab06_ddp/train_ddp.py"].read_text())  # an unchanged copy: replaced by the link
+    assert exercises.link_kit_scripts(source) == [link] and link.is_symlink()
+    link.unlink()
+    link.write_text("edited\n")
+    with pytest.raises(ValueError, match="differs from .*the only copy"):
+        exercises.link_kit_scripts(source)
+    assert link.read_text() == "edited\n"

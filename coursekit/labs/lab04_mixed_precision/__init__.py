@@ -4,8 +4,8 @@ Small, exact demonstrations (they run in the kernel in milliseconds) and two mea
 run as jobs on a GPU (``matmul_tflops``) or anywhere (``training_flop_per_image``).
 
 ``amp_check``: the participant's mixed-precision script checked (``labs.check_amp_script``); the scripts
-themselves (``train_fp32.py``, ``train_amp.py``) ship in ``scripts/`` (``SCRIPTS``), copies of the notebook
-folder's ``lab04_amp/`` (tests/notebooks/test_participant_view.py checks they are the same files).
+themselves (``train_fp32.py``, ``train_amp.py``) ship in ``scripts/lab04_amp/`` (``SCRIPTS``), the only copy: the
+participants' ``lab04_amp/`` is made from it (``labs/kit/exercises.py``).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ TF32_MANTISSA_BITS = 10
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 MATMUL_WARMUP = 3
 MATMUL_REPEATS = 20
-SCRIPTS = Path(__file__).resolve().parent / "scripts"
+SCRIPTS = Path(__file__).resolve().parent / "scripts" / "lab04_amp"  # the participants' lab04_amp/ is made from it
 
 
 def formats_table() -> ResultsTable:
@@ -135,7 +135,7 @@ GPUS = 1  # GPUs the notebook needs at once in the gpu profile
 # validation accuracy of bf16/fp16 against fp32, one seed each, real data: the formats differed by up to 0.016
 # on Fashion-MNIST (cosine, 3 epochs, two seeds); a format that breaks training misses by far more (0.3-0.5)
 VAL_ACC_TOLERANCE = 0.03
-# the exercise's scripts, relative to the notebook folder (copies of SCRIPTS: check_amp_script runs them)
+# the exercise's scripts, relative to the notebook folder (made from SCRIPTS: check_amp_script runs them)
 SCRIPT_PATHS = {"fp32": "lab04_amp/train_fp32.py", "amp": "lab04_amp/train_amp.py"}
 
 

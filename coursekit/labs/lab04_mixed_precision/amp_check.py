@@ -38,7 +38,7 @@ from coursekit.labs.kit.script_server import RunnerRun, RunnerServer
 from coursekit.labs.lab04_mixed_precision import SCRIPTS
 
 REFERENCE_NAME = "train_fp32.py"
-SOLUTION = SCRIPTS / "train_amp.py"  # the packaged copy of notebooks/lab04_amp/train_amp.py
+SOLUTION = SCRIPTS / "train_amp.py"  # participants get it as lab04_amp/train_amp.py, stripped
 RUNNER = Path(__file__).with_name("amp_runner.py")
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 DEVICES = ("auto", "cpu", "cuda")
@@ -125,7 +125,7 @@ class ScriptRun(RunnerRun):
     checkpoint_note: str = ""
 
 
-# Mistakes planted in the solution (scripts/train_amp.py) for the tests and the notebook:
+# Mistakes planted in the solution (SOLUTION) for the tests and the notebook:
 # name -> (what it does, the (old, new) replacements that make it)
 PLANTED_MISTAKES: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
     "no_autocast": ("the forward pass and the loss outside torch.autocast", ((

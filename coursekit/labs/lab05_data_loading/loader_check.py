@@ -38,7 +38,7 @@ from coursekit.labs.kit.script_server import RunnerRun, RunnerServer
 from coursekit.labs.lab05_data_loading import SCRIPTS
 
 REFERENCE_NAME = "train_starving.py"
-SOLUTION = SCRIPTS / "train_fed.py"  # the packaged copy of notebooks/lab05_loader/train_fed.py
+SOLUTION = SCRIPTS / "train_fed.py"  # participants get it as lab05_loader/train_fed.py, stripped
 RUNNER = Path(__file__).with_name("loader_runner.py")
 TIMES_FILE = "loader_times.json"  # what the scripts write to --out
 DEVICES = ("auto", "cpu", "cuda")
@@ -105,7 +105,7 @@ class ScriptRun(RunnerRun):
     times_note: str = ""
 
 
-# Mistakes planted in the solution (scripts/train_fed.py) for the tests and the notebook:
+# Mistakes planted in the solution (SOLUTION) for the tests and the notebook:
 # name -> (what it does, the (old, new) replacements that make it)
 _SOLUTION_LOADER = ("    return DataLoader(dataset, batch_size=batch_size, shuffle=True, drop_last=True, num_workers=4, "
                     "pin_memory=True,\n                      persistent_workers=True, prefetch_factor=4)\n")

@@ -17,7 +17,7 @@ lab06_data_parallel as dp; dp.sampler_orders(...)``):
   member one row, the results pooled in the course's shared folder (``kit/pool.py``).
 - ``nccl_log``: :func:`parse_nccl_log` — rings, trees and transports from an ``NCCL_DEBUG=INFO`` log.
 - ``ddp_check``, ``horovod``: the participant's DDP script checked, and its Horovod counterpart; the scripts
-  themselves (``train_serial.py``, ``train_ddp.py``, ``show_ranks.py``) ship in ``scripts/`` (``SCRIPTS``).
+  themselves (``train_serial.py``, ``train_ddp.py``, ``show_ranks.py``) ship in ``scripts/lab06_ddp/`` (``SCRIPTS``).
 
 ``settings(profile)`` holds the lab's numbers (``profile.settings("06")``), ``GPUS`` the GPUs its notebook needs.
 """
@@ -76,9 +76,9 @@ __all__ = ["BF16_TIME", "EQUIVALENCE_TOLERANCE_CPU", "EXAMPLE_NCCL_LOG", "FLOAT_
            "same_order_every_epoch", "sampler_orders", "scaling_batches", "scaling_figure", "scaling_tables",
            "settings", "take_part", "team_table", "two_node_options", "usable_gpu_counts"]
 
-# The lab's scripts as shipped with coursekit (package data); participants work on their copies in the
-# notebook folder (notebooks/lab06_ddp/, the same files: tests/notebooks/test_participant_view.py checks it).
-SCRIPTS = Path(__file__).resolve().parent / "scripts"
+# The lab's scripts as shipped with coursekit (package data), their only copy: the participants' lab06_ddp/ (and
+# the solved notebook folder's) is made from it (labs/kit/exercises.py).
+SCRIPTS = Path(__file__).resolve().parent / "scripts" / "lab06_ddp"
 
 
 # ----------------------------------------------------------------- the lab's numbers, per profile

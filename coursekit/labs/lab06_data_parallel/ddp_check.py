@@ -39,7 +39,7 @@ from coursekit.labs.kit.script_check import FAIL, PASS, SKIP, Check, CheckReport
 from coursekit.labs.lab06_data_parallel import SCRIPTS, ddp_runner
 
 SERIAL_NAME = "train_serial.py"
-SOLUTION = SCRIPTS / "train_ddp.py"  # the packaged copy of notebooks/lab06_ddp/train_ddp.py
+SOLUTION = SCRIPTS / "train_ddp.py"  # participants get it as lab06_ddp/train_ddp.py, stripped
 RUNNER = Path(ddp_runner.__file__)
 WEIGHT_TOLERANCE = 1e-5
 ACCURACY_TOLERANCE = 1e-3  # accuracies print with 4 decimals; one image of 256 weighs 0.0039
@@ -114,7 +114,7 @@ class RankRun:
 
 _SERIAL_CACHE: dict[tuple, SerialReference] = {}
 
-# Mistakes planted in the solution (scripts/train_ddp.py) for the tests and the notebook's demos:
+# Mistakes planted in the solution (SOLUTION) for the tests and the notebook's demos:
 # name -> (what it does, the (old, new) replacements that make it)
 PLANTED_MISTAKES: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
     "lr_times_world_size": ("the learning rate multiplied by the world size (Horovod's habit)", (

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from coursekit.labs.lab06_data_parallel import SCRIPTS
 
-DDP_SCRIPT = SCRIPTS / "train_ddp.py"  # the packaged copy of notebooks/lab06_ddp/train_ddp.py
+DDP_SCRIPT = SCRIPTS / "train_ddp.py"  # the solution; participants get lab06_ddp/train_ddp.py
 LAUNCHERS = re.compile(r"\b(torchrun|srun)\b")
 OPTIMIZERS = {"SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "LARS", "LAMB"}
 RANK_ZERO = re.compile(r"(rank\w*|get_rank\(\))\s*==\s*0\b|\b0\s*==\s*\w*(rank|get_rank\(\))|not\s+\w*rank\b|"

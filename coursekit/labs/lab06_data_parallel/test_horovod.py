@@ -6,7 +6,7 @@ import pytest
 from coursekit.labs.kit import exercises
 from coursekit.labs.lab06_data_parallel import horovod
 
-# the line of the solution (scripts/train_ddp.py) each Horovod step must point at
+# the line of the solution (SOLUTION) each Horovod step must point at
 SOLUTION_LINES = ("torchrun --standalone --nproc_per_node 2 train_ddp.py", "dist.init_process_group(",
                   "rank, local_rank, world_size = ", "torch.cuda.set_device(device)",
                   "train_sampler = DistributedSampler(", "train_sampler.set_epoch(epoch)", "model = DDP(",

@@ -15,7 +15,7 @@ a crash or a hang stays there; a time limit; the file's own error lines shown) a
   from the first step, shown in a table; the layer that differs most is named with the likely cause.
 
 The engine's answers are computed here, beside the file's process (both start by importing torch: this module
-imports it only then), once per session. The solution ships as ``scripts/my_rules.py`` (``SOLUTION``), the same file as ``notebooks/lab07_rules/my_rules.py``.
+imports it only then), once per session. The solution ships as ``scripts/lab07_rules/my_rules.py`` (``SOLUTION``); participants get it as ``lab07_rules/my_rules.py``, stripped.
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ from coursekit.labs.kit.script_check import FAIL, PASS, SKIP, VERDICT_COLORS, Ch
 from coursekit.labs.lab07_large_batch import rules_runner as runner
 from coursekit.labs.lab07_large_batch import scaled_lr as lab_scaled_lr
 
-SCRIPTS = Path(__file__).resolve().parent / "scripts"
-SOLUTION = SCRIPTS / "my_rules.py"  # the packaged copy of notebooks/lab07_rules/my_rules.py
+SCRIPTS = Path(__file__).resolve().parent / "scripts" / "lab07_rules"  # the participants' lab07_rules/ is made from it
+SOLUTION = SCRIPTS / "my_rules.py"
 RUNNER = Path(runner.__file__)
 LR_TOLERANCE = 1e-9  # relative, for learning rates and factors (float64 arithmetic on both sides)
 WEIGHT_TOLERANCE = 1e-6  # max |Δw| after the LARS steps, in float64
@@ -59,7 +59,7 @@ CHECK_QUESTIONS = {
 }
 NOT_WRITTEN = "NotImplementedError"
 
-# Mistakes planted in the solution (scripts/my_rules.py) for the tests: name -> (what it does, (old, new) pairs)
+# Mistakes planted in the solution (SOLUTION) for the tests: name -> (what it does, (old, new) pairs)
 PLANTED_MISTAKES: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
     "sqrt_scaling": ("the square-root rule instead of the linear one", (
         ("return base_lr * batch / base_batch", "return base_lr * math.sqrt(batch / base_batch)"),

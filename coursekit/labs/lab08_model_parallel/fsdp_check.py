@@ -40,8 +40,8 @@ from coursekit.labs.kit.script_check import FAIL, PASS, SKIP, Check, CheckReport
 from coursekit.labs.lab08_model_parallel import STATE_PRECISION, STRATEGIES, fsdp_runner
 from coursekit.train.memory import sharded_memory
 
-SCRIPTS = Path(__file__).resolve().parent / "scripts"  # packaged copies of notebooks/lab08_fsdp/
-SOLUTION = SCRIPTS / "train_fsdp.py"
+SCRIPTS = Path(__file__).resolve().parent / "scripts"  # lab08_fsdp/, lab08_pipeline/: the participants' are made from them
+SOLUTION = SCRIPTS / "lab08_fsdp" / "train_fsdp.py"
 RUNNER = Path(fsdp_runner.__file__)
 OPTIMIZER = "adamw"
 FORMULA = STRATEGIES["zero3"][1]  # FSDP2 fully_shard = ZeRO-3: weights, gradients and optimizer state sharded
@@ -58,7 +58,7 @@ CHECK_QUESTIONS = {
     "memory": "weights + gradients + optimizer state per rank = the ZeRO-3 formula",
 }
 
-# Mistakes planted in the solution (scripts/train_fsdp.py) for the tests: name -> (what it does, replacements)
+# Mistakes planted in the solution (SOLUTION) for the tests: name -> (what it does, replacements)
 PLANTED_MISTAKES: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
     "no_fully_shard": ("fully_shard called nowhere: every rank trains its own whole copy", (
         ("    for block in model.blocks:\n        fully_shard(block)\n", ""),

@@ -37,7 +37,7 @@ from coursekit.labs.kit.script_check import FAIL, PASS, SKIP, Check, CheckReport
 from coursekit.labs.lab08_model_parallel import STATE_PRECISION, fsdp_check
 from coursekit.train.memory import sharded_memory
 
-SOLUTION = fsdp_check.SCRIPTS / "train_pipeline.py"  # packaged copy of notebooks/lab08_pipeline/
+SOLUTION = fsdp_check.SCRIPTS / "lab08_pipeline" / "train_pipeline.py"
 OPTIMIZER = "sgd"  # with momentum: 4 bytes of state per parameter
 FORMULA = "pp"  # pipeline parallelism: each rank holds its stage's weights, gradients and optimizer state
 NPROC = 2  # the script's pipeline has two stages
@@ -52,7 +52,7 @@ CHECK_QUESTIONS = {
     "memory": "each rank holds only its own stage: weights + gradients + momentum = the formula",
 }
 
-# Mistakes planted in the solution (scripts/train_pipeline.py) for the tests: name -> (what it does, replacements)
+# Mistakes planted in the solution (SOLUTION) for the tests: name -> (what it does, replacements)
 _KEEP_STAGE = """    if rank == 0:
         model.head = None
         for i in range(FIRST_STAGE_BLOCKS, BLOCKS):
