@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from coursekit.labs.kit import experiments
+from coursekit.labs.kit import experiments, progress
 from coursekit.metrics import MetricsWriter, read_metrics
 from coursekit.train.config import TrainConfig, parse_args
 
@@ -192,7 +192,8 @@ def test_wait_runs_ends_full_when_the_jobs_end_without_every_summary(tmp_path, m
     assert bars[0].total == 2 and bars[0].count == 2
 
 
-def test_runs_bar_counts_runs():
+def test_runs_bar_counts_runs(monkeypatch):
+    monkeypatch.setattr(progress, "redraws_seen", lambda: True)  # as in a notebook: pytest's stderr is no tty
     with experiments.RunsBar(4, "lab 07") as bar:
         assert bar._bar is not None and bar._bar.unit == experiments.RUN_UNIT
         bar.done(3)
