@@ -359,7 +359,7 @@ AUTO = "auto"
 VERIFIED = "sacct"
 UNVERIFIED = ("unverified: this site keeps no Slurm accounting (the local site), so nothing stands behind a pooled "
               "record but its line")
-READ_FIELDS = (*READER_FIELDS, "posted", "evidence")  # not what a record says: its reposting is the same record
+READ_FIELDS = (*READER_FIELDS, "posted", "evidence", "unverifiable")  # not what a record says: its reposting is the same record
 
 
 def _content(record: dict[str, Any]) -> str:
@@ -388,6 +388,11 @@ def check_evidence(records: list[dict[str, Any]], problems: list[str], key: Call
         return UNVERIFIED
     check_jobs(records, accounting, key=key, label=label, durations=durations, noun="record", many="records",
                measured="measured", content=_content)
+    hidden = sorted({str(r.get("user")) for r in records if r.get("unverifiable")})
+    if hidden:  # a site whose sacct shows a participant only their own jobs: counted, said
+        problems.append(f"the records of {', '.join(hidden)} are not verifiable from your account (this site's Slurm "
+                        "shows each participant only their own jobs, PrivateData=jobs): counted as posted; the "
+                        "instructor's view checks them")
     return VERIFIED
 
 
