@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from coursekit.course import course_setting, user_name
+from coursekit.course import course_dir, course_setting, user_name
 from coursekit.labs.kit import pool
 from coursekit.labs.lab09_race.leaderboard import (
     BASELINE,
@@ -56,6 +56,18 @@ def check_verifier(path: Path | None = None) -> str:
         raise PermissionError(f"{me} may not verify the race: only the re-runs of Unix user {who} (the course's "
                               "instructor, coursekit.toml's `instructor`) count; run this as them")
     return me
+
+
+def check_jobs_folder(root: Path, course: Path) -> None:
+    """The re-runs are this user's jobs: their folders go under ``root`` (the site's jobs folder of the course
+    they run `race verify` from). PermissionError, saying what to do, when this user cannot make them there (a
+    course folder of root's, such as the hub's template, instead of their own ``~/course``)."""
+    existing = next((p for p in (root, *root.parents) if p.exists()), root)
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise PermissionError(f"the re-runs are your ({user_name(os.geteuid())}'s) jobs and their folders go to {root}, "
+                              f"but {existing} is {user_name(existing.stat().st_uid)}'s and you cannot write it: run "
+                              f"`coursekit instructor race verify` from a course folder of your own (on the hub: cd "
+                              f"~/course), or point COURSEKIT_COURSE_DIR at one (it is now {course})")
 
 
 def rebuild(runs: list[dict[str, Any]], rules: Rules) -> list[TrainConfig]:
@@ -149,6 +161,7 @@ def submit(rows: list[dict[str, Any]], rules: Rules, job_options: dict[str, Any]
     lines: list[dict[str, Any]] = []
     if not plans:
         return lines
+    check_jobs_folder(the_site.jobs_root(), course_dir())
     on_cpu = [(row, configs) for row, configs in plans if not int(row["runs"][0].get("gpu_count") or 0)]
     on_gpus = [(row, configs) for row, configs in plans if int(row["runs"][0].get("gpu_count") or 0)]
     if the_site.is_local:
