@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from slurm_helpers import wait_job_end
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "hub"))
 from hub_helpers import PARTICIPANT_PYTHON, REPO, as_user, homes_kept, run  # noqa: E402
@@ -74,6 +75,9 @@ def as_course_user(user: str, root: Path, code: str) -> str:
 
 def test_the_instructor_verifies_adas_entry_on_slurm(shared: Path) -> None:
     as_course_user("ada", shared, ENTRY)
+    posted = [json.loads(line) for line in (shared / "race" / "ada.jsonl").read_text().splitlines()]
+    for job_id in {r["job_id"] for r in posted}:  # her job's end reaches accounting a moment after its files: the
+        assert wait_job_end(job_id, VERIFY_S) == "COMPLETED"  # board checks her runs against accounting
     out = as_course_user("instructor", shared, "import sys; from coursekit import cli; "
                          "sys.exit(cli.main(['instructor', 'race', 'verify', '--top', '1']))")
     assert "submitted 3 re-run(s) of 1 entry" in out and "as instructor's job(s)" in out, out
