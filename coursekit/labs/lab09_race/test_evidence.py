@@ -198,3 +198,31 @@ def test_a_participant_on_a_private_site_sees_others_entries_as_not_verifiable_n
     assert slurm_cli.parse_dbd_private_data(dbd) == {"jobs", "usage"}
     assert not slurm_cli.sees_every_job({"jobs"}, "None", "") and slurm_cli.sees_every_job({"jobs"}, "None", "workshop")
     assert slurm_cli.sees_every_job(set(), "None", "") and slurm_cli.sees_every_job({"jobs"}, "Operator", "")
+
+
+def test_who_sacct_shows_everything_to_is_read_from_sacctmgr(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A participant on a PrivateData=jobs site is shown their own jobs only; the course's coordinator and root
+    everyone's (two sacctmgr calls, cached)."""
+    import os
+    import pwd
+
+    from coursekit import slurm_cli
+
+    someone = next(u for u in pwd.getpwall() if u.pw_uid != 0)
+    answers = {"configuration": "PrivateData = none\nSlurmDBD configuration:\nPrivateData = jobs\n", "user": "None|\n"}
+    asked: list[str] = []
+
+    def fake(command: list[str], timeout: float = 0) -> str:
+        asked.append("user" if "user" in command else "configuration")
+        return answers[asked[-1]]
+
+    monkeypatch.setattr(slurm_cli, "run", fake)
+    monkeypatch.setattr(os, "geteuid", lambda: someone.pw_uid)
+    monkeypatch.setattr(slurm_cli, "_viewer_cache", {})
+    assert slurm_cli.accounting_viewer() == someone.pw_name and asked == ["configuration", "user"]
+    assert slurm_cli.accounting_viewer() == someone.pw_name and len(asked) == 2  # cached
+    answers["user"] = "None|workshop\n"  # the coordinator of the course's account
+    monkeypatch.setattr(slurm_cli, "_viewer_cache", {})
+    assert slurm_cli.accounting_viewer() is None
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    assert slurm_cli.accounting_viewer() is None
