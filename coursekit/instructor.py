@@ -971,8 +971,8 @@ WHAT_TO_DO = {  # per action: what the instructor can do about a file or folder 
     "cancel": "check that the course folder and the job folders can be read (COURSEKIT_COURSE_DIR, --prefix)",
     "results": "give --out a CSV file in a folder you can write to, and --jobs-dir folders you can read",
     "room": "give --jobs-dir folders you can read, and --csv a file in a folder you can write to",
-    "race": "run it as the instructor (coursekit.toml's `instructor`), the owner of the race folder (chown it to "
-            "them once, as root)",
+    "race": "run it as the instructor (coursekit.toml's `instructor`), from a course folder of theirs (the re-runs' "
+            "job folders go there), the race folder theirs too (chown it to them once, as root)",
 }
 
 

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 
 COMMAND_TIMEOUT_S = 30
 ACCOUNTING_CACHE_S = 60.0
+VIEWER_CACHE_S = 600.0  # who sacct shows everything to: a site's settings, read again every 10 minutes
 FIELD_SEPARATOR = "|"
 
 SQUEUE_FIELDS = {  # squeue -o letters -> our names
@@ -266,6 +267,54 @@ def accounting_enabled(max_age_s: float = ACCOUNTING_CACHE_S) -> bool:
         enabled = False
     _accounting_cache["sacct"] = (time.monotonic(), enabled)
     return enabled
+
+
+def parse_dbd_private_data(text: str) -> set[str]:
+    """The ``PrivateData`` values of slurmdbd (what sacct hides) in ``sacctmgr show configuration``'s answer:
+    the ``PrivateData`` line after ``SlurmDBD configuration:`` (the one before it is slurmctld's, for squeue)."""
+    _, dbd, rest = text.partition("SlurmDBD configuration:")
+    for line in (rest if dbd else "").splitlines():
+        name, _, value = line.partition("=")
+        if name.strip() == "PrivateData":
+            return {v.strip().lower() for v in value.split(",") if v.strip() and v.strip().lower() != "none"}
+    return set()
+
+
+def sees_every_job(private_data: set[str], admin_level: str, coordinates: str) -> bool:
+    """Does sacct show this user every user's jobs? Yes unless slurmdbd's PrivateData has ``jobs``; then only
+    to Slurm's operators and administrators, and to coordinators (their accounts' jobs: a course's account)."""
+    return ("jobs" not in private_data or admin_level.strip().lower() in ("operator", "administrator")
+            or bool(coordinates.strip()))
+
+
+_viewer_cache: dict[str, tuple[float, str | None]] = {}
+
+
+def accounting_viewer(max_age_s: float = VIEWER_CACHE_S) -> str | None:
+    """The Unix user whose own jobs are all that sacct shows here (a site with ``PrivateData=jobs`` in slurmdbd,
+    read by a participant), None when sacct shows every user's jobs (no such setting; root, an operator or
+    administrator, an account's coordinator such as the course's instructor; or sacctmgr does not say).
+    Two sacctmgr calls, cached for ``max_age_s``."""
+    import os
+    import pwd
+
+    if os.geteuid() == 0:
+        return None
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    cached = _viewer_cache.get(me)
+    if cached is not None and time.monotonic() - cached[0] < max_age_s:
+        return cached[1]
+    viewer: str | None = None
+    try:
+        hidden = parse_dbd_private_data(run(["sacctmgr", "-n", "show", "configuration"]))
+        if "jobs" in hidden:
+            said = run(["sacctmgr", "-n", "-P", "show", "user", me, "withcoord", "format=adminlevel,coordinators"])
+            level, _, coordinates = (said.strip().splitlines() or [""])[0].partition(FIELD_SEPARATOR)
+            viewer = None if sees_every_job(hidden, level, coordinates) else me
+    except SlurmError:
+        viewer = None  # sacctmgr does not say: read the answer as before (every job it knows)
+    _viewer_cache[me] = (time.monotonic(), viewer)
+    return viewer
 
 
 # ---------------------------------------------------------------- scancel, sinfo, scontrol

@@ -120,3 +120,16 @@ def test_the_kit_imports_no_lab_module():
                 assert not any(n.startswith("coursekit.labs.lab") or n == "coursekit.labs" for n in names), \
                     f"{path.name} imports {node.module}"
 
+
+
+def test_lab09s_room_budget_counts_the_instructors_verification_once():
+    """`instructor race verify` re-runs the top entries' seeds once for the room: in its GPU-hours, said apart."""
+    from coursekit.labs.kit.settings import ROOM
+    from coursekit.labs.lab09_race.rerun import DEFAULT_TOP
+
+    s = lab_settings("09", "gpu")
+    budget = s.budget
+    assert budget["room_gpu_minutes"] == DEFAULT_TOP * s.seeds * 3.0
+    assert budget["gpu_hours_room"] == round((ROOM * budget["gpu_minutes_per_participant"]
+                                              + budget["room_gpu_minutes"]) / 60, 1)
+    assert "GPU-minutes of them run once for the room (race verify" in repr(s)

@@ -11,7 +11,10 @@ of them, and their sum over the records of one job), within ``ELAPSED_TOLERANCE_
 it does). Lab 09's leaderboard (``lab09_race.verify.check_evidence``) and the room's pools
 (``pool.check_evidence``) use it. ``site_accounting`` asks sacct once for all the records' jobs on a Slurm
 site, None on the local site (no accounting: what the records say is unverified); ``AccountingCache`` keeps the
-records of jobs that ended, for a view refreshed every few seconds.
+records of jobs that ended, for a view refreshed every few seconds. A site may hide other users' jobs from a
+participant's sacct (slurmdbd's ``PrivateData=jobs``): there, another user's record whose job the reader cannot
+see is "not verifiable from your account" (``NOT_VISIBLE``), never marked as forged; the instructor, to whom
+sacct shows every job of the course's account (its coordinator), sees the evidence whole.
 """
 
 from __future__ import annotations
@@ -23,6 +26,17 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
 Accounting = Mapping[str, Mapping[str, Any]]  # job id -> sacct's record (slurm_cli.job_evidence)
+NOT_VISIBLE = "not verifiable from your account"  # another user's job that this site's sacct hides from the reader
+
+
+class AccountingAnswer(dict):  # type: ignore[type-arg]
+    """sacct's records (job id -> record) and whose jobs they can show: ``own_only`` is the reader's Unix user
+    when the site hides other users' jobs from them (slurmdbd's ``PrivateData=jobs``, read by a participant:
+    ``slurm_cli.accounting_viewer``), None when sacct shows everyone's (the instructor, a coordinator)."""
+
+    def __init__(self, records: Mapping[str, Mapping[str, Any]], own_only: str | None = None) -> None:
+        super().__init__(records)
+        self.own_only = own_only
 # Slurm stamps a job's Start and End in whole seconds, so its Elapsed may read up to 1 s less than the time a
 # clock inside the job measured.
 ELAPSED_TOLERANCE_S = 1.0
@@ -56,14 +70,25 @@ def check_jobs(lines: Sequence[dict[str, Any]], accounting: Accounting, *, key: 
     measured (the first present one is the line's share of its job's time: the shares of one job's lines, one
     per key, add up within the job's elapsed time; each field alone is within it too); ``noun``/``many``: a line
     and several lines in the reasons ("run"/"seeds", "record"/"records"); ``measured``: what the durations
-    are, in the reasons ("trained", "measured")."""
+    are, in the reasons ("trained", "measured").
+
+    Where the site hides other users' jobs from the reader (``accounting`` an ``AccountingAnswer`` with
+    ``own_only``), a job of another user that the answer lacks is no evidence of forgery: the line gets no
+    reason but ``line["unverifiable"]`` (why, in words; None on every other line), and the instructor's view,
+    which sees every job, decides."""
     rightful: dict[tuple[str, Hashable], list[dict[str, Any]]] = {}  # (job, key) -> lines of the job's own owner
+    own_only = getattr(accounting, "own_only", None)
     for line in lines:
         reasons: list[str] = []
+        line["unverifiable"] = None
         job_id = line.get("job_id")
         record = accounting.get(str(job_id)) if job_id not in (None, "") else None
         if job_id in (None, ""):
             reasons.append("names no Slurm job (job_id is empty): nothing stands behind its time")
+        elif record is None and own_only is not None and str(line.get("user")) != own_only:
+            line["unverifiable"] = (f"{NOT_VISIBLE}: job {job_id} is Unix user {line.get('user')}'s, and this site's "
+                                    "Slurm shows each participant only their own jobs (PrivateData=jobs); the "
+                                    "instructor's view checks it")
         elif record is None:
             reasons.append(f"job {job_id} is unknown to Slurm's accounting: no such job ran")
         else:
@@ -133,7 +158,7 @@ class AccountingCache:
 
 
 def site_accounting(records: Iterable[Mapping[str, Any]], problems: list[str], cache: AccountingCache | None = None,
-                    what: str = "the times below") -> dict[str, dict[str, Any]] | None:
+                    what: str = "the times below") -> AccountingAnswer | None:
     """Slurm's records of the records' jobs on a Slurm site (one sacct call for all of them; ``cache``: a view's,
     that asks again only for what it does not know), None on the local site (no accounting). Accounting that
     does not answer on a Slurm site is said in ``problems`` (``what`` are then unverified) and gives None."""
@@ -144,8 +169,9 @@ def site_accounting(records: Iterable[Mapping[str, Any]], problems: list[str], c
         return None
     job_ids = [r.get("job_id") for r in records]
     try:
-        return cache.records(job_ids) if cache is not None else slurm_cli.job_evidence(str(j) for j in job_ids
-                                                                                        if j is not None)
+        found = cache.records(job_ids) if cache is not None else slurm_cli.job_evidence(str(j) for j in job_ids
+                                                                                         if j is not None)
+        return AccountingAnswer(found, slurm_cli.accounting_viewer())
     except slurm_cli.SlurmError as error:
         problems.append(f"Slurm's accounting did not answer ({error}): {what} are unverified")
         return None

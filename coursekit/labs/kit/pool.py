@@ -19,7 +19,10 @@ may use: ``<user>.jsonl`` owned by ``<user>``, or ``<user>.<uid>.<token>.jsonl``
 one of its own is reused). ``extra`` names (lab 09's ``leaderboard`` setting, a course from before) are read
 whoever owns them, attributed to their owner. A pseudonym belongs to the
 user who claimed it first: posting creates ``<pseudonym>.claim`` in the folder (``O_EXCL``: the kernel
-decides who was first). Records of a pseudonym posted by another user, or read from a file other users can
+decides who was first), except a name reserved for someone (``reserved_for``): another user's login (bob cannot
+post as ``ada``, nor take ``ada`` by claiming it before her: the reader gives a login's pseudonym to that user
+as soon as they post under it) and the names a lab fixes (lab 09's ``baseline``: the instructor's); the
+refusal says what to do. Records of a pseudonym posted by another user, or read from a file other users can
 write, carry a ``not_theirs`` reason: shown, never counted. A line that is not a record of the pool, a link
 or an unreadable file is reported (``problems``) and skipped, never fatal.
 
@@ -41,6 +44,7 @@ import fcntl
 import glob
 import json
 import os
+import pwd
 import re
 import secrets
 import stat
@@ -87,13 +91,52 @@ def open_own(path: Path, flags: int) -> int:
     return fd
 
 
-def claim(participant: str, folder: Path) -> str:
+def unix_user_named(name: str) -> bool:
+    """Is ``name`` a Unix user of this machine (a participant's or the instructor's login, say)?"""
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
+
+
+def reserved_for(participant: str, owners: Mapping[str, str] | None = None) -> str | None:
+    """The Unix user a pseudonym is reserved for, whoever claims it first: ``owners``' (lab 09's ``baseline``:
+    the course's instructor), else the Unix user of that very name (nobody takes another's login as a
+    pseudonym); None: first come."""
+    if participant in (owners or {}):
+        return (owners or {})[participant]
+    return participant if CLAIMABLE.fullmatch(participant) and unix_user_named(participant) else None
+
+
+def claim_refusal(participant: str, owner: str, me: str, owners: Mapping[str, str] | None = None) -> str:
+    """Why ``me`` may not claim ``participant`` (reserved for ``owner``), and what to do instead."""
+    from coursekit.labs.kit.participant import from_login
+
+    mine = from_login(me)
+    instead = (f"post under your own pseudonym: labs.choose_pseudonym({mine!r}) (your login, {me!r}, is "
+               f"always yours)" if not unix_user_named(mine) or mine == me else
+               "post under a pseudonym of your own: labs.choose_pseudonym('...'), 1 to 5 lower-case letters or digits "
+               "that are nobody's login")
+    if participant in (owners or {}):
+        return (f"{me} may not post as {participant!r}: that name is Unix user {owner}'s only (the course's "
+                f"coursekit.toml); {instead}")
+    return (f"{me} may not post as {participant!r}: it is the login of another user of this machine ({owner}), "
+            f"whose runs it names; {instead}")
+
+
+def claim(participant: str, folder: Path, owners: Mapping[str, str] | None = None) -> str:
     """Claim ``participant`` for this Unix user in ``folder`` (first come: ``<pseudonym>.claim`` made with
-    ``O_EXCL``); returns the user it belongs to (you, or whoever claimed it first)."""
+    ``O_EXCL``); returns the user it belongs to (you, or whoever claimed it first). A pseudonym reserved for
+    another user (``reserved_for``: ``owners``' names, another user's login) is refused with a PermissionError
+    saying what to do (root, who can write any file anyway, may post under a login's name: the tests do)."""
     if not CLAIMABLE.fullmatch(participant):
         raise ValueError(f"participant {participant!r}: lower-case letters and digits, starting with a letter")
     claim_path = folder / f"{participant}{CLAIM_SUFFIX}"
     me = user_name(os.geteuid())
+    owner = reserved_for(participant, owners)
+    if owner is not None and owner != me and (participant in (owners or {}) or os.geteuid() != 0):
+        raise PermissionError(claim_refusal(participant, owner, me, owners))
     try:
         fd = open_own(claim_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
     except FileExistsError:
@@ -103,6 +146,16 @@ def claim(participant: str, folder: Path) -> str:
     finally:
         os.close(fd)
     return me
+
+
+def pseudonym_owner(participant: str, folder: Path, owners: Mapping[str, str] | None = None) -> str | None:
+    """Whose pseudonym ``participant`` is in ``folder``, as the reader decides: ``owners``', else this user's own
+    login's, else its claim's owner (None: unclaimed)."""
+    if participant in (owners or {}):
+        return (owners or {})[participant]
+    if participant == user_name(os.geteuid()):
+        return participant
+    return claim_owner(folder / f"{participant}{CLAIM_SUFFIX}") if CLAIMABLE.fullmatch(participant) else None
 
 
 def claim_owner(claim_path: Path) -> str | None:
@@ -159,13 +212,14 @@ def posting_file(folder: Path) -> Path:
     return folder / f"{user_name(os.geteuid())}.{os.geteuid()}.{secrets.token_hex(SPARE_TOKEN_BYTES)}{RUNS_SUFFIX}"
 
 
-def append_record(record: dict[str, Any], folder: Path) -> None:
+def append_record(record: dict[str, Any], folder: Path, owners: Mapping[str, str] | None = None) -> None:
     """Append one record to this Unix user's own file of ``folder`` (one ``write`` under ``flock``:
-    concurrent writers never interleave), after claiming its ``participant`` pseudonym (first come)."""
+    concurrent writers never interleave), after claiming its ``participant`` pseudonym (first come; ``claim``
+    refuses one reserved for another user, ``owners``' or another's login)."""
     folder.mkdir(parents=True, exist_ok=True)
     participant = record.get("participant")
     if isinstance(participant, str) and CLAIMABLE.fullmatch(participant):
-        claim(participant, folder)
+        claim(participant, folder, owners)
     line = {k: v for k, v in record.items() if k not in READER_FIELDS}
     target = posting_file(folder)
     try:
@@ -276,6 +330,10 @@ def mark_pseudonyms(records: list[dict[str, Any]], folder: Path, fixed: Mapping[
     """Mark the records of a pseudonym posted by another user than its owner (``fixed``'s, else its claim's
     owner, else the user of its earliest attributable record)."""
     owners: dict[str, str] = dict(fixed or {})
+    # a pseudonym that is the login of a user who posted under it is theirs, whatever claims or order say: nobody
+    # squats another's login by claiming it first (a claim file made by hand) or by posting under it first
+    owners.update({r["participant"]: r["user"] for r in records if r["participant"] == r["user"]
+                   and r["participant"] not in (fixed or {}) and r["not_theirs"] is None})
     for record in records:
         participant = record["participant"]
         if participant in (fixed or {}):
@@ -359,7 +417,7 @@ AUTO = "auto"
 VERIFIED = "sacct"
 UNVERIFIED = ("unverified: this site keeps no Slurm accounting (the local site), so nothing stands behind a pooled "
               "record but its line")
-READ_FIELDS = (*READER_FIELDS, "posted", "evidence")  # not what a record says: its reposting is the same record
+READ_FIELDS = (*READER_FIELDS, "posted", "evidence", "unverifiable")  # not what a record says: its reposting is the same record
 
 
 def _content(record: dict[str, Any]) -> str:
@@ -388,6 +446,11 @@ def check_evidence(records: list[dict[str, Any]], problems: list[str], key: Call
         return UNVERIFIED
     check_jobs(records, accounting, key=key, label=label, durations=durations, noun="record", many="records",
                measured="measured", content=_content)
+    hidden = sorted({str(r.get("user")) for r in records if r.get("unverifiable")})
+    if hidden:  # a site whose sacct shows a participant only their own jobs: counted, said
+        problems.append(f"the records of {', '.join(hidden)} are not verifiable from your account (this site's Slurm "
+                        "shows each participant only their own jobs, PrivateData=jobs): counted as posted; the "
+                        "instructor's view checks them")
     return VERIFIED
 
 

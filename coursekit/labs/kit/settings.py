@@ -31,13 +31,23 @@ LAB_SLOT_MINUTES = 90
 GPU_MINUTES_PER_PARTICIPANT = PARTITION_GPUS * LAB_SLOT_MINUTES / ROOM  # 36
 
 
-def workshop_budget(jobs: dict[str, tuple[int, float]]) -> dict[str, Any]:
-    """``{"what": (jobs, GPU-minutes each)}`` -> the lab's GPU budget per participant and for the room."""
+def workshop_budget(jobs: dict[str, tuple[int, float]],
+                    room_jobs: dict[str, tuple[int, float]] | None = None) -> dict[str, Any]:
+    """``{"what": (jobs, GPU-minutes each)}`` -> the lab's GPU budget per participant and for the room;
+    ``room_jobs``: the jobs the room runs once, not each participant (lab 09's `instructor race verify`), in
+    the room's GPU-hours and said apart (``room_gpu_minutes``, ``room_estimate``)."""
     minutes = sum(count * each for count, each in jobs.values())
-    return {"participants": ROOM, "jobs": sum(count for count, _ in jobs.values()),
-            "gpu_minutes_per_participant": round(minutes, 1), "gpu_hours_room": round(ROOM * minutes / 60, 1),
-            "share_of_partition": round(minutes / GPU_MINUTES_PER_PARTICIPANT, 2),
-            "estimate": ", ".join(f"{what}: {count} x {each:g} min" for what, (count, each) in jobs.items())}
+    once = sum(count * each for count, each in (room_jobs or {}).values())
+    budget = {"participants": ROOM, "jobs": sum(count for count, _ in jobs.values()),
+              "gpu_minutes_per_participant": round(minutes, 1),
+              "gpu_hours_room": round((ROOM * minutes + once) / 60, 1),
+              "share_of_partition": round(minutes / GPU_MINUTES_PER_PARTICIPANT, 2),
+              "estimate": ", ".join(f"{what}: {count} x {each:g} min" for what, (count, each) in jobs.items())}
+    if room_jobs:
+        budget["room_gpu_minutes"] = round(once, 1)
+        budget["room_estimate"] = ", ".join(f"{what}: {count} x {each:g} min" for what, (count, each)
+                                            in room_jobs.items())
+    return budget
 
 
 def on_cifar10(values: dict[str, Any], *names: str, image_size: int | None = None) -> dict[str, Any]:
@@ -89,7 +99,9 @@ class Settings(Mapping[str, Any]):
         if ours:
             lines.append(f"  workshop budget: {budget['gpu_minutes_per_participant']:g} GPU-minutes per participant "
                          f"({budget['jobs']} jobs; {budget['estimate']}), {budget['gpu_hours_room']:g} GPU-hours for "
-                         f"{budget['participants']} participants")
+                         f"{budget['participants']} participants"
+                         + (f", {budget['room_gpu_minutes']:g} GPU-minutes of them run once for the room "
+                            f"({budget['room_estimate']})" if budget.get("room_gpu_minutes") else ""))
         for name, value in self._values.items():
             if name == "dataset_notice" or (name == "budget" and ours):
                 continue

@@ -18,7 +18,9 @@ another's file). The setting names a file; its folder is the race folder. Each u
 folder (the setting's own file too: a course from before). A run is attributed to the **owner of the file**
 it came from (``run["user"]``), never to a field of the line. A pseudonym belongs to the user who claimed it
 first: posting creates ``<pseudonym>.claim`` in the folder (``O_EXCL``: the kernel decides who was first;
-without a claim, the user of the earliest run). Runs of a pseudonym posted by another user, or read from a
+without a claim, the user of the earliest run); but nobody may claim ``baseline`` (the instructor's) or another
+user's login (``pool.reserved_for``: the post is refused, saying what to do), and a login's pseudonym is its
+user's as soon as they post under it, whoever claimed it by hand before. Runs of a pseudonym posted by another user, or read from a
 file other users can write, keep a ``not_theirs`` reason: shown and marked, never ranked. A line that is
 not a run, a link or an unreadable file is reported (``read_board``) and skipped, never fatal. These rules
 of a folder shared by a room are those of every pool of results (``coursekit/labs/kit/pool.py``, which
@@ -69,7 +71,7 @@ from coursekit.course import (
 )
 from coursekit.labs.kit import pool
 from coursekit.labs.kit.participant import check_pseudonym
-from coursekit.labs.kit.pool import CLAIM_SUFFIX, claim_owner
+from coursekit.labs.kit.pool import CLAIM_SUFFIX
 from coursekit.train.config import TrainConfig
 from coursekit.train.target import config_hash
 
@@ -93,7 +95,7 @@ def leaderboard_path() -> Path:
 
 def claim(participant: str, path: Path | None = None) -> str:
     """Claim ``participant`` for this Unix user in the race folder (first come); returns whose it is."""
-    return pool.claim(participant, Path(path or leaderboard_path()).parent)
+    return pool.claim(participant, Path(path or leaderboard_path()).parent, reserved_names())
 
 
 def rival_name(pseudonym: str) -> str:
@@ -116,9 +118,17 @@ def baseline_advice() -> str:
             "baseline cell for this round; your entry's time is compared with it once it is on the board")
 
 
+def reserved_names() -> dict[str, str]:
+    """Pseudonyms of the race that belong to one Unix user: ``baseline``, the course's instructor's (none in a
+    course that names no instructor)."""
+    instructor = course_instructor()
+    return {BASELINE: instructor} if instructor else {}
+
+
 def append_run(record: dict[str, Any], path: Path | None = None) -> None:
-    """Append one run to this Unix user's own file of the race folder, after claiming its pseudonym."""
-    pool.append_record(record, own_runs_path(path).parent)
+    """Append one run to this Unix user's own file of the race folder, after claiming its pseudonym (refused,
+    saying what to do, for ``baseline`` unless you are the instructor, and for another user's login)."""
+    pool.append_record(record, own_runs_path(path).parent, reserved_names())
 
 
 def _is_run(record: dict[str, Any]) -> bool:
@@ -252,7 +262,7 @@ def post_entry(participant: str, submission: str, rows: Any, path: Path | None =
     posted = post_runs(participant, submission, rows, path, round_)
     print(f"{participant}/{submission}: posted {posted} run(s)")
     me = user_name(os.geteuid())
-    owner = claim_owner(Path(path or leaderboard_path()).parent / f"{participant}{CLAIM_SUFFIX}")
+    owner = pool.pseudonym_owner(participant, Path(path or leaderboard_path()).parent, reserved_names())
     if owner is not None and owner != me:
         print(f"  MARKED: the pseudonym {participant!r} belongs to Unix user {owner}: your runs are shown, never "
               "ranked; choose a pseudonym of your own")

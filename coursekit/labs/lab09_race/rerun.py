@@ -9,8 +9,9 @@ and the board ranks the re-runs' times (``verify.reproduction`` judges them).
   own ``config`` (every option of the run, ``TrainConfig.to_dict()``), checked against the run's ``config_hash``
   and ``seed`` and against the race's rules; an entry whose records do not say enough is refused, in a sentence;
 - ``submit(...)``: the re-runs as the instructor's jobs through the kit's job API (``labs.submit_sweep``, one job
-  per seed with the entry's GPU count on a Slurm site; on the local site every re-run in ONE job, one after the
-  other, so that no two share the CPU and slow each other down), named ``<job prefix>-verify-<participant>``;
+  per seed with the entry's GPU count on a Slurm site; on the local site, and for entries that ran on the CPU (lab
+  09's cpu profile), every re-run in ONE job, one after the other, as the notebook runs its seeds, so that no two
+  share the CPU and slow each other down), named ``<job prefix>-verify-<participant>``;
   one ``submitted`` line per seed goes into the instructor's own runs file at once (``leaderboard.RERUN``);
 - ``collect(...)``: the runs of ended re-run jobs, appended as re-run lines (the run's summary fields, as an
   entry's own lines hold them), optionally after waiting for them.
@@ -27,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from coursekit.course import course_setting, user_name
+from coursekit.course import course_dir, course_setting, user_name
 from coursekit.labs.kit import pool
 from coursekit.labs.lab09_race.leaderboard import (
     BASELINE,
@@ -55,6 +56,18 @@ def check_verifier(path: Path | None = None) -> str:
         raise PermissionError(f"{me} may not verify the race: only the re-runs of Unix user {who} (the course's "
                               "instructor, coursekit.toml's `instructor`) count; run this as them")
     return me
+
+
+def check_jobs_folder(root: Path, course: Path) -> None:
+    """The re-runs are this user's jobs: their folders go under ``root`` (the site's jobs folder of the course
+    they run `race verify` from). PermissionError, saying what to do, when this user cannot make them there (a
+    course folder of root's, such as the hub's template, instead of their own ``~/course``)."""
+    existing = next((p for p in (root, *root.parents) if p.exists()), root)
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise PermissionError(f"the re-runs are your ({user_name(os.geteuid())}'s) jobs and their folders go to {root}, "
+                              f"but {existing} is {user_name(existing.stat().st_uid)}'s and you cannot write it: run "
+                              f"`coursekit instructor race verify` from a course folder of your own (on the hub: cd "
+                              f"~/course), or point COURSEKIT_COURSE_DIR at one (it is now {course})")
 
 
 def rebuild(runs: list[dict[str, Any]], rules: Rules) -> list[TrainConfig]:
@@ -148,21 +161,25 @@ def submit(rows: list[dict[str, Any]], rules: Rules, job_options: dict[str, Any]
     lines: list[dict[str, Any]] = []
     if not plans:
         return lines
-    if the_site.is_local:  # every re-run in one job, one after the other: none shares the CPU with another
-        round_ = plans[0][0]["round"]
-        groups = [configs for _, configs in plans]
+    check_jobs_folder(the_site.jobs_root(), course_dir())
+    on_cpu = [(row, configs) for row, configs in plans if not int(row["runs"][0].get("gpu_count") or 0)]
+    on_gpus = [(row, configs) for row, configs in plans if int(row["runs"][0].get("gpu_count") or 0)]
+    if the_site.is_local:
+        on_cpu, on_gpus = plans, []
+    if on_cpu:  # every re-run in one job, one after the other: none shares the CPU with another (as the lab's
+        round_ = on_cpu[0][0]["round"]  # cpu profile ran its seeds: one job)
+        groups = [configs for _, configs in on_cpu]
         sweeps = submit_sweeps(groups, names=[job_name("", round_)] * len(groups), one_job=True, site=the_site,
                                **job_options)
-        for (row, configs), sweep in zip(plans, sweeps, strict=True):
+        for (row, configs), sweep in zip(on_cpu, sweeps, strict=True):
             for config, run in zip(configs, sweep.jobs, strict=True):
                 index = int(Path(run.run_dir).name.removeprefix("run")) if isinstance(run, SweepRun) else None
                 lines.append(_line(row, config.seed, run.job, {"status": SUBMITTED, "run_index": index}))
-    else:  # one job per seed, each with the entry's GPUs (the race's rules: max_gpus)
-        for row, configs in plans:
-            gpus = max(1, int(row["runs"][0].get("gpu_count") or 1))
-            sweep = submit_sweep(configs, name=job_name(row["participant"]), n_gpu=gpus, site=the_site, **job_options)
-            for config, job in zip(configs, sweep.jobs, strict=True):
-                lines.append(_line(row, config.seed, job, {"status": SUBMITTED, "run_index": None, "gpus": gpus}))
+    for row, configs in on_gpus:  # one job per seed, each with the entry's GPUs (the race's rules: max_gpus)
+        gpus = int(row["runs"][0]["gpu_count"])
+        sweep = submit_sweep(configs, name=job_name(row["participant"]), n_gpu=gpus, site=the_site, **job_options)
+        for config, job in zip(configs, sweep.jobs, strict=True):
+            lines.append(_line(row, config.seed, job, {"status": SUBMITTED, "run_index": None, "gpus": gpus}))
     for line in lines:
         pool.append_record(line, folder)
     return lines

@@ -171,3 +171,58 @@ def test_an_entry_whose_rerun_is_ten_times_slower_is_not_reproduced_and_a_reprod
     claim = [line("x", "x", "s", str(s), s, 1.0) for s in range(3)]
     assert verify.reproduction(claim, [line("i", "x", "s", str(s), s, 1.2) for s in range(3)])[1] is None
     assert "not reproduced" in verify.reproduction(claim, [line("i", "x", "s", str(s), s, 1.3) for s in range(3)])[1]
+
+
+def test_a_participant_on_a_private_site_sees_others_entries_as_not_verifiable_never_as_forged() -> None:
+    """PrivateData=jobs: ada's sacct answers with her own jobs only. The others' honest entries are "not
+    verifiable from your account" (ranked as claimed, the instructor's board decides), never "unknown to Slurm";
+    bob's copy of ada's runs is still caught (her jobs are visible to her), and the instructor's view (every job)
+    marks bob's forgeries as before."""
+    from coursekit import slurm_cli
+    from coursekit.labs.kit.evidence import NOT_VISIBLE, AccountingAnswer
+
+    runs, everything = room()
+    adas = AccountingAnswer({k: v for k, v in everything.items() if v["user"] == "ada"}, own_only="ada")
+    table = race.entries(runs, RULES, KIT, accounting=adas)
+    rows = {(r["participant"], r["submission"]): r for r in table}
+    assert rows[("ada", "fast")]["evidence"] == "sacct" and rows[("ada", "fast")]["counts"]
+    for key in [(race.BASELINE, "baseline"), ("bob", "invented")]:
+        assert rows[key]["evidence"] == NOT_VISIBLE and "unknown to Slurm" not in rows[key]["marks"], rows[key]
+    assert rows[(race.BASELINE, "baseline")]["counts"] and NOT_VISIBLE in table.title and "bob, instructor" in table.title
+    assert "is Unix user ada's, not bob's" in rows[("bob", "copied")]["marks"]  # ada sees her own jobs
+    instructor = race.entries(runs, RULES, KIT, accounting=AccountingAnswer(everything, own_only=None))
+    assert "unknown to Slurm's accounting" in {(r["participant"], r["submission"]): r for r in instructor}[
+        ("bob", "invented")]["marks"] and NOT_VISIBLE not in instructor.title
+    dbd = ("Configuration data as of ...\nPrivateData            = none\nSlurmDBD configuration:\n"
+           "DbdHost                = localhost\nPrivateData            = jobs,usage\n")
+    assert slurm_cli.parse_dbd_private_data(dbd) == {"jobs", "usage"}
+    assert not slurm_cli.sees_every_job({"jobs"}, "None", "") and slurm_cli.sees_every_job({"jobs"}, "None", "workshop")
+    assert slurm_cli.sees_every_job(set(), "None", "") and slurm_cli.sees_every_job({"jobs"}, "Operator", "")
+
+
+def test_who_sacct_shows_everything_to_is_read_from_sacctmgr(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A participant on a PrivateData=jobs site is shown their own jobs only; the course's coordinator and root
+    everyone's (two sacctmgr calls, cached)."""
+    import os
+    import pwd
+
+    from coursekit import slurm_cli
+
+    someone = next(u for u in pwd.getpwall() if u.pw_uid != 0)
+    answers = {"configuration": "PrivateData = none\nSlurmDBD configuration:\nPrivateData = jobs\n", "user": "None|\n"}
+    asked: list[str] = []
+
+    def fake(command: list[str], timeout: float = 0) -> str:
+        asked.append("user" if "user" in command else "configuration")
+        return answers[asked[-1]]
+
+    monkeypatch.setattr(slurm_cli, "run", fake)
+    monkeypatch.setattr(os, "geteuid", lambda: someone.pw_uid)
+    monkeypatch.setattr(slurm_cli, "_viewer_cache", {})
+    assert slurm_cli.accounting_viewer() == someone.pw_name and asked == ["configuration", "user"]
+    assert slurm_cli.accounting_viewer() == someone.pw_name and len(asked) == 2  # cached
+    answers["user"] = "None|workshop\n"  # the coordinator of the course's account
+    monkeypatch.setattr(slurm_cli, "_viewer_cache", {})
+    assert slurm_cli.accounting_viewer() is None
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    assert slurm_cli.accounting_viewer() is None

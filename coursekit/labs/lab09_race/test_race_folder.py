@@ -97,3 +97,74 @@ def test_the_instructor_clears_a_round_into_an_archive_of_their_own(tmp_path: Pa
     assert race.read_board(board) == ([], []), "the archive is read as the new round"
     race.append_run(race.run_record("ada", "fast", summary(0), "3"), board)  # a new round: ada claims again
     assert [r["job_id"] for r in race.read_runs(board)] == ["3"]
+
+
+def test_nobody_claims_the_baseline_but_the_instructor_and_the_refusal_says_what_to_do(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    board = course_with(tmp_path, monkeypatch, instructor="someone-else")
+    board.parent.mkdir(mode=0o1777)
+    for attempt in (lambda: race.append_run(race.run_record(race.BASELINE, "baseline", summary(0), "b0"), board),
+                    lambda: lb.claim(race.BASELINE, board)):
+        with pytest.raises(PermissionError, match=f"{ME} may not post as 'baseline': that name is Unix user "
+                           "someone-else's only .*post under your own pseudonym: labs.choose_pseudonym"):
+            attempt()
+    assert not any(board.parent.iterdir()), "a refused claim left a file"
+
+
+def test_a_participant_cannot_claim_another_users_login_as_pseudonym(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    import pwd
+
+    from coursekit.labs.kit import pool
+
+    logins = [u for u in pwd.getpwall() if u.pw_uid != 0 and pool.CLAIMABLE.fullmatch(u.pw_name)]
+    me, other = (next((u for u in logins if u.pw_name == name), None) for name in ("bob", "ada"))
+    if me is None or other is None:
+        me, other = logins[0], logins[1]
+    monkeypatch.setattr(pool.os, "geteuid", lambda: me.pw_uid)  # this process, as that participant
+    with pytest.raises(PermissionError, match=f"{me.pw_name} may not post as '{other.pw_name}': it is the login of "
+                       f"another user of this machine \\({other.pw_name}\\).*labs.choose_pseudonym"):
+        pool.claim(other.pw_name, tmp_path)
+    assert not any(tmp_path.iterdir())
+    assert pool.reserved_for(me.pw_name) == me.pw_name and pool.reserved_for("zq9x7") is None
+
+
+@as_root
+def test_a_login_claimed_by_hand_before_its_user_posts_stays_that_users(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """bob makes ``<ada's login>.claim`` with his editor and posts under her login first: once she posts under
+    it, her runs count and his are marked (a login's pseudonym is its user's, whatever claims or order say)."""
+    board = course_with(tmp_path, monkeypatch, instructor=ME)
+    board.parent.mkdir(mode=0o1777)
+    ada_uid = 60401
+    ada = lb.user_name(ada_uid)  # uid60401: her login, the pseudonym bob squats
+
+    def post(uid: int, seconds: float, posted: float) -> None:
+        path = board.parent / f"{lb.user_name(uid)}.jsonl"
+        record = {**race.run_record("ada", "fast", summary(0, seconds), f"{uid}-0"), "participant": ada,
+                  "posted": posted}
+        path.write_text(json.dumps(record) + "\n")
+        os.chown(path, uid, uid)
+
+    claim = board.parent / f"{ada}.claim"
+    claim.write_text("bob\n")
+    os.chown(claim, BOB_UID, BOB_UID)
+    post(BOB_UID, 0.1, posted=1.0)
+    post(ada_uid, 1.0, posted=2.0)
+    runs = {r["user"]: r for r in race.read_runs(board)}
+    assert runs[ada]["not_theirs"] is None, runs[ada]["not_theirs"]
+    assert f"{ada!r} belongs to Unix user {ada}, posted by {BOB}" in runs[BOB]["not_theirs"]
+
+
+def test_choosing_another_users_login_as_pseudonym_is_refused_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    import pwd
+
+    from coursekit import labs
+    from coursekit.labs.kit import pool
+
+    logins = [u for u in pwd.getpwall() if u.pw_uid != 0 and pool.CLAIMABLE.fullmatch(u.pw_name)
+              and len(u.pw_name) <= 5]
+    me, other = logins[0], logins[1]
+    monkeypatch.setattr(os, "geteuid", lambda: me.pw_uid)
+    with pytest.raises(ValueError, match=f"may not post as '{other.pw_name}': it is the login of another user"):
+        labs.choose_pseudonym(other.pw_name)

@@ -127,3 +127,15 @@ def test_an_entry_is_rebuilt_from_its_records_or_refused_in_a_sentence() -> None
     bent = run(0, 1.0, "ada", "x", config=DRY.replace(num_samples=100))
     with pytest.raises(ValueError, match="num_samples = 100, the race fixes it to 2000"):
         rerun.rebuild([bent], RULES)
+
+
+def test_rerun_jobs_need_a_course_folder_of_ones_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run from a course folder the instructor cannot write (the hub's template, root's), the re-runs' job
+    folders cannot be made: one sentence says where to run it from, before any job is submitted."""
+    course = tmp_path / "template"
+    course.mkdir()
+    rerun.check_jobs_folder(course / "jobs", course)  # writable: nothing said
+    monkeypatch.setattr(rerun.os, "access", lambda path, mode: Path(path) != course)
+    with pytest.raises(PermissionError, match="their folders go to .*template/jobs.* you cannot write it: run "
+                       "`coursekit instructor race verify` from a course folder of your own \\(on the hub: cd ~/course\\)"):
+        rerun.check_jobs_folder(course / "jobs", course)

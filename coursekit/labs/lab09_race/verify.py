@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from coursekit.labs.kit.evidence import ELAPSED_TOLERANCE_S as ELAPSED_TOLERANCE_S
-from coursekit.labs.kit.evidence import Accounting, check_jobs, seconds
+from coursekit.labs.kit.evidence import NOT_VISIBLE, Accounting, check_jobs, seconds
 from coursekit.labs.kit.results import ResultsTable
 from coursekit.labs.lab09_race.leaderboard import BASELINE, group_runs, is_theirs
 from coursekit.labs.lab09_race.rules import Rules
@@ -272,7 +272,7 @@ def entries(runs: list[dict[str, Any]], rules: Rules, kit_code_hash: str,
                      "steps_to_target": mean_std(steps, empty=None)[0], "confirm_acc": confirmed_accuracy(group),
                      "hardware": hardware(group[0]),
                      "evidence": "unverified" if accounting is None else "failed" if any(r["evidence"] for r in group)
-                     else "sacct",
+                     else NOT_VISIBLE if any(r.get("unverifiable") for r in group) else "sacct",
                      "verified_s": verified, "verification": verification,
                      "counts": not marks, "marks": "; ".join(marks) or "-", "runs": group})
     final = reruns is not None
@@ -293,8 +293,16 @@ def entries(runs: list[dict[str, Any]], rules: Rules, kit_code_hash: str,
     if final:
         title += (" — the verified board: entries re-run by the instructor rank by their verified time (verified_s), "
                   "before those only claimed")
-    table = ResultsTable(rows, columns=columns, title=title + (f" — {UNVERIFIED}" if accounting is None else
-                                                               " — every ranked time backed by Slurm's accounting"))
+    hidden = sorted({row["user"] for row in rows if row["evidence"] == NOT_VISIBLE})
+    if accounting is None:
+        title += f" — {UNVERIFIED}"
+    elif hidden:
+        title += (f" — {NOT_VISIBLE}: the entries of {', '.join(hidden)} (this site's Slurm shows each participant "
+                  "only their own jobs, PrivateData=jobs); they rank as claimed here, and the instructor's board, "
+                  "which sees every job, is the one that counts")
+    else:
+        title += " — every ranked time backed by Slurm's accounting"
+    table = ResultsTable(rows, columns=columns, title=title)
     table.problems = list(problems)  # type: ignore[attr-defined]
     table.evidence = UNVERIFIED if accounting is None else "sacct"  # type: ignore[attr-defined]
     table.verified = final  # type: ignore[attr-defined]

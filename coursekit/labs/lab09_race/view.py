@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from coursekit.labs.kit.evidence import AccountingCache, site_accounting
+from coursekit.labs.kit.evidence import NOT_VISIBLE, AccountingCache, site_accounting
 from coursekit.labs.kit.plots import RECORDED_COLOR, new_figure
 from coursekit.labs.kit.pool import CLAIM_SUFFIX, RUNS_SUFFIX
 from coursekit.labs.kit.results import ResultsTable
@@ -118,6 +118,9 @@ class LeaderboardView:
                           for problem in getattr(self.table, "problems", []))
         if getattr(self.table, "evidence", None) == UNVERIFIED:
             skipped = f"<div style='color:#9a6700'><b>{html.escape(UNVERIFIED)}</b></div>" + skipped
+        elif any(row["evidence"] == NOT_VISIBLE for row in self.table):
+            said = self.table.title.split(f" — {NOT_VISIBLE}", 1)[-1]
+            skipped = f"<div style='color:#9a6700'><b>{html.escape(NOT_VISIBLE + said)}</b></div>" + skipped
         self.widget.value = (self.table.to_html() + skipped
                              + f"<div style='color:#57606a'>{html.escape(str(self.path))}</div>")
 
