@@ -60,17 +60,10 @@ def _remembered() -> str | None:
 
 
 def choose_pseudonym(pseudonym: str | None = None) -> str:
-    """Your pseudonym. Given: checked (another user's login is refused: it is theirs in every pool and in the
-    race) and remembered as the default of the next labs. Not given:
+    """Your pseudonym. Given: checked and remembered as the default of the next labs. Not given:
     ``$COURSEKIT_PSEUDONYM``, else the one remembered, else one made from your login name."""
     if pseudonym is not None:
         check_pseudonym(pseudonym)
-        from coursekit.course import user_name
-        from coursekit.labs.kit.pool import claim_refusal, reserved_for
-
-        owner, me = reserved_for(pseudonym), user_name(os.geteuid())
-        if owner is not None and owner != me and os.geteuid() != 0:  # the pools and the race would refuse it
-            raise ValueError(claim_refusal(pseudonym, owner, me))
         if _remembered() != pseudonym and not os.environ.get(PSEUDONYM_ENV):
             try:
                 path = remembered_path()
