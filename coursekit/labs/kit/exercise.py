@@ -18,11 +18,13 @@ Standard library only, like :mod:`script_check` (the checkers import torch when 
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any, TypeVar
 
 from coursekit.labs.kit import script_check, script_server
@@ -72,6 +74,12 @@ class ScriptExercise:
                                     f"{self.what}, relative to the notebook's folder, e.g. '{self.example}'")
         return script
 
+    def scripts(self, paths: list[str | os.PathLike]) -> list[Path]:
+        """The participant's scripts, resolved (:meth:`script`), for a check of several at once."""
+        if isinstance(paths, (str, os.PathLike)) or not paths:
+            raise ValueError(f"paths={paths!r}: give a list of one or more scripts")
+        return [self.script(path) for path in paths]
+
     def reference(self, script: Path, given: str | os.PathLike | None) -> Path:
         """The script `script` was made from: `given`, or :attr:`reference_name` next to it."""
         path = Path(given).expanduser().resolve() if given is not None else script.with_name(self.reference_name)
@@ -100,6 +108,17 @@ class ScriptExercise:
         for old, new in self.mistakes[mistake][1]:
             text = text.replace(old, new, 1)
         return text
+
+    def solution_module(self) -> ModuleType:
+        """The packaged solution, imported once (its model, data and serial training can be the reference)."""
+        if ("solution",) not in self._cache:
+            spec = importlib.util.spec_from_file_location(f"_{self.solution.stem}_solution", self.solution)
+            if spec is None or spec.loader is None:
+                raise ImportError(f"cannot import {self.solution}")
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            self._cache[("solution",)] = module
+        return self._cache[("solution",)]
 
     # ---------------------------------------------------------------- the reference cache
 
