@@ -1,4 +1,6 @@
-"""The base of the recording runners that serve forked children (``amp_runner.py``, ``loader_runner.py``).
+"""The base of the checkers' recording runners: the served ones and the ranks' ones.
+
+The served runners (``amp_runner.py``, ``loader_runner.py``) fork a child per run:
 
     python RUNNER                  # {"cuda": <bool>}, then one JSON request per line on stdin;
                                    # answers {"pid": <child>} per line
@@ -15,6 +17,10 @@ folder on ``sys.path``), with the runner's recorders around it. It writes ``reco
 when the script ends, also when it fails. Children are reaped by the system (SIGCHLD is ignored): the
 checker polls for the child's end (see ``script_server.py``). The checkers leave this file's frames out of
 the participant's traceback (``script_check.RUNNER_BASE``).
+
+The ranks' runners (``ddp_runner.py``, ``fsdp_runner.py``) run the script in their own process, as one rank
+(:func:`run_as_main`), and leave without the interpreter's teardown (:func:`leave`). This file imports torch
+only when a served runner's child or server needs it: a rank's runner starts without it.
 """
 
 from __future__ import annotations
@@ -27,9 +33,7 @@ import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import Any, NoReturn
 
 STDOUT, STDERR, RECORD, EXIT = "stdout.txt", "stderr.txt", "record.json", "exit.txt"
 NewRecord = Callable[[], dict[str, Any]]
@@ -38,6 +42,8 @@ Install = Callable[[dict[str, Any]], None]
 
 def child(request: dict[str, Any], new_record: NewRecord, install: Install) -> int:
     """Run the script of `request` in this (forked) process with the recorders installed; its exit code."""
+    import torch
+
     workdir = Path(request["workdir"])
     os.chdir(workdir)
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)  # not the server's request pipe
@@ -72,6 +78,8 @@ def child(request: dict[str, Any], new_record: NewRecord, install: Install) -> i
 def serve(new_record: NewRecord, install: Install) -> None:
     """Say whether a GPU is visible (without starting CUDA: the checker's script_server expects this first
     line), then fork a child per request line until stdin closes."""
+    import torch
+
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the system reaps the children
     print(json.dumps({"cuda": torch.cuda.is_available()}), flush=True)
     for line in sys.stdin:
@@ -95,3 +103,24 @@ def main(new_record: NewRecord, install: Install) -> None:
     if sys.argv[1:2] == ["--run"]:  # one run in this process (on a GPU: CUDA and fork do not mix)
         sys.exit(child(json.loads(sys.argv[2]), new_record, install))
     serve(new_record, install)
+
+
+def run_as_main(script: str, args: list[str]) -> None:
+    """Run `script` as ``python SCRIPT ARGS`` would, in the runner's place (its folder first on ``sys.path``); an
+    exit with code 0 or None returns, any other failure is raised."""
+    sys.argv = [script, *args]
+    sys.path[0] = str(Path(script).resolve().parent)
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as stop:
+        if stop.code not in (None, 0):
+            raise
+
+
+def leave() -> NoReturn:
+    """The scripts succeeded: leave without the interpreter's teardown, where gloo's worker threads can still free
+    a collective's tensors and abort the process (SIGABRT, "terminate called without an active exception"; seen
+    with torch 2.14 on CPU) - a torch problem the participant cannot fix."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
