@@ -28,7 +28,8 @@ from types import ModuleType
 from typing import Any, TypeVar
 
 from coursekit.labs.kit import script_check, script_server
-from coursekit.labs.kit.script_check import FAIL, SKIP, Check, tail
+from coursekit.labs.kit.results import ResultsTable
+from coursekit.labs.kit.script_check import FAIL, SKIP, Check, CheckReport, tail
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -111,14 +112,7 @@ class ScriptExercise:
 
     def solution_module(self) -> ModuleType:
         """The packaged solution, imported once (its model, data and serial training can be the reference)."""
-        if ("solution",) not in self._cache:
-            spec = importlib.util.spec_from_file_location(f"_{self.solution.stem}_solution", self.solution)
-            if spec is None or spec.loader is None:
-                raise ImportError(f"cannot import {self.solution}")
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-            self._cache[("solution",)] = module
-        return self._cache[("solution",)]
+        return self.cached(("solution",), lambda: load_module(self.solution, f"_{self.solution.stem}_solution"))
 
     # ---------------------------------------------------------------- the reference cache
 
@@ -172,6 +166,27 @@ class ScriptExercise:
         """The checks of a script that did not run: `run`, then each other check not checked (or its `instead`)."""
         instead = instead or {}
         return [run, *(instead.get(name) or Check(name, SKIP, why) for name in self.questions if name != "run")]
+
+
+class TableReport(CheckReport):
+    """A report shown in the notebook as the course's results table (lab 08's checkers), not CheckReport's."""
+
+    def table(self) -> ResultsTable:
+        return ResultsTable([{"check": f"{c.name}: {self.questions[c.name]}", "verdict": c.verdict,
+                              "detail": c.detail} for c in self.checks], title=self.headline())
+
+    def _repr_html_(self) -> str:
+        return self.table().to_html()
+
+
+def load_module(path: Path, name: str) -> ModuleType:
+    """The Python file `path`, imported as module `name` (not put in ``sys.modules``)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 # ---------------------------------------------------------------- the entry points' arguments

@@ -17,7 +17,6 @@ print ``val_acc <number>`` each epoch and save ``{"model": state_dict}`` (or a b
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -195,11 +194,7 @@ def _state_dict(checkpoint: Any) -> tuple[dict[str, torch.Tensor] | None, str]:
 
 
 def _load_module(path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"_ddp_check_{path.stem}", path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot import {path}")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = exercise.load_module(path, f"_ddp_check_{path.stem}")
     missing = [name for name in SERIAL_API if not hasattr(module, name)]
     if missing:
         raise ImportError(f"{path} has no {', '.join(missing)}: the checker builds the model and data with them")

@@ -32,9 +32,8 @@ from typing import Any
 import torch
 
 from coursekit.labs.kit import exercise, script_check
-from coursekit.labs.kit.exercise import ScriptExercise
-from coursekit.labs.kit.results import ResultsTable
-from coursekit.labs.kit.script_check import CRASH_GRACE_S, FAIL, PASS, Check, CheckReport, read_text
+from coursekit.labs.kit.exercise import ScriptExercise, TableReport
+from coursekit.labs.kit.script_check import CRASH_GRACE_S, FAIL, PASS, Check, read_text
 from coursekit.labs.kit.script_check import SKIP as SKIP  # the tests read it here
 from coursekit.labs.kit.script_check import STOP_GRACE_S as STOP_GRACE_S  # the tests read it here
 from coursekit.labs.lab08_model_parallel import STATE_PRECISION, STRATEGIES, fsdp_runner
@@ -94,7 +93,7 @@ class CheckOptions:
 
 
 @dataclass(repr=False)  # repr: CheckReport's text table
-class FSDPCheckReport(CheckReport):
+class FSDPCheckReport(TableReport):
     """The verdicts, and what was measured (for the notebook to show)."""
 
     script: str
@@ -112,13 +111,6 @@ class FSDPCheckReport(CheckReport):
     def headline(self) -> str:
         return f"FSDP check of {self.script} on {self.nproc} processes: {self.summary()}"
 
-    def table(self) -> ResultsTable:
-        return ResultsTable([{"check": f"{c.name}: {self.questions[c.name]}", "verdict": c.verdict,
-                              "detail": c.detail} for c in self.checks], title=self.headline())
-
-    def _repr_html_(self) -> str:  # the course's results table, not CheckReport's
-        return self.table().to_html()
-
 
 @dataclass(frozen=True)
 class SerialReference:
@@ -129,6 +121,11 @@ class SerialReference:
     def moved(self) -> float:
         """How far training moved the tensor it moved least: a weight check below it can fail."""
         return min(_max_diff(self.weights[k], self.initial[k]) for k in self.weights)
+
+    @property
+    def largest_move(self) -> float:
+        """How far training moved the weight it moved most: the scale of a relative weight check."""
+        return max(_max_diff(self.weights[k], self.initial[k]) for k in self.weights)
 
 
 @dataclass
@@ -145,15 +142,16 @@ EXERCISE = ScriptExercise(SOLUTION, RUNNER, CHECK_QUESTIONS, PLANTED_MISTAKES, "
 
 # ---------------------------------------------------------------- the serial reference
 
-def serial_reference(options: CheckOptions) -> SerialReference:
-    """Serial training's weights for ``options`` (the solution's ``train_serially``, in this process), cached."""
+def serial_reference(options: Any, of: ScriptExercise = EXERCISE) -> SerialReference:
+    """Serial training's weights for ``options`` (the ``train_serially`` of the solution of exercise `of`, in this
+    process: its model and data are the reference), cached."""
     def train() -> SerialReference:
-        solution = EXERCISE.solution_module()
+        solution = of.solution_module()
         args = solution.parse_args(options.argv(Path("unused")))
         initial = solution.make_model(options.seed).state_dict()
         trained = solution.train_serially(args).state_dict()
         return SerialReference({k: v.detach().clone() for k, v in trained.items()}, initial)
-    return EXERCISE.cached((options,), train)
+    return of.cached((options,), train)
 
 
 def _max_diff(a: torch.Tensor, b: torch.Tensor) -> float:

@@ -30,9 +30,8 @@ from pathlib import Path
 import torch
 
 from coursekit.labs.kit import exercise
-from coursekit.labs.kit.exercise import ScriptExercise
-from coursekit.labs.kit.results import ResultsTable
-from coursekit.labs.kit.script_check import FAIL, PASS, Check, CheckReport
+from coursekit.labs.kit.exercise import ScriptExercise, TableReport
+from coursekit.labs.kit.script_check import FAIL, PASS, Check
 from coursekit.labs.lab08_model_parallel import STATE_PRECISION, fsdp_check
 from coursekit.train.memory import sharded_memory
 
@@ -91,7 +90,7 @@ class CheckOptions:
 
 
 @dataclass(repr=False)  # repr: CheckReport's text table
-class PipelineCheckReport(CheckReport):
+class PipelineCheckReport(TableReport):
     """The verdicts, and what was measured (for the notebook to show)."""
 
     script: str
@@ -110,38 +109,14 @@ class PipelineCheckReport(CheckReport):
     def headline(self) -> str:
         return f"pipeline check of {self.script} on {self.nproc} processes: {self.summary()}"
 
-    def table(self) -> ResultsTable:
-        return ResultsTable([{"check": f"{c.name}: {self.questions[c.name]}", "verdict": c.verdict,
-                              "detail": c.detail} for c in self.checks], title=self.headline())
-
-    def _repr_html_(self) -> str:  # the course's results table, as the FSDP check's
-        return self.table().to_html()
-
-
-@dataclass(frozen=True)
-class SerialReference:
-    weights: dict[str, torch.Tensor]
-    initial: dict[str, torch.Tensor]
-
-    @property
-    def largest_move(self) -> float:
-        """How far serial training moved the weight it moved most: the scale of the weight check."""
-        return max(fsdp_check._max_diff(self.weights[k], self.initial[k]) for k in self.weights)
-
 
 EXERCISE = ScriptExercise(SOLUTION, fsdp_check.RUNNER, CHECK_QUESTIONS, PLANTED_MISTAKES, "pipeline script",
                           "lab08_pipeline/train_pipeline.py")
 
 
-def serial_reference(options: CheckOptions) -> SerialReference:
+def serial_reference(options: CheckOptions) -> fsdp_check.SerialReference:
     """Serial training's weights for ``options`` (the solution's ``train_serially``, in this process), cached."""
-    def train() -> SerialReference:
-        solution = EXERCISE.solution_module()  # its model, data, stages and serial training are the reference
-        args = solution.parse_args(options.argv(Path("unused")))
-        initial = solution.make_model(options.seed).state_dict()
-        trained = solution.train_serially(args).state_dict()
-        return SerialReference({k: v.detach().clone() for k, v in trained.items()}, initial)
-    return EXERCISE.cached((options,), train)
+    return fsdp_check.serial_reference(options, EXERCISE)
 
 
 def stage_of(name: str) -> int:
@@ -194,14 +169,14 @@ def _saved_stages(ranks: list[fsdp_check.RankRun]) -> tuple[dict[int, dict[str, 
     return saved, ""
 
 
-def _displacement_ratio(weights: dict[str, torch.Tensor], reference: SerialReference) -> float:
+def _displacement_ratio(weights: dict[str, torch.Tensor], reference: fsdp_check.SerialReference) -> float:
     """How far the weights moved, as a multiple of serial training's move (least squares over every weight)."""
     moved = torch.cat([(weights[k].double() - reference.initial[k].double()).flatten() for k in weights])
     serial = torch.cat([(reference.weights[k].double() - reference.initial[k].double()).flatten() for k in weights])
     return float(moved @ serial / (serial @ serial))
 
 
-def _check_weights(saved: dict[int, dict[str, torch.Tensor]], problem: str, reference: SerialReference,
+def _check_weights(saved: dict[int, dict[str, torch.Tensor]], problem: str, reference: fsdp_check.SerialReference,
                    microbatches: int) -> tuple[Check, float | None, float | None]:
     if problem:
         return Check("weights", FAIL, problem), None, None
