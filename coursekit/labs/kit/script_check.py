@@ -42,6 +42,7 @@ LAUNCH_NAMES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_
 # a checked script runs on the CPU with one thread (the machine runs several at once), its output unbuffered
 CPU_ONE_THREAD = {"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 RUNPY = "runpy"  # frames of runpy.run_path, which the runners call, are not the participant's
+RUNNER_BASE = "script_runner.py"  # frames of the served runners' shared base (kit/script_runner.py), neither
 
 
 # ---------------------------------------------------------------- verdicts and reports
@@ -120,11 +121,12 @@ def tail(text: str, lines: int = TAIL_LINES) -> str:
 
 
 def _participant_lines(stderr: str, runner_name: str) -> Iterator[str]:
-    """The lines of a traceback outside the frames of the checker's runner (file `runner_name`) and of runpy."""
+    """The lines of a traceback outside the frames of the checker's runner (file `runner_name`, and the served
+    runners' base) and of runpy."""
     skipping = False
     for line in stderr.splitlines():
         if line.startswith("  File "):
-            skipping = runner_name in line or RUNPY in line
+            skipping = runner_name in line or RUNPY in line or RUNNER_BASE in line
         elif skipping and not line.startswith("    "):
             skipping = False
         if not skipping:

@@ -38,11 +38,10 @@ from pathlib import Path
 from typing import Any
 
 from coursekit.labs.kit import script_check
-from coursekit.labs.kit.script_check import read_text, tail
+from coursekit.labs.kit.script_check import STOP_GRACE_S, read_text, tail  # a stopped run: SIGKILL after
 
 STDOUT, STDERR, RECORD, EXIT = "stdout.txt", "stderr.txt", "record.json", "exit.txt"  # a run's files
 SERVER_START_S = 120.0  # importing torch on a busy machine
-STOP_GRACE_S = script_check.STOP_GRACE_S  # a stopped run gets this long to end before SIGKILL
 POLL_S = 0.05
 
 

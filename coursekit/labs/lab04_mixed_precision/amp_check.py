@@ -25,25 +25,24 @@ import contextlib
 import os
 import statistics
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from coursekit.labs.kit import script_check, script_server
+from coursekit.labs.kit import exercise
+from coursekit.labs.kit.exercise import ScriptExercise
 from coursekit.labs.kit.script_check import FAIL, PASS, SKIP, Check, CheckReport, tail
-from coursekit.labs.kit.script_server import RunnerRun, RunnerServer
+from coursekit.labs.kit.script_check import STOP_GRACE_S as STOP_GRACE_S  # the tests read it here
+from coursekit.labs.kit.script_server import RunnerRun
 from coursekit.labs.lab04_mixed_precision import SCRIPTS
 
 REFERENCE_NAME = "train_fp32.py"
 SOLUTION = SCRIPTS / "train_amp.py"  # participants get it as lab04_amp/train_amp.py, stripped
 RUNNER = Path(__file__).with_name("amp_runner.py")
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
-DEVICES = ("auto", "cpu", "cuda")
 DEFAULT_TIMEOUT_S = 120.0
-STOP_GRACE_S = script_server.STOP_GRACE_S  # a stopped run gets this long to end before SIGKILL
 TIMING_WARMUP = 2  # step intervals left out of the time per step (first calls pick kernels, allocate)
 MIN_SPEEDUP = 1.3  # on a GPU, float16/bfloat16 matrix products on tensor cores beat float32 by far more
 BACKOFF = 0.5  # GradScaler's default backoff_factor: the scale halves after an overflow
@@ -146,15 +145,17 @@ PLANTED_MISTAKES: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
 }
 
 
+EXERCISE = ScriptExercise(SOLUTION, RUNNER, CHECK_QUESTIONS, PLANTED_MISTAKES, "mixed-precision script",
+                          "lab04_amp/train_amp.py", REFERENCE_NAME, "float32",
+                          made_from="your mixed-precision version", server_prefix="amp-check-server-")
+
+
 # ---------------------------------------------------------------- running: one server, a child per run
-
-_SERVER = RunnerServer(RUNNER, "amp-check-server-")
-
 
 def run_script(script: Path, args: list[str], workdir: Path, timeout_s: float, fork: bool = True) -> ScriptRun:
     """Run `script` with `args` in `workdir` under amp_runner.py (see :func:`script_server.run_script`), and
     load the checkpoint it saved in ``workdir/out``."""
-    run = script_server.run_script(_SERVER, script, args, workdir, timeout_s, fork)
+    run = EXERCISE.run(script, args, workdir, timeout_s, fork)
     checkpoint, note = _load_checkpoint(workdir / "out")
     return ScriptRun(**vars(run), checkpoint=checkpoint, checkpoint_note=note)
 
@@ -167,10 +168,6 @@ def _load_checkpoint(folder: Path) -> tuple[Any, str]:
         return torch.load(files[0], map_location="cpu", weights_only=True), ""
     except Exception as error:  # noqa: BLE001 - any unreadable file is reported as such
         return None, f"cannot load {files[0].name}: {error}"
-
-
-def _without_runner(stderr: str) -> str:
-    return script_check.without_runner(stderr, RUNNER.name)
 
 
 def _losses(stdout: str) -> list[float]:
@@ -190,42 +187,26 @@ def _step_ms(record: dict[str, Any] | None) -> float | None:
     return 1000 * statistics.median(intervals) if intervals else None
 
 
-_REFERENCE_CACHE: dict[tuple, ScriptRun] = {}
-
-
 def reference_run(reference: Path, options: CheckOptions, device: str, timeout_s: float) -> ScriptRun:
     """The fp32 script's run (no poisoned step); once per session, script version, options and device."""
-    stat = reference.stat()
-    key = (str(reference), stat.st_mtime_ns, stat.st_size, options, device)
-    if key not in _REFERENCE_CACHE:
+    def fp32() -> ScriptRun:
         with tempfile.TemporaryDirectory(prefix="amp-check-fp32-") as folder:
             run = run_script(reference, options.argv(device, "float16", Path(folder) / "out", poison=False),
                              Path(folder), timeout_s, fork=device == "cpu")
         if run.returncode != 0:
             why = f"did not finish within {timeout_s:.0f} s" if run.timed_out else (
-                f"failed (exit code {run.returncode}): {tail(_without_runner(run.stderr))}")
+                f"failed (exit code {run.returncode}): {tail(EXERCISE.without_runner(run.stderr))}")
             raise RuntimeError(f"the float32 reference {reference} {why}")
-        _REFERENCE_CACHE[key] = run
-    return _REFERENCE_CACHE[key]
+        return run
+    return EXERCISE.cached((*EXERCISE.file_key(reference), options, device), fp32)
 
 
 # ---------------------------------------------------------------- the checks
 
 def _check_run(run: ScriptRun, timeout_s: float, steps: int) -> Check:
-    if run.timed_out:
-        return Check("run", FAIL, f"the script did not finish within {timeout_s:.0f} s and was stopped (a loop "
-                                  f"that never ends? waiting for input?). Its last lines:\n"
-                                  f"{tail(run.stdout + run.stderr, 3)}")
-    if run.returncode is None or run.record is None:
-        return Check("run", FAIL, "the script ended without the checker's record (killed by a signal, or "
-                                  f"os._exit()?); the end of its error output:\n{tail(run.stderr)}")
-    if run.returncode != 0:
-        hints = [hint for words, hint in ERROR_HINTS.items() if words in run.stderr]
-        return Check("run", FAIL, f"the script failed with exit code {run.returncode}; the end of its error "
-                                  f"output:\n{tail(_without_runner(run.stderr))}"
-                                  + "".join(f"\n→ {hint}" for hint in hints))
-    return Check("run", PASS, f"{run.record['backwards']} of {steps} steps ran a backward pass, in "
-                              f"{run.seconds:.1f} s")
+    return (EXERCISE.run_failure(run, timeout_s, "a loop that never ends? waiting for input?", ERROR_HINTS)
+            or Check("run", PASS, f"{run.record['backwards']} of {steps} steps ran a backward pass, in "
+                                  f"{run.seconds:.1f} s"))
 
 
 def _check_autocast(record: dict[str, Any], dtype: str) -> Check:
@@ -360,26 +341,13 @@ def check_amp_script(path: str | os.PathLike, reference: str | os.PathLike | Non
                      timeout_s: float = DEFAULT_TIMEOUT_S) -> AMPCheckReport:
     """Run the mixed-precision script `path` (one step's loss made infinite) and the fp32 script (default:
     train_fp32.py next to `path`); the report says what is wrong, check by check."""
-    script = Path(path).expanduser().resolve()
-    if not script.is_file():
-        raise FileNotFoundError(f"path={str(path)!r}: no such script ({script}); give the path of your "
-                                "mixed-precision script, relative to the notebook's folder, e.g. "
-                                "'lab04_amp/train_amp.py'")
-    reference_path = (Path(reference).expanduser().resolve() if reference is not None
-                      else script.with_name(REFERENCE_NAME))
-    if not reference_path.is_file():
-        given = f"reference={str(reference)!r}" if reference is not None else f"no {REFERENCE_NAME} next to {script.name}"
-        raise FileNotFoundError(f"{given}: no float32 script at {reference_path}; pass reference= the script your "
-                                "mixed-precision version was made from")
+    script = EXERCISE.script(path)
+    reference_path = EXERCISE.reference(script, reference)
     if dtype not in DTYPES:
         raise ValueError(f"dtype={dtype!r}: use one of {', '.join(DTYPES)}")
-    if device not in DEVICES:
-        raise ValueError(f"device={device!r}: use one of {', '.join(DEVICES)}")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device='cuda': no GPU is visible in this kernel; use device='cpu' or 'auto'")
-    if timeout_s <= 0:
-        raise ValueError(f"timeout_s={timeout_s!r}: give a positive number of seconds")
-    device = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
+    exercise.known_device(device)
+    device = exercise.resolve_device(device, torch.cuda.is_available(), "in this kernel")
+    exercise.positive_timeout(timeout_s)
     options = options or (GPU_OPTIONS if device == "cuda" else CheckOptions())
     if not 1 <= options.poison_step <= options.steps - 1:
         raise ValueError(f"options.poison_step={options.poison_step}: choose a step from 1 to steps - 1 "
@@ -389,12 +357,12 @@ def check_amp_script(path: str | os.PathLike, reference: str | os.PathLike | Non
           f"steps each on the {device.upper() if device == 'cpu' else 'GPU'}"
           + (f"; the loss of step {options.poison_step} is made infinite on purpose" if poison else "") + " ...",
           flush=True)
-    with ThreadPoolExecutor(max_workers=1) as pool, tempfile.TemporaryDirectory(prefix="amp-check-") as folder:
+    with tempfile.TemporaryDirectory(prefix="amp-check-") as folder:
         # on a CPU the reference runs beside the script; on a GPU after it, so that neither slows the other
-        pending = pool.submit(reference_run, reference_path, options, device, timeout_s) if device == "cpu" else None
-        run = run_script(script, options.argv(device, dtype, Path(folder) / "out", poison), Path(folder), timeout_s,
-                         fork=device == "cpu")
-        fp32 = pending.result() if pending is not None else reference_run(reference_path, options, device, timeout_s)
+        run, fp32 = exercise.beside(
+            lambda: run_script(script, options.argv(device, dtype, Path(folder) / "out", poison), Path(folder),
+                               timeout_s, fork=device == "cpu"),
+            lambda: reference_run(reference_path, options, device, timeout_s), together=device == "cpu")
     report = AMPCheckReport(str(path), dtype, device, [], seconds=run.seconds, output=run.stdout,
                             step_ms=_step_ms(run.record), reference_step_ms=_step_ms(fp32.record),
                             losses=_losses(run.stdout), reference_losses=_losses(fp32.stdout))
@@ -404,9 +372,7 @@ def check_amp_script(path: str | os.PathLike, reference: str | os.PathLike | Non
         # float16 weights are often why it failed (GradScaler refuses to unscale float16 gradients): say so
         seen = sorted({e[4].removeprefix("torch.") for e in (run.record or {}).get("layers", [])})
         master = _low_precision_weights(", ".join(seen), "the layers' weights were") if seen not in ([], ["float32"]) else None
-        report.checks = [run_check, *(
-            master if name == "master_weights" and master is not None
-            else Check(name, SKIP, "the script did not run to its end") for name in CHECK_QUESTIONS if name != "run")]
+        report.checks = EXERCISE.not_run(run_check, instead={"master_weights": master} if master else None)
         return report
     autocast = _check_autocast(run.record, dtype)
     scaler, report.scales = _check_scaler(run.record, dtype, checked.poison_step)
@@ -417,6 +383,4 @@ def check_amp_script(path: str | os.PathLike, reference: str | os.PathLike | Non
     return report
 
 
-def plant_mistake(mistake: str, target: str | os.PathLike, solution: str | os.PathLike = SOLUTION) -> Path:
-    """Write the solution with one of PLANTED_MISTAKES into `target` (a .py file); its path."""
-    return script_check.plant_mistake(PLANTED_MISTAKES, mistake, target, solution)
+plant_mistake = EXERCISE.plant_mistake

@@ -27,23 +27,22 @@ import math
 import os
 import statistics
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from coursekit.labs.kit import script_check, script_server
+from coursekit.labs.kit import exercise
+from coursekit.labs.kit.exercise import ScriptExercise
 from coursekit.labs.kit.script_check import FAIL, PASS, SKIP, Check, CheckReport, tail
-from coursekit.labs.kit.script_server import RunnerRun, RunnerServer
+from coursekit.labs.kit.script_check import STOP_GRACE_S as STOP_GRACE_S  # the tests read it here
+from coursekit.labs.kit.script_server import RunnerRun
 from coursekit.labs.lab05_data_loading import SCRIPTS
 
 REFERENCE_NAME = "train_starving.py"
 SOLUTION = SCRIPTS / "train_fed.py"  # participants get it as lab05_loader/train_fed.py, stripped
 RUNNER = Path(__file__).with_name("loader_runner.py")
 TIMES_FILE = "loader_times.json"  # what the scripts write to --out
-DEVICES = ("auto", "cpu", "cuda")
 DEFAULT_TIMEOUT_S = 60.0
-STOP_GRACE_S = script_server.STOP_GRACE_S  # a stopped run gets this long to end before SIGKILL
 MAX_SHARE_RATIO = 0.5  # a fed loader waits at most half the starving script's share of step time
 CHECK_QUESTIONS = {
     "run": "the script runs to its end",
@@ -125,15 +124,17 @@ PLANTED_MISTAKES: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
 }
 
 
+EXERCISE = ScriptExercise(SOLUTION, RUNNER, CHECK_QUESTIONS, PLANTED_MISTAKES, "loader script",
+                          "lab05_loader/train_fed.py", REFERENCE_NAME, "starving",
+                          server_prefix="loader-check-server-")
+
+
 # ---------------------------------------------------------------- running: one server, a child per run
-
-_SERVER = RunnerServer(RUNNER, "loader-check-server-")
-
 
 def run_script(script: Path, args: list[str], workdir: Path, timeout_s: float, fork: bool = True) -> ScriptRun:
     """Run `script` with `args` in `workdir` under loader_runner.py (see :func:`script_server.run_script`),
     and read the times it wrote to ``workdir/TIMES_FILE``."""
-    run = script_server.run_script(_SERVER, script, args, workdir, timeout_s, fork)
+    run = EXERCISE.run(script, args, workdir, timeout_s, fork)
     times, note = _read_times(workdir / TIMES_FILE)
     return ScriptRun(**vars(run), times=times, times_note=note)
 
@@ -164,43 +165,25 @@ def wait_share(times: dict[str, Any] | None) -> float | None:
     return statistics.median(shares) if shares else None
 
 
-def _without_runner(stderr: str) -> str:
-    return script_check.without_runner(stderr, RUNNER.name)
-
-
-_REFERENCE_CACHE: dict[tuple, ScriptRun] = {}
-
-
 def reference_run(reference: Path, options: CheckOptions, device: str, timeout_s: float) -> ScriptRun:
     """The starving script's run; once per session, script version, options and device."""
-    stat = reference.stat()
-    key = (str(reference), stat.st_mtime_ns, stat.st_size, options, device)
-    if key not in _REFERENCE_CACHE:
+    def starving() -> ScriptRun:
         with tempfile.TemporaryDirectory(prefix="loader-check-starving-") as folder:
             run = run_script(reference, options.argv(device, Path(folder) / TIMES_FILE), Path(folder), timeout_s,
                              fork=device == "cpu")
         if run.returncode != 0 or run.times is None:
             why = ("did not finish in time" if run.timed_out else
-                   f"failed: {run.times_note or tail(_without_runner(run.stderr))}")
+                   f"failed: {run.times_note or tail(EXERCISE.without_runner(run.stderr))}")
             raise RuntimeError(f"the starving reference {reference} {why}")
-        _REFERENCE_CACHE[key] = run
-    return _REFERENCE_CACHE[key]
+        return run
+    return EXERCISE.cached((*EXERCISE.file_key(reference), options, device), starving)
 
 
 # ---------------------------------------------------------------- the checks
 
 def _check_run(run: ScriptRun, timeout_s: float) -> Check:
-    if run.timed_out:
-        return Check("run", FAIL, f"the script did not finish within {timeout_s:.0f} s and was stopped (a loop "
-                                  "that never ends? workers waiting for each other?). Its last lines:\n"
-                                  f"{tail(run.stdout + run.stderr, 3)}")
-    if run.returncode is None or run.record is None:
-        return Check("run", FAIL, "the script ended without the checker's record (killed by a signal, or "
-                                  f"os._exit()?); the end of its error output:\n{tail(run.stderr)}")
-    if run.returncode != 0:
-        return Check("run", FAIL, f"the script failed with exit code {run.returncode}; the end of its error "
-                                  f"output:\n{tail(_without_runner(run.stderr))}")
-    return Check("run", PASS, f"ran to its end in {run.seconds:.1f} s")
+    return (EXERCISE.run_failure(run, timeout_s, "a loop that never ends? workers waiting for each other?")
+            or Check("run", PASS, f"ran to its end in {run.seconds:.1f} s"))
 
 
 def _check_output(run: ScriptRun) -> Check:
@@ -276,42 +259,27 @@ def check_loader_script(path: str | os.PathLike, reference: str | os.PathLike | 
                         timeout_s: float = DEFAULT_TIMEOUT_S) -> LoaderCheckReport:
     """Run the loader script `path` and the starving script (default: train_starving.py next to `path`);
     the report says what is wrong, check by check."""
-    script = Path(path).expanduser().resolve()
-    if not script.is_file():
-        raise FileNotFoundError(f"path={str(path)!r}: no such script ({script}); give the path of your loader "
-                                "script, relative to the notebook's folder, e.g. 'lab05_loader/train_fed.py'")
-    reference_path = (Path(reference).expanduser().resolve() if reference is not None
-                      else script.with_name(REFERENCE_NAME))
-    if not reference_path.is_file():
-        given = f"reference={str(reference)!r}" if reference is not None else f"no {REFERENCE_NAME} next to {script.name}"
-        raise FileNotFoundError(f"{given}: no starving script at {reference_path}; pass reference= the script your "
-                                "version was made from")
-    if device not in DEVICES:
-        raise ValueError(f"device={device!r}: use one of {', '.join(DEVICES)}")
-    if timeout_s <= 0:
-        raise ValueError(f"timeout_s={timeout_s!r}: give a positive number of seconds")
-    gpu = _SERVER.sees_gpu() if device != "cpu" else False  # the kernel itself never imports torch
-    if device == "cuda" and not gpu:
-        raise ValueError("device='cuda': no GPU is visible here; use device='cpu' or 'auto'")
-    device = ("cuda" if gpu else "cpu") if device == "auto" else device
+    script = EXERCISE.script(path)
+    reference_path = EXERCISE.reference(script, reference)
+    exercise.known_device(device)
+    exercise.positive_timeout(timeout_s)
+    device = exercise.resolve_device(device, EXERCISE.server.sees_gpu() if device != "cpu" else False, "here")
     options = options or (GPU_OPTIONS if device == "cuda" else CheckOptions())
     if options.steps < 2:
         raise ValueError(f"options.steps={options.steps}: give 2 steps or more (the first one is left out)")
     print(f"checking {path}: {script.name} beside {reference_path.name}, {options.steps} steps each on the "
           f"{device.upper() if device == 'cpu' else 'GPU'} ...", flush=True)
-    with ThreadPoolExecutor(max_workers=1) as pool, tempfile.TemporaryDirectory(prefix="loader-check-") as folder:
+    with tempfile.TemporaryDirectory(prefix="loader-check-") as folder:
         # on a CPU the reference runs beside the script (it mostly waits); on a GPU after it
-        pending = pool.submit(reference_run, reference_path, options, device, timeout_s) if device == "cpu" else None
-        run = run_script(script, options.argv(device, Path(folder) / TIMES_FILE), Path(folder), timeout_s,
-                         fork=device == "cpu")
-        starving = pending.result() if pending is not None else reference_run(reference_path, options, device,
-                                                                               timeout_s)
+        run, starving = exercise.beside(
+            lambda: run_script(script, options.argv(device, Path(folder) / TIMES_FILE), Path(folder), timeout_s,
+                               fork=device == "cpu"),
+            lambda: reference_run(reference_path, options, device, timeout_s), together=device == "cpu")
     report = LoaderCheckReport(str(path), device, [], seconds=run.seconds, output=run.stdout,
                                wait_share=wait_share(run.times), reference_wait_share=wait_share(starving.times))
     run_check = _check_run(run, timeout_s)
     if run_check.verdict != PASS:
-        report.checks = [run_check, *(Check(name, SKIP, "the script did not run to its end")
-                                      for name in CHECK_QUESTIONS if name != "run")]
+        report.checks = EXERCISE.not_run(run_check)
         return report
     loader = report.loader = main_loader(run.record)
     checks = [run_check, _check_output(run)]
@@ -326,6 +294,4 @@ def check_loader_script(path: str | os.PathLike, reference: str | os.PathLike | 
     return report
 
 
-def plant_mistake(mistake: str, target: str | os.PathLike, solution: str | os.PathLike = SOLUTION) -> Path:
-    """Write the solution with one of PLANTED_MISTAKES into `target` (a .py file); its path."""
-    return script_check.plant_mistake(PLANTED_MISTAKES, mistake, target, solution)
+plant_mistake = EXERCISE.plant_mistake

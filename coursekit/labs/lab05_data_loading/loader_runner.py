@@ -1,29 +1,17 @@
-"""Run loader scripts for the loader checker: one server imports torch once and forks a child per run.
+"""Run loader scripts for the loader checker, with recorders around them: one server imports torch once and forks a
+child per run (``python loader_runner.py``; ``--run REQUEST`` for one run in this process), as every served
+runner does (``kit/script_runner.py``, loaded by its path: this file imports nothing from coursekit).
 
-    python loader_runner.py                  # {"cuda": <bool>}, then one JSON request per line on stdin;
-                                             # answers {"pid": <child>} per line
-    python loader_runner.py --run REQUEST    # one run, in this process (GPU runs: a forked child and CUDA do not mix)
-
-Importing torch costs seconds of CPU; a forked child starts at once, so the checker can run the starving
-reference and several scripts quickly. A request names the script, its arguments and a work folder. The
-child leads its own session (the checker stops it, and the DataLoader workers it started, with killpg),
-writes its output to ``stdout.txt`` and ``stderr.txt`` in the work folder and runs the script as ``python
-SCRIPT ARGS`` would (``__main__``, its folder on ``sys.path``), with recorders around it: each DataLoader's
-settings as the script passed them (workers, pin_memory, persistent_workers, prefetch_factor), how many
-batches each yielded, and the ``non_blocking`` of every copy of a batch's tensors (``.to``, ``.cuda``). It
-writes ``record.json`` and ``exit.txt`` when the script ends, also when it fails. Children are reaped by
-the system (SIGCHLD is ignored): the checker polls for the child's end. This file imports nothing from
-coursekit (same design as lab 04's amp_runner.py).
+What it records: each DataLoader's settings as the script passed them (workers, pin_memory,
+persistent_workers, prefetch_factor), how many batches each yielded, and the ``non_blocking`` of every copy of
+a batch's tensors (``.to``, ``.cuda``). The child leads its own session: the checker stops it, and the
+DataLoader workers it started, with killpg.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import runpy
-import signal
 import sys
-import traceback
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,7 +20,6 @@ import torch
 from torch.utils.data import DataLoader
 from torch.utils.data.dataloader import _BaseDataLoaderIter
 
-STDOUT, STDERR, RECORD, EXIT = "stdout.txt", "stderr.txt", "record.json", "exit.txt"
 MAX_COPIES = 256  # copies of batch tensors recorded (a few steps' worth is enough)
 
 
@@ -124,61 +111,6 @@ def _pinned(tensor: torch.Tensor) -> bool | None:
         return None
 
 
-def _child(request: dict[str, Any]) -> int:
-    """Run the script of `request` in this (forked) process; its exit code."""
-    workdir = Path(request["workdir"])
-    os.chdir(workdir)
-    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)  # not the server's request pipe
-    for fd, name in ((1, STDOUT), (2, STDERR)):
-        os.dup2(os.open(workdir / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), fd)
-    torch.set_num_threads(int(request.get("threads", 1)))
-    record = new_record()
-    install(record)
-    script = str(Path(request["script"]).resolve())
-    sys.argv = [script, *request["args"]]
-    sys.path.insert(0, os.path.dirname(script))
-    code = 0
-    try:
-        runpy.run_path(script, run_name="__main__")
-    except SystemExit as done:
-        code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
-        if done.code is not None and not isinstance(done.code, int):
-            print(done.code, file=sys.stderr)
-    except BaseException:  # noqa: BLE001 - the script's own error: shown to the participant
-        traceback.print_exc()
-        code = 1
-    finally:
-        record["cuda"] = torch.cuda.is_initialized()
-        (workdir / RECORD).write_text(json.dumps(record))
-        sys.stdout.flush()
-        sys.stderr.flush()
-        (workdir / EXIT).write_text(str(code))
-    return code
-
-
-def serve() -> None:
-    """Say whether a GPU is visible (without starting CUDA), then fork a child per request line until stdin
-    closes."""
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the system reaps the children
-    print(json.dumps({"cuda": torch.cuda.is_available()}), flush=True)
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        request = json.loads(line)
-        pid = os.fork()
-        if pid == 0:
-            code = 1
-            try:
-                os.setsid()
-                signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the DataLoader reaps its own workers
-                code = _child(request)
-            finally:
-                os._exit(code)
-        print(json.dumps({"pid": pid}), flush=True)
-
-
 if __name__ == "__main__":
     sys.path.pop(0)  # this file's folder: the scripts' folders take its place in the children
-    if sys.argv[1:2] == ["--run"]:  # one run in this process (on a GPU: CUDA and fork do not mix)
-        sys.exit(_child(json.loads(sys.argv[2])))
-    serve()
+    runpy.run_path(str(Path(__file__).resolve().parents[1] / "kit" / "script_runner.py"))["main"](new_record, install)

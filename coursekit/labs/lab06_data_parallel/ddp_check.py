@@ -17,7 +17,6 @@ print ``val_acc <number>`` each epoch and save ``{"model": state_dict}`` (or a b
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -26,7 +25,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -34,8 +32,10 @@ from typing import Any
 
 import torch
 
-from coursekit.labs.kit import script_check
-from coursekit.labs.kit.script_check import FAIL, PASS, SKIP, Check, CheckReport, read_text, tail
+from coursekit.labs.kit import exercise, script_check
+from coursekit.labs.kit.exercise import ScriptExercise
+from coursekit.labs.kit.script_check import CRASH_GRACE_S, FAIL, PASS, SKIP, Check, CheckReport, tail
+from coursekit.labs.kit.script_check import STOP_GRACE_S as STOP_GRACE_S  # the tests read it here
 from coursekit.labs.lab06_data_parallel import SCRIPTS, ddp_runner
 
 SERIAL_NAME = "train_serial.py"
@@ -45,8 +45,6 @@ WEIGHT_TOLERANCE = 1e-5
 ACCURACY_TOLERANCE = 1e-3  # accuracies print with 4 decimals; one image of 256 weighs 0.0039
 DEFAULT_NPROC = 2
 DEFAULT_TIMEOUT_S = 180.0
-CRASH_GRACE_S = script_check.CRASH_GRACE_S  # once a rank has failed, the others get this long to end
-STOP_GRACE_S = script_check.STOP_GRACE_S  # a stopped rank gets this long to end before SIGKILL
 INDICES_SHOWN = 6
 ACCURACY_PATTERN = re.compile(r"val_acc[\s:=]+([0-9]*\.?[0-9]+)")
 SERIAL_API = ("make_datasets", "make_model")
@@ -112,8 +110,6 @@ class RankRun:
     record: dict[str, Any] | None
 
 
-_SERIAL_CACHE: dict[tuple, SerialReference] = {}
-
 # Mistakes planted in the solution (SOLUTION) for the tests and the notebook's demos:
 # name -> (what it does, the (old, new) replacements that make it)
 PLANTED_MISTAKES: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
@@ -133,6 +129,10 @@ PLANTED_MISTAKES: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
 }
 
 
+EXERCISE = ScriptExercise(SOLUTION, RUNNER, CHECK_QUESTIONS, PLANTED_MISTAKES, "DDP script", "lab06_ddp/train_ddp.py",
+                          SERIAL_NAME, "serial", reference_arg="serial", made_from="your DDP version")
+
+
 # ---------------------------------------------------------------- running
 
 def run_ranks(script: Path, args: list[str], nproc: int, workdir: Path,
@@ -148,20 +148,14 @@ def run_ranks(script: Path, args: list[str], nproc: int, workdir: Path,
     for rank, process in enumerate(processes):
         record_file = ddp_runner.record_path(records, rank)
         record = json.loads(record_file.read_text()) if record_file.is_file() else None
-        runs.append(RankRun(rank, process.returncode, read_text(script_check.rank_output(workdir, rank, "out")),
-                            read_text(script_check.rank_output(workdir, rank, "err")), record))
+        out, err = (script_check.read_text(script_check.rank_output(workdir, rank, s)) for s in ("out", "err"))
+        runs.append(RankRun(rank, process.returncode, out, err, record))
     return runs, timed_out
-
-
-def _without_runner(stderr: str) -> str:
-    return script_check.without_runner(stderr, RUNNER.name)
 
 
 def serial_reference(serial: Path, options: CheckOptions, global_batch: int, timeout_s: float) -> SerialReference:
     """The serial script's weights and accuracies at the global batch; run once per session and options."""
-    stat = serial.stat()
-    key = (str(serial), stat.st_mtime_ns, stat.st_size, options, global_batch)
-    if key not in _SERIAL_CACHE:
+    def compute() -> SerialReference:
         with tempfile.TemporaryDirectory(prefix="ddp-check-serial-") as folder:
             out = Path(folder) / "serial"
             command = [sys.executable, "-u", str(serial), *options.argv(global_batch, out)]
@@ -175,8 +169,8 @@ def serial_reference(serial: Path, options: CheckOptions, global_batch: int, tim
                 raise RuntimeError(f"the serial reference {serial} failed (exit code {done.returncode}, "
                                    f"{len(checkpoints)} checkpoint): {tail(done.stderr)}")
             weights = _state_dict(torch.load(checkpoints[0], map_location="cpu", weights_only=True))[0]
-        _SERIAL_CACHE[key] = SerialReference(weights, _accuracies(done.stdout), done.stdout)
-    return _SERIAL_CACHE[key]
+        return SerialReference(weights, _accuracies(done.stdout), done.stdout)
+    return EXERCISE.cached((*EXERCISE.file_key(serial), options, global_batch), compute)
 
 
 # ---------------------------------------------------------------- reading what ran
@@ -200,11 +194,7 @@ def _state_dict(checkpoint: Any) -> tuple[dict[str, torch.Tensor] | None, str]:
 
 
 def _load_module(path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"_ddp_check_{path.stem}", path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot import {path}")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = exercise.load_module(path, f"_ddp_check_{path.stem}")
     missing = [name for name in SERIAL_API if not hasattr(module, name)]
     if missing:
         raise ImportError(f"{path} has no {', '.join(missing)}: the checker builds the model and data with them")
@@ -234,7 +224,7 @@ def _check_run(runs: list[RankRun], timed_out: bool, timeout_s: float, seconds: 
                   for r in crashed if r is not first]
         also = f" ({', '.join(others)} too)" if others else ""
         return Check("run", FAIL, f"rank {first.rank} failed with exit code {first.returncode}{also}; "
-                                  f"the end of its error output:\n{tail(_without_runner(first.stderr))}")
+                                  f"the end of its error output:\n{tail(EXERCISE.without_runner(first.stderr))}")
     if any(r.record is None for r in runs):
         return Check("run", FAIL, "a rank ended without the checker's record: did the script call os._exit()?")
     return Check("run", PASS, f"{len(runs)} ranks finished in {seconds:.1f} s")
@@ -381,40 +371,33 @@ def check_ddp_script(path: str | os.PathLike, serial: str | os.PathLike | None =
                      *, options: CheckOptions | None = None, timeout_s: float = DEFAULT_TIMEOUT_S) -> DDPCheckReport:
     """Run the DDP script `path` on `nproc` CPU processes and the serial script (default: train_serial.py
     next to `path`) on one process with the global batch; the report says what is wrong, check by check."""
-    script = Path(path).expanduser().resolve()
-    if not script.is_file():
-        raise FileNotFoundError(f"path={str(path)!r}: no such script ({script}); give the path of your DDP "
-                                "script, relative to the notebook's folder, e.g. 'lab06_ddp/train_ddp.py'")
-    serial_path = Path(serial).expanduser().resolve() if serial is not None else script.with_name(SERIAL_NAME)
-    if not serial_path.is_file():
-        given = f"serial={str(serial)!r}" if serial is not None else f"no {SERIAL_NAME} next to {script.name}"
-        raise FileNotFoundError(f"{given}: no serial script at {serial_path}; pass serial= the script your DDP "
-                                "version was made from")
-    if not isinstance(nproc, int) or isinstance(nproc, bool) or nproc < 2:
-        raise ValueError(f"nproc={nproc!r}: the checker needs at least 2 processes (an int ≥ 2)")
-    if timeout_s <= 0:
-        raise ValueError(f"timeout_s={timeout_s!r}: give a positive number of seconds")
+    script = EXERCISE.script(path)
+    serial_path = EXERCISE.reference(script, serial)
+    exercise.processes(nproc)
+    exercise.positive_timeout(timeout_s)
     options = options or CheckOptions()
     print(f"checking {path}: {script.name} on {nproc} processes beside {serial_path.name} on 1 (global batch "
           f"{nproc * options.batch_size}), {options.epochs} epochs each; every process first imports torch ...",
           flush=True)
-    with ThreadPoolExecutor(max_workers=1) as pool, tempfile.TemporaryDirectory(prefix="ddp-check-") as folder:
-        # the serial reference runs beside the ranks: its start (importing torch) overlaps theirs
-        pending = pool.submit(serial_reference, serial_path, options, nproc * options.batch_size, timeout_s)
+    with tempfile.TemporaryDirectory(prefix="ddp-check-") as folder:
         workdir = Path(folder)
-        start = time.monotonic()
-        runs, timed_out = run_ranks(script, options.argv(options.batch_size, workdir / "out"), nproc, workdir,
-                                    timeout_s)
-        seconds = time.monotonic() - start
-        reference = pending.result()
+
+        def ranks() -> tuple[list[RankRun], bool, float]:
+            start = time.monotonic()
+            runs, timed_out = run_ranks(script, options.argv(options.batch_size, workdir / "out"), nproc, workdir,
+                                        timeout_s)
+            return runs, timed_out, time.monotonic() - start
+
+        # the serial reference runs beside the ranks: its start (importing torch) overlaps theirs
+        (runs, timed_out, seconds), reference = exercise.beside(
+            ranks, lambda: serial_reference(serial_path, options, nproc * options.batch_size, timeout_s), True)
         serial_module = _load_module(serial_path)
         train_set, val_set = serial_module.make_datasets(options.data_size, options.seed)
         report = DDPCheckReport(str(path), nproc, [], seconds=seconds, outputs={r.rank: r.stdout for r in runs},
                                 serial_accuracies=reference.accuracies)
         run = _check_run(runs, timed_out, timeout_s, seconds)
         if run.verdict != PASS:
-            report.checks = [run, *(Check(name, SKIP, "the script did not run to its end")
-                                    for name in CHECK_QUESTIONS if name != "run")]
+            report.checks = EXERCISE.not_run(run)
             return report
         shuffling, report.epoch_orders = _check_shuffling(runs, len(train_set))
         weights, note = _saved_weights(runs)
@@ -447,6 +430,4 @@ def _validation_shares(runs: list[RankRun], val_size: int) -> dict[int, list[int
     return shares
 
 
-def plant_mistake(mistake: str, target: str | os.PathLike, solution: str | os.PathLike = SOLUTION) -> Path:
-    """Write the solution with one of PLANTED_MISTAKES into `target` (a .py file); its path."""
-    return script_check.plant_mistake(PLANTED_MISTAKES, mistake, target, solution)
+plant_mistake = EXERCISE.plant_mistake

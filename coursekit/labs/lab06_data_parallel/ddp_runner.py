@@ -8,7 +8,8 @@ recorders around it: the indices every ``DistributedSampler`` hands out (one lis
 ``DistributedDataParallel`` and the learning rates optimizers are built with. Only rank 0's saves land
 where the script asked: another rank's save is written beside it as ``<file>.rank<r>`` so that two ranks
 cannot corrupt one file while the checker reads it. The record goes to ``RECORD_DIR/rank<r>.json``
-when the script ends, also when it fails. This file imports nothing from coursekit: it starts fast.
+when the script ends, also when it fails. This file imports nothing from coursekit (it loads the runners' base
+``kit/script_runner.py`` by its path): it starts fast.
 Its own folder leaves ``sys.path``: the script's folder takes its place, as with ``python SCRIPT``.
 """
 
@@ -26,6 +27,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data.distributed import DistributedSampler
 
+BASE = Path(__file__).resolve().parents[1] / "kit" / "script_runner.py"  # the runners' base, loaded by its path
 COLLECTIVES = ("all_reduce", "reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "gather",
                "gather_object", "reduce_scatter", "reduce_scatter_tensor")
 
@@ -92,21 +94,12 @@ def main(argv: list[str]) -> None:
     record: dict[str, Any] = {"rank": rank, "samplers": [], "saves": [], "collectives": {}, "ddp_models": 0,
                               "learning_rates": []}
     install(record, rank)
-    sys.argv = [script, *args]
-    sys.path[0] = str(Path(script).resolve().parent)
+    base = runpy.run_path(str(BASE))
     try:
-        runpy.run_path(script, run_name="__main__")
-    except SystemExit as stop:
-        if stop.code not in (None, 0):
-            raise
+        base["run_as_main"](script, args)
     finally:
         record_path(record_dir, rank).write_text(json.dumps(record))
-    # The script succeeded: leave without the interpreter's teardown, where gloo's worker threads can still
-    # free a collective's tensors and abort the process (SIGABRT, "terminate called without an active
-    # exception"; seen with torch 2.14 on CPU) - a torch problem the participant cannot fix.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    base["leave"]()
 
 
 if __name__ == "__main__":

@@ -35,8 +35,9 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from coursekit.labs.kit import script_check
-from coursekit.labs.kit.script_check import FAIL, PASS, SKIP, VERDICT_COLORS, Check, CheckReport
+from coursekit.labs.kit import exercise, script_check
+from coursekit.labs.kit.exercise import ScriptExercise
+from coursekit.labs.kit.script_check import FAIL, PASS, SKIP, STOP_GRACE_S, VERDICT_COLORS, Check, CheckReport
 from coursekit.labs.lab07_large_batch import rules_runner as runner
 from coursekit.labs.lab07_large_batch import scaled_lr as lab_scaled_lr
 
@@ -47,7 +48,6 @@ LR_TOLERANCE = 1e-9  # relative, for learning rates and factors (float64 arithme
 WEIGHT_TOLERANCE = 1e-6  # max |Δw| after the LARS steps, in float64
 RATIO_TOLERANCE = 1e-6  # relative, for a layer's local LR
 DEFAULT_TIMEOUT_S = 60.0
-STOP_GRACE_S = script_check.STOP_GRACE_S  # a stopped process gets this long to end before SIGKILL
 POLL_S = 0.05
 TAIL_LINES = 8
 CHECK_QUESTIONS = {
@@ -81,6 +81,10 @@ PLANTED_MISTAKES: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
     "ratio_without_norm_guard": ("no local LR of 1 where ||w|| is 0: such a layer never moves", (
         ("if w_norm > 0 and g_norm > 0:", "if True:"),)),
 }
+
+
+EXERCISE = ScriptExercise(SOLUTION, RUNNER, CHECK_QUESTIONS, PLANTED_MISTAKES, "rules", "lab07_rules/my_rules.py",
+                          noun="file")
 
 
 @dataclass(repr=False)  # repr: CheckReport's text table, and the table of local LRs
@@ -176,31 +180,30 @@ def _error_detail(error: str, function: str) -> str:
 
 # ---------------------------------------------------------------- the engine's answers
 
-_REFERENCE: dict[str, Any] = {}
-
-
 def engine_answers() -> dict[str, Any]:
     """The engine's answers to every part, on the runner's inputs (computed once: they never change):
     ``scaling`` (list), ``factors`` and ``lrs`` (per schedule key), ``lars`` (``lars_trajectory``'s dict)."""
-    if not _REFERENCE:
-        from coursekit.train.config import TrainConfig
-        from coursekit.train.optim import scaled_lr as engine_scaled_lr
-        from coursekit.train.optim.lars import LARS
-        from coursekit.train.schedule import build_scheduler, default_warmup_start_factor, lr_factor
+    return EXERCISE.cached(("engine",), _engine_answers)
 
-        peak, factors, lrs = runner.SCHEDULER_PEAK_LR, {}, {}
-        for warmup, total in runner.SCHEDULE_CASES:
-            start = default_warmup_start_factor(peak, peak, warmup)  # an LR set directly, as in lab 07's runs
-            factors[runner.schedule_key(warmup, total)] = [
-                lr_factor(s, schedule="linear", steps_per_epoch=total, total_steps=total, warmup_steps=warmup,
-                          warmup_start_factor=start) for s in range(total + 1)]
-            config = TrainConfig(schedule="linear", warmup_steps=warmup, lr=peak)
-            make = partial(build_scheduler, cfg=config, steps_per_epoch=total, total_steps=total)
-            lrs[runner.schedule_key(warmup, total)] = runner.scheduler_lrs(make, warmup, total)
-        scaling = [engine_scaled_lr(SimpleNamespace(lr=lr, base_batch=b0, lr_scaling="linear"), b)
-                   for lr, b0, b in runner.SCALING_CASES]
-        _REFERENCE.update(scaling=scaling, factors=factors, lrs=lrs, lars=runner.lars_trajectory(LARS))
-    return _REFERENCE
+
+def _engine_answers() -> dict[str, Any]:
+    from coursekit.train.config import TrainConfig
+    from coursekit.train.optim import scaled_lr as engine_scaled_lr
+    from coursekit.train.optim.lars import LARS
+    from coursekit.train.schedule import build_scheduler, default_warmup_start_factor, lr_factor
+
+    peak, factors, lrs = runner.SCHEDULER_PEAK_LR, {}, {}
+    for warmup, total in runner.SCHEDULE_CASES:
+        start = default_warmup_start_factor(peak, peak, warmup)  # an LR set directly, as in lab 07's runs
+        factors[runner.schedule_key(warmup, total)] = [
+            lr_factor(s, schedule="linear", steps_per_epoch=total, total_steps=total, warmup_steps=warmup,
+                      warmup_start_factor=start) for s in range(total + 1)]
+        config = TrainConfig(schedule="linear", warmup_steps=warmup, lr=peak)
+        make = partial(build_scheduler, cfg=config, steps_per_epoch=total, total_steps=total)
+        lrs[runner.schedule_key(warmup, total)] = runner.scheduler_lrs(make, warmup, total)
+    scaling = [engine_scaled_lr(SimpleNamespace(lr=lr, base_batch=b0, lr_scaling="linear"), b)
+               for lr, b0, b in runner.SCALING_CASES]
+    return {"scaling": scaling, "factors": factors, "lrs": lrs, "lars": runner.lars_trajectory(LARS)}
 
 
 # ---------------------------------------------------------------- the checks
@@ -378,7 +381,7 @@ def judge(measured: dict[str, Any], path: str, *, seconds: float = 0.0, stderr: 
                                      "something, or loop forever, when it is imported?")
         else:
             run = Check("run", FAIL, f"the checker's process ended before loading the file:\n{_tail(stderr)}")
-        report.checks = [run, *(Check(n, SKIP, "the file did not load") for n in CHECK_QUESTIONS if n != "run")]
+        report.checks = EXERCISE.not_run(run, "the file did not load")
         return report
     report.checks.append(Check("run", PASS, f"loaded and measured in {seconds:.1f} s"))
     judges: dict[str, Callable[[dict[str, Any]], Check]] = {
@@ -404,18 +407,12 @@ def judge(measured: dict[str, Any], path: str, *, seconds: float = 0.0, stderr: 
 def check_large_batch_rules(path: str | os.PathLike, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> RulesCheckReport:
     """Run the rules in `path` (your ``lab07_rules/my_rules.py``) in their own process and compare them with the
     training engine; the report says what is wrong, check by check."""
-    script = Path(path).expanduser().resolve()
-    if not script.is_file():
-        raise FileNotFoundError(f"path={str(path)!r}: no such file ({script}); give the path of your rules, "
-                                "relative to the notebook's folder, e.g. 'lab07_rules/my_rules.py'")
-    if not timeout_s > 0:
-        raise ValueError(f"timeout_s={timeout_s!r}: give a positive number of seconds")
+    script = EXERCISE.script(path)
+    exercise.positive_timeout(timeout_s)
     start = time.monotonic()
     measured, stderr, timed_out = run_file(script, timeout_s)
     return judge(measured, str(path), seconds=time.monotonic() - start, stderr=stderr, timed_out=timed_out,
                  timeout_s=timeout_s)
 
 
-def plant_mistake(mistake: str, target: str | os.PathLike, solution: str | os.PathLike = SOLUTION) -> Path:
-    """Write the solution with one of PLANTED_MISTAKES into `target` (a .py file); its path."""
-    return script_check.plant_mistake(PLANTED_MISTAKES, mistake, target, solution)
+plant_mistake = EXERCISE.plant_mistake

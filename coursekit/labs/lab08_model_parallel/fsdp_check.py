@@ -20,8 +20,6 @@ is imported once for all of them (each process spends seconds on it). The script
 
 from __future__ import annotations
 
-import functools
-import importlib.util
 import json
 import os
 import sys
@@ -29,14 +27,15 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import torch
 
-from coursekit.labs.kit import script_check
-from coursekit.labs.kit.results import ResultsTable
-from coursekit.labs.kit.script_check import FAIL, PASS, SKIP, Check, CheckReport, read_text
+from coursekit.labs.kit import exercise, script_check
+from coursekit.labs.kit.exercise import ScriptExercise, TableReport
+from coursekit.labs.kit.script_check import CRASH_GRACE_S, FAIL, PASS, Check, read_text
+from coursekit.labs.kit.script_check import SKIP as SKIP  # the tests read it here
+from coursekit.labs.kit.script_check import STOP_GRACE_S as STOP_GRACE_S  # the tests read it here
 from coursekit.labs.lab08_model_parallel import STATE_PRECISION, STRATEGIES, fsdp_runner
 from coursekit.train.memory import sharded_memory
 
@@ -49,8 +48,6 @@ WEIGHT_TOLERANCE = 1e-5
 MEMORY_TOLERANCE = 0.10  # measured state per rank vs the formula (lab 08's memory_tolerance)
 DEFAULT_NPROC = 2
 DEFAULT_TIMEOUT_S = 120.0  # per script; a check of several scripts gets this long for each
-CRASH_GRACE_S = script_check.CRASH_GRACE_S  # once a rank has failed, the others get this long to end
-STOP_GRACE_S = script_check.STOP_GRACE_S  # a stopped rank gets this long to end before SIGKILL
 CHECK_QUESTIONS = {
     "run": "the script runs on every rank",
     "weights": "rank 0 saves the full weights, equal to serial training's",
@@ -96,7 +93,7 @@ class CheckOptions:
 
 
 @dataclass(repr=False)  # repr: CheckReport's text table
-class FSDPCheckReport(CheckReport):
+class FSDPCheckReport(TableReport):
     """The verdicts, and what was measured (for the notebook to show)."""
 
     script: str
@@ -114,13 +111,6 @@ class FSDPCheckReport(CheckReport):
     def headline(self) -> str:
         return f"FSDP check of {self.script} on {self.nproc} processes: {self.summary()}"
 
-    def table(self) -> ResultsTable:
-        return ResultsTable([{"check": f"{c.name}: {self.questions[c.name]}", "verdict": c.verdict,
-                              "detail": c.detail} for c in self.checks], title=self.headline())
-
-    def _repr_html_(self) -> str:  # the course's results table, not CheckReport's
-        return self.table().to_html()
-
 
 @dataclass(frozen=True)
 class SerialReference:
@@ -132,6 +122,11 @@ class SerialReference:
         """How far training moved the tensor it moved least: a weight check below it can fail."""
         return min(_max_diff(self.weights[k], self.initial[k]) for k in self.weights)
 
+    @property
+    def largest_move(self) -> float:
+        """How far training moved the weight it moved most: the scale of a relative weight check."""
+        return max(_max_diff(self.weights[k], self.initial[k]) for k in self.weights)
+
 
 @dataclass
 class RankRun:
@@ -141,31 +136,22 @@ class RankRun:
     record: dict[str, Any] | None
 
 
-_SERIAL_CACHE: dict[CheckOptions, SerialReference] = {}
+EXERCISE = ScriptExercise(SOLUTION, RUNNER, CHECK_QUESTIONS, PLANTED_MISTAKES, "FSDP script",
+                          "lab08_fsdp/train_fsdp.py")
 
 
 # ---------------------------------------------------------------- the serial reference
 
-@functools.cache
-def _solution_module() -> ModuleType:
-    """The packaged solution, imported once: its model, data and serial training are the reference."""
-    spec = importlib.util.spec_from_file_location("_fsdp_check_solution", SOLUTION)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot import {SOLUTION}")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def serial_reference(options: CheckOptions) -> SerialReference:
-    """Serial training's weights for ``options`` (the solution's ``train_serially``, in this process), cached."""
-    if options not in _SERIAL_CACHE:
-        solution = _solution_module()
+def serial_reference(options: Any, of: ScriptExercise = EXERCISE) -> SerialReference:
+    """Serial training's weights for ``options`` (the ``train_serially`` of the solution of exercise `of`, in this
+    process: its model and data are the reference), cached."""
+    def train() -> SerialReference:
+        solution = of.solution_module()
         args = solution.parse_args(options.argv(Path("unused")))
         initial = solution.make_model(options.seed).state_dict()
         trained = solution.train_serially(args).state_dict()
-        _SERIAL_CACHE[options] = SerialReference({k: v.detach().clone() for k, v in trained.items()}, initial)
-    return _SERIAL_CACHE[options]
+        return SerialReference({k: v.detach().clone() for k, v in trained.items()}, initial)
+    return of.cached((options,), train)
 
 
 def _max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -218,11 +204,6 @@ def run_ranks(scripts: list[Path], options: CheckOptions, nproc: int, workdir: P
     return runs, [p.returncode for p in processes], timed_out, seconds
 
 
-def _their_lines(stderr: str) -> str:
-    """The last lines of a traceback without the frames of the checker's runner and of runpy."""
-    return script_check.last_own_lines(stderr, RUNNER.name)
-
-
 # ---------------------------------------------------------------- the checks
 
 def _check_run(ranks: list[RankRun], codes: list[int | None], timed_out: bool, timeout_s: float) -> Check:
@@ -230,7 +211,7 @@ def _check_run(ranks: list[RankRun], codes: list[int | None], timed_out: bool, t
         return Check("run", PASS, f"{len(ranks)} ranks ran to their end")
     failed = [r for r in ranks if r.record is not None and not r.record.get("ended")]
     if failed:
-        return Check("run", FAIL, f"rank {failed[0].rank} failed; its last lines:\n{_their_lines(failed[0].stderr)}")
+        return Check("run", FAIL, f"rank {failed[0].rank} failed; its last lines:\n{EXERCISE.last_own_lines(failed[0].stderr)}")
     if all(r.stdout is None for r in ranks):
         return Check("run", FAIL, "not run: the script before it stopped the processes")
     if timed_out:
@@ -240,7 +221,7 @@ def _check_run(ranks: list[RankRun], codes: list[int | None], timed_out: bool, t
                                   "process group that never forms")
     ended = ", ".join(f"rank {r.rank} with exit code {codes[r.rank]}" for r in ranks if r.record is None)
     return Check("run", FAIL, f"stopped without a Python error ({ended}); the last lines:\n"
-                              f"{_their_lines(''.join(r.stderr or '' for r in ranks))}")
+                              f"{EXERCISE.last_own_lines(''.join(r.stderr or '' for r in ranks))}")
 
 
 def _saved_weights(ranks: list[RankRun], out: Path) -> tuple[dict[str, torch.Tensor] | None, str]:
@@ -352,25 +333,15 @@ def check_fsdp_scripts(paths: list[str | os.PathLike], nproc: int = DEFAULT_NPRO
     """Check each FSDP script of `paths` (see :func:`check_fsdp_script`), all in one set of `nproc` processes,
     one after the other: torch is imported once. A script that fails stops the processes: the scripts after
     it are reported as not run."""
-    if isinstance(paths, (str, os.PathLike)) or not paths:
-        raise ValueError(f"paths={paths!r}: give a list of one or more scripts")
-    scripts = []
-    for path in paths:
-        script = Path(path).expanduser().resolve()
-        if not script.is_file():
-            raise FileNotFoundError(f"path={str(path)!r}: no such script ({script}); give the path of your FSDP "
-                                    "script, relative to the notebook's folder, e.g. 'lab08_fsdp/train_fsdp.py'")
-        scripts.append(script)
-    if not isinstance(nproc, int) or isinstance(nproc, bool) or nproc < 2:
-        raise ValueError(f"nproc={nproc!r}: the checker needs at least 2 processes (an int ≥ 2)")
-    if timeout_s <= 0:
-        raise ValueError(f"timeout_s={timeout_s!r}: give a positive number of seconds")
+    scripts = EXERCISE.scripts(paths)
+    exercise.processes(nproc)
+    exercise.positive_timeout(timeout_s)
     options = options or CheckOptions()
     if options.batch_size % nproc:
         raise ValueError(f"options.batch_size={options.batch_size} does not split over nproc={nproc} processes")
     print(f"checking {', '.join(map(str, paths))} on {nproc} processes; each first imports torch ...", flush=True)
     reference = serial_reference(options)
-    solution = _solution_module()
+    solution = EXERCISE.solution_module()
     blocks = [f"blocks.{i}" for i in range(solution.BLOCKS)]
     psi = sum(v.numel() for v in reference.weights.values())
     formula = sharded_memory(psi, FORMULA, nproc, OPTIMIZER, STATE_PRECISION).total_bytes
@@ -384,8 +355,7 @@ def check_fsdp_scripts(paths: list[str | os.PathLike], nproc: int = DEFAULT_NPRO
             reports.append(report)
             run = _check_run(ranks, codes, timed_out, timeout_s * len(scripts))
             if run.verdict != PASS:
-                report.checks = [run, *(Check(name, SKIP, "the script did not run to its end")
-                                        for name in CHECK_QUESTIONS if name != "run")]
+                report.checks = EXERCISE.not_run(run)
                 continue
             record = ranks[0].record or {}
             report.units = list(record.get("units", []))
@@ -405,14 +375,4 @@ def check_fsdp_script(path: str | os.PathLike, nproc: int = DEFAULT_NPROC, *, op
     return check_fsdp_scripts([path], nproc, options=options, timeout_s=timeout_s)[0]
 
 
-def planted(mistake: str, solution: str | os.PathLike = SOLUTION) -> str:
-    """The text of `solution` with one of PLANTED_MISTAKES made in it."""
-    if mistake not in PLANTED_MISTAKES:
-        raise ValueError(f"mistake={mistake!r}: choose one of {sorted(PLANTED_MISTAKES)}")
-    text = Path(solution).read_text()
-    unclear = [old.strip() for old, _ in PLANTED_MISTAKES[mistake][1] if text.count(old) != 1]
-    if unclear:
-        raise ValueError(f"cannot plant {mistake!r}: {unclear[0]!r} is not once in {solution}")
-    for old, new in PLANTED_MISTAKES[mistake][1]:
-        text = text.replace(old, new, 1)
-    return text
+planted = EXERCISE.planted

@@ -11,7 +11,8 @@ at the end of the first optimizer step (local bytes of the optimizer's parameter
 state) and the ``torch.save`` calls. Another rank's save is written beside rank 0's as ``<file>.rank<r>``.
 The record of run i goes to ``DIR/run<i>.rank<r>.json`` when it ends, also when it fails; the first failure
 ends the process. Each run starts with a line ``RUN_MARK.format(i)`` on stdout and stderr. This file imports
-nothing from coursekit (it starts fast) and imports torch only when a script does.
+nothing from coursekit (it loads the runners' base ``kit/script_runner.py`` by its path: it starts fast) and
+imports torch only when a script does.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+BASE = Path(__file__).resolve().parents[1] / "kit" / "script_runner.py"  # the runners' base, loaded by its path
 RUN_MARK = "=== fsdp check: run {} ==="
 FSDP_MODULES = ("torch.distributed.fsdp", "torch.distributed._composable.fsdp")
 
@@ -142,29 +144,20 @@ def main(argv: list[str]) -> None:
     else:
         sys.meta_path.insert(0, _AfterTorch(recorder))
     runner_folder = sys.path[0]
+    base = runpy.run_path(str(BASE))
     for index, run in enumerate(plan["runs"]):
         for stream in (sys.stdout, sys.stderr):
             print(RUN_MARK.format(index), file=stream, flush=True)
         recorder.start()
         os.environ["MASTER_PORT"] = str(run["port"])
-        sys.argv = [run["script"], *run["args"]]
-        sys.path[0] = str(Path(run["script"]).resolve().parent)
         ended = False
         try:
-            runpy.run_path(run["script"], run_name="__main__")
+            base["run_as_main"](run["script"], run["args"])
             ended = True
-        except SystemExit as stop:
-            ended = stop.code in (None, 0)
-            if not ended:
-                raise
         finally:
             record_path(plan["records"], index, rank).write_text(json.dumps({**recorder.finish(), "ended": ended}))
             sys.path[0] = runner_folder
-    # Every script succeeded: leave without the interpreter's teardown, where gloo's worker threads can still
-    # free a collective's tensors and abort the process (seen with torch 2.14 on CPU)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    base["leave"]()  # every script succeeded
 
 
 if __name__ == "__main__":

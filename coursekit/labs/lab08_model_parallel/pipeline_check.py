@@ -22,18 +22,16 @@ imported once for all of them. The scripts must take the options of ``CheckOptio
 
 from __future__ import annotations
 
-import functools
-import importlib.util
 import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 
 import torch
 
-from coursekit.labs.kit.results import ResultsTable
-from coursekit.labs.kit.script_check import FAIL, PASS, SKIP, Check, CheckReport
+from coursekit.labs.kit import exercise
+from coursekit.labs.kit.exercise import ScriptExercise, TableReport
+from coursekit.labs.kit.script_check import FAIL, PASS, Check
 from coursekit.labs.lab08_model_parallel import STATE_PRECISION, fsdp_check
 from coursekit.train.memory import sharded_memory
 
@@ -92,7 +90,7 @@ class CheckOptions:
 
 
 @dataclass(repr=False)  # repr: CheckReport's text table
-class PipelineCheckReport(CheckReport):
+class PipelineCheckReport(TableReport):
     """The verdicts, and what was measured (for the notebook to show)."""
 
     script: str
@@ -111,54 +109,20 @@ class PipelineCheckReport(CheckReport):
     def headline(self) -> str:
         return f"pipeline check of {self.script} on {self.nproc} processes: {self.summary()}"
 
-    def table(self) -> ResultsTable:
-        return ResultsTable([{"check": f"{c.name}: {self.questions[c.name]}", "verdict": c.verdict,
-                              "detail": c.detail} for c in self.checks], title=self.headline())
 
-    def _repr_html_(self) -> str:  # the course's results table, as the FSDP check's
-        return self.table().to_html()
+EXERCISE = ScriptExercise(SOLUTION, fsdp_check.RUNNER, CHECK_QUESTIONS, PLANTED_MISTAKES, "pipeline script",
+                          "lab08_pipeline/train_pipeline.py")
 
 
-@dataclass(frozen=True)
-class SerialReference:
-    weights: dict[str, torch.Tensor]
-    initial: dict[str, torch.Tensor]
-
-    @property
-    def largest_move(self) -> float:
-        """How far serial training moved the weight it moved most: the scale of the weight check."""
-        return max(fsdp_check._max_diff(self.weights[k], self.initial[k]) for k in self.weights)
-
-
-_SERIAL_CACHE: dict[CheckOptions, SerialReference] = {}
-
-
-@functools.cache
-def _solution_module() -> ModuleType:
-    """The packaged solution, imported once: its model, data, stages and serial training are the reference."""
-    spec = importlib.util.spec_from_file_location("_pipeline_check_solution", SOLUTION)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot import {SOLUTION}")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def serial_reference(options: CheckOptions) -> SerialReference:
+def serial_reference(options: CheckOptions) -> fsdp_check.SerialReference:
     """Serial training's weights for ``options`` (the solution's ``train_serially``, in this process), cached."""
-    if options not in _SERIAL_CACHE:
-        solution = _solution_module()
-        args = solution.parse_args(options.argv(Path("unused")))
-        initial = solution.make_model(options.seed).state_dict()
-        trained = solution.train_serially(args).state_dict()
-        _SERIAL_CACHE[options] = SerialReference({k: v.detach().clone() for k, v in trained.items()}, initial)
-    return _SERIAL_CACHE[options]
+    return fsdp_check.serial_reference(options, EXERCISE)
 
 
 def stage_of(name: str) -> int:
     """The stage a weight of the model belongs to (the solution's split: input layer and first blocks, then the
     rest and the head)."""
-    solution = _solution_module()
+    solution = EXERCISE.solution_module()
     if name.startswith("inputs."):
         return 0
     if name.startswith("blocks."):
@@ -180,7 +144,7 @@ def _check_run(ranks: list[fsdp_check.RankRun], codes: list[int | None], timed_o
     if check.verdict == PASS or not check.detail.startswith("did not finish"):
         return check
     waiting = [r for r in ranks if r.record is None]
-    lines = "\n".join(f"rank {r.rank}'s last lines:\n{fsdp_check._their_lines((r.stderr or '') + (r.stdout or ''))}"
+    lines = "\n".join(f"rank {r.rank}'s last lines:\n{EXERCISE.last_own_lines((r.stderr or '') + (r.stdout or ''))}"
                       for r in waiting)
     return Check("run", FAIL, f"did not finish within {timeout_s:.0f} s (rank {', '.join(str(r.rank) for r in waiting)} "
                               "still running): a rank waits for a dist.recv or dist.send the other rank never "
@@ -205,14 +169,14 @@ def _saved_stages(ranks: list[fsdp_check.RankRun]) -> tuple[dict[int, dict[str, 
     return saved, ""
 
 
-def _displacement_ratio(weights: dict[str, torch.Tensor], reference: SerialReference) -> float:
+def _displacement_ratio(weights: dict[str, torch.Tensor], reference: fsdp_check.SerialReference) -> float:
     """How far the weights moved, as a multiple of serial training's move (least squares over every weight)."""
     moved = torch.cat([(weights[k].double() - reference.initial[k].double()).flatten() for k in weights])
     serial = torch.cat([(reference.weights[k].double() - reference.initial[k].double()).flatten() for k in weights])
     return float(moved @ serial / (serial @ serial))
 
 
-def _check_weights(saved: dict[int, dict[str, torch.Tensor]], problem: str, reference: SerialReference,
+def _check_weights(saved: dict[int, dict[str, torch.Tensor]], problem: str, reference: fsdp_check.SerialReference,
                    microbatches: int) -> tuple[Check, float | None, float | None]:
     if problem:
         return Check("weights", FAIL, problem), None, None
@@ -286,18 +250,8 @@ def check_pipeline_scripts(paths: list[str | os.PathLike], *, options: CheckOpti
     """Check each pipeline script of `paths` (see :func:`check_pipeline_script`), all in one pair of processes,
     one after the other: torch is imported once. A script that fails stops the processes: the scripts after it
     are reported as not run."""
-    if isinstance(paths, (str, os.PathLike)) or not paths:
-        raise ValueError(f"paths={paths!r}: give a list of one or more scripts")
-    scripts = []
-    for path in paths:
-        script = Path(path).expanduser().resolve()
-        if not script.is_file():
-            raise FileNotFoundError(f"path={str(path)!r}: no such script ({script}); give the path of your pipeline "
-                                    "script, relative to the notebook's folder, e.g. "
-                                    "'lab08_pipeline/train_pipeline.py'")
-        scripts.append(script)
-    if timeout_s <= 0:
-        raise ValueError(f"timeout_s={timeout_s!r}: give a positive number of seconds")
+    scripts = EXERCISE.scripts(paths)
+    exercise.positive_timeout(timeout_s)
     options = options or CheckOptions()
     if options.microbatches < 1 or options.batch_size % options.microbatches:
         raise ValueError(f"options.microbatches={options.microbatches}: give a number ≥ 1 that divides "
@@ -319,8 +273,7 @@ def check_pipeline_scripts(paths: list[str | os.PathLike], *, options: CheckOpti
             reports.append(report)
             run = _check_run(ranks, codes, timed_out, timeout_s * len(scripts))
             if run.verdict != PASS:
-                report.checks = [run, *(Check(name, SKIP, "the script did not run to its end")
-                                        for name in CHECK_QUESTIONS if name != "run")]
+                report.checks = EXERCISE.not_run(run)
                 continue
             report.state_bytes = {r.rank: (r.record or {}).get("state") or {} for r in ranks}
             saved, problem = _saved_stages(ranks)
@@ -337,16 +290,4 @@ def check_pipeline_script(path: str | os.PathLike, *, options: CheckOptions | No
     return check_pipeline_scripts([path], options=options, timeout_s=timeout_s)[0]
 
 
-def planted(mistake: str, solution: str | os.PathLike = SOLUTION) -> str:
-    """The text of `solution` with one of PLANTED_MISTAKES made in it."""
-    if mistake not in PLANTED_MISTAKES:
-        raise ValueError(f"mistake={mistake!r}: choose one of {sorted(PLANTED_MISTAKES)}")
-    text = Path(solution).read_text()
-    unclear = [old.strip() for old, _ in PLANTED_MISTAKES[mistake][1] if text.count(old) != 1]
-    if unclear:
-        raise ValueError(f"cannot plant {mistake!r}: {unclear[0]!r} is not once in {solution}")
-    for old, new in PLANTED_MISTAKES[mistake][1]:
-        text = text.replace(old, new, 1)
-    return text
-
-
+planted = EXERCISE.planted
