@@ -24,7 +24,9 @@ import concurrent.futures
 import csv
 import json
 import time
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -399,11 +401,13 @@ def test_the_instructors_commands_show_and_act_on_ada_and_bob(day: dict[str, Any
     assert by_user[ADA] and all(r["user"] == r["participant"] == ADA for r in by_user[ADA]), by_user[ADA]
     bob_race = [r for r in by_user[BOB] if r["experiment"] == "race"]
     assert len(bob_race) == 3 and all(r["user"] == r["participant"] == BOB for r in by_user[BOB]), by_user[BOB]
-    root = run(["env", f"PYTHONPATH={REPO}", f"COURSEKIT_COURSE_DIR={COURSE_TEMPLATE}",
-                str(PARTICIPANT_PYTHON.parent / "coursekit"), "instructor", "results", "--out", "/tmp/wt-root-results.csv"])
-    theirs = {(r["job_id"], r["user"]) for r in rows if r["user"] in (ADA, BOB)}
-    assert theirs <= {(r["job_id"], r["user"]) for r in csv.DictReader(open("/tmp/wt-root-results.csv"))}, root.stdout
-    run(["rm", "-f", "/tmp/wt-root-results.csv"])
+    with tempfile.TemporaryDirectory(prefix="coursekit-root-results-") as scratch:  # root's table, the same runs
+        table = Path(scratch) / "results.csv"
+        root = run(["env", f"PYTHONPATH={REPO}", f"COURSEKIT_COURSE_DIR={COURSE_TEMPLATE}",
+                    str(PARTICIPANT_PYTHON.parent / "coursekit"), "instructor", "results", "--out", str(table)])
+        theirs = {(r["job_id"], r["user"]) for r in rows if r["user"] in (ADA, BOB)}
+        with table.open() as lines:
+            assert theirs <= {(r["job_id"], r["user"]) for r in csv.DictReader(lines)}, root.stdout
 
     listed = _said(day, "coursekit instructor jobs --all")
     users = {line.split()[0]: line.split()[2] for line in listed.splitlines()[1:-1] if len(line.split()) > 2}
