@@ -23,8 +23,8 @@ from __future__ import annotations
 import concurrent.futures
 import csv
 import json
-import time
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
