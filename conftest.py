@@ -77,8 +77,28 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ[name] = str(threads)
 
 
+def _long(item: pytest.Item) -> bool:
+    """A test of a group that runs long: a notebook's cells, a browser's or a benchmark's run, processes of its own."""
+    path = Path(str(item.fspath))
+    return (path.suffix == ".ipynb" or item.get_closest_marker("browser") is not None
+            or item.get_closest_marker("slow") is not None or bool({"bench", "browser"} & set(path.parts)))
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook turns the groups into node-id suffixes
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Each test's group (module docstring), and the groups' order: xdist hands groups out in the order of their
+    first test (``--no-loadscope-reorder``), so the Slurm group (one worker's long serial chain) goes first, then
+    every group with a long test, then the short ones, which fill the workers' last minutes. By default xdist
+    sorts groups by their number of tests, which sent the notebooks, the browser and the benchmarks' few long
+    tests last, and one worker then ran them alone while the others had nothing left."""
+    groups = {}
     for item in items:
         group = SLURM_GROUP if _talks_to_slurm(item) else item.nodeid.split("::", 1)[0]
         item.add_marker(pytest.mark.xdist_group(group))
+        rank = 0 if group == SLURM_GROUP else 1 if _long(item) else 2
+        groups[group] = min(groups.get(group, rank), rank)
+    first_seen = {}
+    for index, item in enumerate(items):
+        first_seen.setdefault(item.get_closest_marker("xdist_group").args[0], index)
+    items.sort(key=lambda item: (groups[item.get_closest_marker("xdist_group").args[0]],
+                                 first_seen[item.get_closest_marker("xdist_group").args[0]]))

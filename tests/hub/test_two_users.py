@@ -138,13 +138,16 @@ def test_bob_cannot_post_as_ada_on_the_race_leaderboard(race_folder: Path) -> No
     hers = race_folder / f"{ADA}.jsonl"
     assert run(["stat", "-c", "%U %a", str(hers)]).stdout.split() == [ADA, "644"]  # the instructor reads it
 
-    # bob, through the kit's API, under ada's pseudonym and her submission, faster and with her job ids
-    said = as_user(BOB, [*python, "-c", POST_AS, str(board), ADA, "fast", json.dumps(_rows("a", 0.5))]).stdout
-    assert "posted 3 run(s)" in said and f"belongs to Unix user {ADA}" in said, said
-    # bob, by hand: into ada's file, over it, around it, and a forged line in his own file
+    # bob, through the kit's API, under ada's pseudonym and her submission, faster and with her job ids: refused,
+    # saying which pseudonym is his (ada's login is hers), and nothing written
+    done = as_user(BOB, [*python, "-c", POST_AS, str(board), ADA, "fast", json.dumps(_rows("a", 0.5))], check=False)
+    assert done.returncode != 0 and f"bob may not post as '{ADA}'" in done.stderr, done.stderr[-1500:]
+    assert "posted" not in done.stdout and not (race_folder / f"{BOB}.jsonl").exists()
+    # bob, by hand: a forged line in his own file, then into ada's file, over it, around it
     forged = {**_rows("f", 0.1)[0]["summary"], "seed": 5, "participant": ADA, "submission": "fast",
               "job_id": "f5", "user": ADA, "not_theirs": None, "posted": 0.0}  # "hers", "posted first"
     line = json.dumps(forged) + "\n"
+    as_user(BOB, ["sh", "-c", 'umask 022; printf %s "$1" >> "$2"', "sh", line, str(race_folder / f"{BOB}.jsonl")])
     for attempt in (["sh", "-c", 'printf %s "$1" >> "$2"', "sh", line, str(hers)],
                     ["sh", "-c", ': > "$1"', "sh", str(hers)],
                     ["rm", "-f", str(hers)],
@@ -152,14 +155,13 @@ def test_bob_cannot_post_as_ada_on_the_race_leaderboard(race_folder: Path) -> No
                     ["mv", "-f", str(race_folder / f"{BOB}.jsonl"), str(hers)]):
         done = as_user(BOB, attempt, check=False)
         assert done.returncode != 0, f"bob could: {attempt} ({done.stderr.strip()})"
-    as_user(BOB, ["sh", "-c", 'printf %s "$1" >> "$2"', "sh", line, str(race_folder / f"{BOB}.jsonl")])
     as_user(BOB, ["sh", "-c", 'printf "not json\\n" >> "$1"', "sh", str(race_folder / "junk.jsonl")])
     assert len(run(["cat", str(hers)]).stdout.splitlines()) == 3, "ada's file changed"
 
     # the instructor reads all of it; a run is the owner's of the file it came from
     runs, problems = json.loads(as_user(INSTRUCTOR, [*python, "-c", READ_AS, str(board)]).stdout)
     assert any("junk.jsonl: named after junk but owned by bob: ignored" in problem for problem in problems), problems
-    assert sorted((r["user"], r["participant"]) for r in runs) == [(ADA, ADA)] * 3 + [(BOB, ADA)] * 4
+    assert sorted((r["user"], r["participant"]) for r in runs) == [(ADA, ADA)] * 3 + [(BOB, ADA)]
     table = race.entries(runs, RACE_RULES, race.code_hash(), problems)
     (her_entry,) = [r for r in table if r["user"] == ADA]
     (his_entry,) = [r for r in table if r["user"] == BOB]
@@ -168,7 +170,7 @@ def test_bob_cannot_post_as_ada_on_the_race_leaderboard(race_folder: Path) -> No
     assert sorted(run["job_id"] for run in her_entry["runs"]) == ["a0", "a1", "a2"]
     assert not his_entry["counts"] and his_entry["rank"] is None
     assert f"pseudonym of another user: 'ada' belongs to Unix user {ADA}, posted by {BOB}" in his_entry["marks"]
-    assert sorted(run["job_id"] for run in his_entry["runs"]) == ["a0", "a1", "a2", "f5"]  # his, and the forged
+    assert [run["job_id"] for run in his_entry["runs"]] == ["f5"]  # the forged line, written by hand
 
 
 # --- pooled results: lab 06's team sweep, two members posting at once into a shared pool ------------------
