@@ -37,6 +37,8 @@ class AccountingAnswer(dict):  # type: ignore[type-arg]
     def __init__(self, records: Mapping[str, Mapping[str, Any]], own_only: str | None = None) -> None:
         super().__init__(records)
         self.own_only = own_only
+
+
 # Slurm stamps a job's Start and End in whole seconds, so its Elapsed may read up to 1 s less than the time a
 # clock inside the job measured.
 ELAPSED_TOLERANCE_S = 1.0
