@@ -67,6 +67,23 @@ class Profile:
             raise RuntimeError("no lab settings are known: import coursekit.labs")
         return _lab_settings(lab, self.name)
 
+    def explain(self, *, gpu: str = "", cpu: str = "") -> None:
+        """Show the paragraph (Markdown) written for this profile, and nothing for the other one.
+
+        Text that only holds for one size of experiments goes here rather than into a markdown cell, so
+        that a participant on a GPU never reads the paragraph that explains the CPU run, and CI never
+        reads the GPU one: ``profile.explain(gpu="The ladder shows ...", cpu="On two cores ...")``.
+        """
+        text = gpu if self.is_gpu else cpu
+        if not text:
+            return
+        try:
+            from IPython.display import Markdown, display
+        except ImportError:  # pragma: no cover - IPython comes with Jupyter
+            print(text)
+            return
+        display(Markdown(text))
+
     def __str__(self) -> str:
         return self.describe()
 

@@ -43,3 +43,13 @@ def test_data_dir(course, monkeypatch):
     assert profiles.data_dir() == str(course / "data")
     monkeypatch.setenv(profiles.DATA_DIR_ENV, "/datasets")
     assert profiles.data_dir() == "/datasets"
+
+
+def test_explain_shows_only_the_paragraph_of_its_profile(capsys, monkeypatch):
+    from coursekit.labs.kit import profiles
+
+    shown: list[str] = []
+    monkeypatch.setattr("IPython.display.display", lambda md: shown.append(md.data))
+    profiles.Profile("gpu", "test").explain(gpu="on the GPU", cpu="on two cores")
+    profiles.Profile("cpu", "test").explain(gpu="on the GPU only")
+    assert shown == ["on the GPU"]
