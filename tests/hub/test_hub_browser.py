@@ -4,7 +4,8 @@
   baseline from it (lab 09's own cells up to the baseline's: only the course's ``instructor`` may post it).
 - **ada** is refused a GPU count outside the form's choices, picks 0 GPUs / 30 min, gets JupyterLab as a Slurm job
   of hers on node1 or node2 and runs notebook 00 (the solved lab): its training jobs are submitted from that node
-  as ada, land in her course folder, and the notebook shows no error; ``coursekit doctor`` in her terminal reports
+  as ada, land in her course folder; her page shows the live queue view updating, the plots, the results table
+  and no error; ``coursekit doctor`` in her terminal reports
   the site, the partition, the data and her course folder.
 - **bob** opens lab 09's participant copy (no solutions) in his JupyterLab, fills its exercise cells with what
   their text asks for and, once the baseline is on the board, runs it all: his entry keeps the rules and counts
@@ -50,7 +51,7 @@ from hub_helpers import (
     user_job_ids,
     write_as,
 )
-from lab_page import ALL_RUN, ERROR_OUTPUTS, MS, NOTEBOOK_READY
+from lab_page import ALL_RUN, CELL_TEXTS, ERROR_OUTPUTS, MS, NOTEBOOK_READY
 
 from coursekit.labs.kit import exercises
 
@@ -111,6 +112,23 @@ OUTPUT_TEXTS = """() => {
     }
     return found;
 }"""
+# notebook 00 as ada sees it in JupyterLab (what only a browser shows): the live queue view, the plots, tables
+LIVE_TABLE = ".jp-OutputArea-output .widget-html-content table"
+STDERR_OUTPUT = ".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']"
+MIN_PLOTS = 2  # the first job's loss, the sweep's two panels
+PROMPTS = """() => [...document.querySelectorAll('.jp-CodeCell .jp-InputArea-prompt')].map(p => p.textContent.trim())"""
+PLOTS = """() => [...document.querySelectorAll('.jp-OutputArea-output img')]
+    .filter(img => img.src.startsWith('data:image/png') && img.complete && img.naturalWidth > 0).length"""
+# every text the first live queue table shows, one per change (a MutationObserver: no change is missed)
+RECORD_LIVE_VIEW = """(selector) => {
+    window.__liveViews = [];
+    new MutationObserver(() => {
+        const table = document.querySelector(selector);
+        const views = window.__liveViews;
+        if (table && table.innerText !== views[views.length - 1]) views.push(table.innerText);
+    }).observe(document, {subtree: true, childList: true, characterData: true, attributes: false});
+}"""
+RESULTS_HEADERS = """() => [...document.querySelectorAll('.jp-RenderedHTMLCommon table th')].map(th => th.textContent)"""
 # where a Run All is: the kernel's status, the code cells not run yet, the error outputs
 RUN_STATE = """() => {
     const panel = window.jupyterapp.shell.currentWidget;
@@ -247,7 +265,10 @@ def _day(chromium: str) -> dict[str, Any]:
             pages[INSTRUCTOR].evaluate(RUN_ALL)
             write_as(ADA, course_of(ADA) / NOTEBOOK_00, (REPO / "notebooks" / NOTEBOOK_00).read_bytes())
             _open(pages[ADA], ADA, NOTEBOOK_00)
+            found["stored_00"] = "\n".join(pages[ADA].evaluate(CELL_TEXTS))
+            found["stored_00_tables"] = pages[ADA].locator(".jp-OutputArea-output table").count()
             pages[ADA].evaluate(FORGET_RUNS)
+            pages[ADA].evaluate(RECORD_LIVE_VIEW, LIVE_TABLE)
             pages[ADA].evaluate(RUN_ALL)
             start = time.monotonic()
             _open(pages[BOB], BOB, RACE_COPY)
@@ -284,6 +305,7 @@ def _day(chromium: str) -> dict[str, Any]:
             found["bob_jobs"].update(user_job_ids(BOB, JOB_PREFIX))
             for user in PEOPLE:
                 found[f"errors_{user}"] = pages[user].evaluate(ERROR_OUTPUTS)
+            found["view_00"] = _rendered(pages[ADA])
             found["baseline_texts"] = pages[INSTRUCTOR].evaluate(OUTPUT_TEXTS)
             found["race_texts"] = pages[BOB].evaluate(OUTPUT_TEXTS)
 
@@ -311,6 +333,17 @@ def _day(chromium: str) -> dict[str, Any]:
         finally:
             browser.close()
     return found
+
+
+def _rendered(page: Any) -> dict[str, Any]:
+    """What notebook 00's page shows after its Run All: the live view's renderings, plots, tables, prompts."""
+    header = page.locator(f"{LIVE_TABLE} th").first
+    return {"live_views": page.evaluate("() => window.__liveViews || []"),
+            "header": header.inner_text() if header.count() else None,
+            "header_wraps": header.evaluate("th => getComputedStyle(th).whiteSpace") if header.count() else None,
+            "prompts": page.evaluate(PROMPTS), "plots": page.evaluate(PLOTS),
+            "stderr_outputs": page.locator(STDERR_OUTPUT).count(),
+            "texts": "\n".join(page.evaluate(CELL_TEXTS)), "results_headers": page.evaluate(RESULTS_HEADERS)}
 
 
 @pytest.fixture(scope="module")
@@ -370,6 +403,26 @@ def test_ada_runs_notebook_00_from_her_server_as_herself(day: dict[str, Any]) ->
 
     for expected in ("site slurm", "partition gpu", "/opt/coursekit-hub/data", str(course_of(ADA))):
         assert expected in day["doctor"], f"`coursekit doctor` in ada's terminal does not say {expected!r}:\n{day['doctor']}"
+
+
+def test_notebook_00_shows_ada_a_live_queue_plots_and_tables_and_no_error(day: dict[str, Any]) -> None:
+    """What only a browser shows: the stored outputs hold no dead widget; Run All runs every cell; the live queue
+    view renders as a table whose cells do not wrap, and it updates; the plots appear; the results table
+    renders as HTML; no error or stderr output is shown."""
+    stored, view = day["stored_00"], day["view_00"]
+    assert "HTML(value=" not in stored and "coursekit-build-" not in stored, "stored outputs show a dead widget"
+    assert day["stored_00_tables"] >= 1, "the stored queue view is not a static table"
+    renderings = view["live_views"]
+    assert len(renderings) >= 2 and any("COMPLETED" in r for r in renderings), \
+        f"the live queue view did not update to the jobs' end: {renderings}"
+    assert view["header"] == "job id" and view["header_wraps"] == "nowrap", "the queue view's cells wrap"
+    assert view["prompts"] and all(p.strip("[]:").isdigit() for p in view["prompts"]), \
+        f"cells not run by Run All: {view['prompts']}"
+    assert view["stderr_outputs"] == 0, "a stderr output is shown"
+    assert "not a pseudonym: pseudonym 'Ada Lovelace'" in view["texts"], "the invalid pseudonym's message is printed"
+    assert "CLAIM HOLDS" in view["texts"] and "CLAIM DOES NOT HOLD" not in view["texts"]
+    assert view["plots"] >= MIN_PLOTS, "the plots did not appear"
+    assert {"learning rate", "validation accuracy"} <= set(view["results_headers"]), view["results_headers"]
 
 
 def test_the_instructor_posts_the_baseline_and_bobs_lab_09_entry_counts(day: dict[str, Any]) -> None:
