@@ -145,7 +145,23 @@ def run_notebook(path: Path, log_dir: Path | None, profile: str = "gpu") -> dict
                     or " did not complete:" in line})
     return {"notebook": path.name, "wall_s": round(wall, 1), "passed": error is None and not failed_claims,
             "error": error, "claims": claims, "notes": notes, "course_dir": course,
-            "slowest_cells": slowest_cells(notebook)}
+            "slowest_cells": slowest_cells(notebook), "not_for_participants": words_shown(notebook, course)}
+
+
+def words_shown(notebook: Any, course: str) -> list[str]:
+    """What the executed notebook shows a participant that is not for them (``exercises.not_for_participants``):
+    its markdown cells and everything its code cells printed or displayed, the course folder's path left out."""
+    from coursekit.labs.kit.exercises import not_for_participants
+
+    found = []
+    for index, cell in enumerate(notebook.cells):
+        if cell.cell_type == "markdown":
+            found += [f"cell {index}: {hit}" for hit in not_for_participants(cell.source)]
+        elif cell.cell_type == "code":
+            shown = "".join(_text_of(o) + o.get("data", {}).get("text/markdown", "") for o in cell.get("outputs", []))
+            shown = shown.replace(course, "~/course")
+            found += [f"cell {index}: {hit}" for hit in not_for_participants(shown, printed=True)]
+    return found
 
 
 def slowest_cells(notebook: Any, count: int = 5) -> list[dict[str, Any]]:

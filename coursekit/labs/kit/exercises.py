@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,6 +59,27 @@ SCRIPT_GLOB = "*/**/*.py"  # scripts in sub-folders of the notebook folder
 LABS_FOLDER = Path(__file__).resolve().parents[1]  # coursekit/labs
 KIT_SCRIPT_GLOB = "*/scripts/*/*.py"  # <lab>/scripts/<folder>/<name>.py: <folder>/<name>.py for participants
 NOT_HANDED_OUT = frozenset({"src", "__pycache__", PARTICIPANT_SUBDIR})  # sources, caches, copies
+
+# What a participant must not read, in a markdown cell or in what the gpu profile prints: the kit's own jargon,
+# the developers' tools and machines (text for one profile goes through ``profile.explain``). Case matters:
+# the engine's "DATASET STAND-IN" warning is for the instructor who forgot to stage the data, and stays.
+NOT_FOR_PARTICIPANTS = {
+    "the stand-in": re.compile(r"\bstand-in\b"),
+    "the cpu profile": re.compile(r"\b[Cc]pu profile\b"),
+    "this kernel's profile": re.compile(r"\bnot in this kernel\b"),
+    "a bench script": re.compile(r"\bbench/\w|\bpython3? bench\b"),
+    "a development report": re.compile(r"\bREPORT-[\w-]+\.md\b"),
+    "a machine's path": re.compile(r"(?<![\w~.])/(tmp|root|work|check|opt)/\S+"),
+}
+# printed only: a dataclass's repr (``Arm(name='a', warmup_share=0.1)``) is the code's view, not the lab's
+PRINTED_NOT_FOR_PARTICIPANTS = {"a dataclass's repr": re.compile(r"\b[A-Z][A-Za-z]+\((\w+)=[^)]*, (\w+)=")}
+
+
+def not_for_participants(text: str, printed: bool = False) -> list[str]:
+    """The words of ``text`` a participant should not read (``printed``: also those only printed text holds),
+    each as ``"<what>: <the words>"``."""
+    checks = {**NOT_FOR_PARTICIPANTS, **(PRINTED_NOT_FOR_PARTICIPANTS if printed else {})}
+    return [f"{what}: {match.group(0)[:60]!r}" for what, pattern in checks.items() for match in pattern.finditer(text)]
 
 
 class ExerciseMarkupError(ValueError):
