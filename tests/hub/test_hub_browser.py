@@ -51,7 +51,7 @@ from hub_helpers import (
     user_job_ids,
     write_as,
 )
-from lab_page import ALL_RUN, CELL_TEXTS, ERROR_OUTPUTS, MS, NOTEBOOK_READY
+from lab_page import ALL_RUN, ERROR_OUTPUTS, MS, NOTEBOOK_READY
 
 from coursekit.labs.kit import exercises
 
@@ -117,16 +117,28 @@ LIVE_TABLE = ".jp-OutputArea-output .widget-html-content table"
 STDERR_OUTPUT = ".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']"
 MIN_PLOTS = 2  # the first job's loss, the sweep's two panels
 PROMPTS = """() => [...document.querySelectorAll('.jp-CodeCell .jp-InputArea-prompt')].map(p => p.textContent.trim())"""
-PLOTS = """() => [...document.querySelectorAll('.jp-OutputArea-output img')]
-    .filter(img => img.src.startsWith('data:image/png') && img.complete && img.naturalWidth > 0).length"""
-# every text the first live queue table shows, one per change (a MutationObserver: no change is missed)
+# every text the first live queue table shows, one per change (a MutationObserver: no change is missed); its
+# textContent: JupyterLab skips drawing cells out of view (content-visibility), where innerText reads ''
 RECORD_LIVE_VIEW = """(selector) => {
     window.__liveViews = [];
     new MutationObserver(() => {
         const table = document.querySelector(selector);
         const views = window.__liveViews;
-        if (table && table.innerText !== views[views.length - 1]) views.push(table.innerText);
+        if (table && table.textContent !== views[views.length - 1]) views.push(table.textContent);
     }).observe(document, {subtree: true, childList: true, characterData: true, attributes: false});
+}"""
+# what the notebook's model holds (drawn or not: JupyterLab skips drawing cells out of view)
+OUTPUT_KINDS = """() => {
+    const cells = window.jupyterapp.shell.currentWidget.content.model.cells;
+    let tables = 0, plots = 0;
+    for (let i = 0; i < cells.length; i++) {
+        for (const o of cells.get(i).toJSON().outputs || []) {
+            const data = o.data || {};
+            if ([].concat(data['text/html'] || []).join('').includes('<table')) tables++;
+            if (data['image/png']) plots++;
+        }
+    }
+    return {tables: tables, plots: plots};
 }"""
 RESULTS_HEADERS = """() => [...document.querySelectorAll('.jp-RenderedHTMLCommon table th')].map(th => th.textContent)"""
 # where a Run All is: the kernel's status, the code cells not run yet, the error outputs
@@ -265,8 +277,8 @@ def _day(chromium: str) -> dict[str, Any]:
             pages[INSTRUCTOR].evaluate(RUN_ALL)
             write_as(ADA, course_of(ADA) / NOTEBOOK_00, (REPO / "notebooks" / NOTEBOOK_00).read_bytes())
             _open(pages[ADA], ADA, NOTEBOOK_00)
-            found["stored_00"] = "\n".join(pages[ADA].evaluate(CELL_TEXTS))
-            found["stored_00_tables"] = pages[ADA].locator(".jp-OutputArea-output table").count()
+            found["stored_00"] = "\n".join(pages[ADA].evaluate(OUTPUT_TEXTS))
+            found["stored_00_kinds"] = pages[ADA].evaluate(OUTPUT_KINDS)
             pages[ADA].evaluate(FORGET_RUNS)
             pages[ADA].evaluate(RECORD_LIVE_VIEW, LIVE_TABLE)
             pages[ADA].evaluate(RUN_ALL)
@@ -339,11 +351,11 @@ def _rendered(page: Any) -> dict[str, Any]:
     """What notebook 00's page shows after its Run All: the live view's renderings, plots, tables, prompts."""
     header = page.locator(f"{LIVE_TABLE} th").first
     return {"live_views": page.evaluate("() => window.__liveViews || []"),
-            "header": header.inner_text() if header.count() else None,
+            "header": header.text_content() if header.count() else None,
             "header_wraps": header.evaluate("th => getComputedStyle(th).whiteSpace") if header.count() else None,
-            "prompts": page.evaluate(PROMPTS), "plots": page.evaluate(PLOTS),
+            "prompts": page.evaluate(PROMPTS), "kinds": page.evaluate(OUTPUT_KINDS),
             "stderr_outputs": page.locator(STDERR_OUTPUT).count(),
-            "texts": "\n".join(page.evaluate(CELL_TEXTS)), "results_headers": page.evaluate(RESULTS_HEADERS)}
+            "texts": "\n".join(page.evaluate(OUTPUT_TEXTS)), "results_headers": page.evaluate(RESULTS_HEADERS)}
 
 
 @pytest.fixture(scope="module")
@@ -410,19 +422,24 @@ def test_notebook_00_shows_ada_a_live_queue_plots_and_tables_and_no_error(day: d
     view renders as a table whose cells do not wrap, and it updates; the plots appear; the results table
     renders as HTML; no error or stderr output is shown."""
     stored, view = day["stored_00"], day["view_00"]
-    assert "HTML(value=" not in stored and "coursekit-build-" not in stored, "stored outputs show a dead widget"
-    assert day["stored_00_tables"] >= 1, "the stored queue view is not a static table"
-    renderings = view["live_views"]
-    assert len(renderings) >= 2 and any("COMPLETED" in r for r in renderings), \
-        f"the live queue view did not update to the jobs' end: {renderings}"
-    assert view["header"] == "job id" and view["header_wraps"] == "nowrap", "the queue view's cells wrap"
-    assert view["prompts"] and all(p.strip("[]:").isdigit() for p in view["prompts"]), \
-        f"cells not run by Run All: {view['prompts']}"
-    assert view["stderr_outputs"] == 0, "a stderr output is shown"
-    assert "not a pseudonym: pseudonym 'Ada Lovelace'" in view["texts"], "the invalid pseudonym's message is printed"
-    assert "CLAIM HOLDS" in view["texts"] and "CLAIM DOES NOT HOLD" not in view["texts"]
-    assert view["plots"] >= MIN_PLOTS, "the plots did not appear"
-    assert {"learning rate", "validation accuracy"} <= set(view["results_headers"]), view["results_headers"]
+    renderings, texts = view["live_views"], view["texts"]
+    problems = {
+        "stored outputs show a dead widget": "HTML(value=" in stored or "coursekit-build-" in stored,
+        "the stored queue view is not a static table": day["stored_00_kinds"]["tables"] < 1,
+        "the live queue view did not update until the jobs ended":
+            len(renderings) < 2 or not any("COMPLETED" in r for r in renderings),
+        "the queue view's header is not 'job id' or its cells wrap":
+            view["header"] != "job id" or view["header_wraps"] != "nowrap",
+        "cells not run by Run All": not view["prompts"] or not all(p.strip("[]:").isdigit() for p in view["prompts"]),
+        "a stderr output is shown": view["stderr_outputs"] != 0,
+        "the invalid pseudonym's message is not printed": "not a pseudonym: pseudonym 'Ada Lovelace'" not in texts,
+        "a claim did not hold": "CLAIM HOLDS" not in texts or "CLAIM DOES NOT HOLD" in texts,
+        "the plots did not appear": view["kinds"]["plots"] < MIN_PLOTS,
+        "the results table is not HTML": not {"learning rate", "validation accuracy"} <= set(view["results_headers"]),
+    }
+    failed = [what for what, bad in problems.items() if bad]
+    assert failed == [], f"{failed}; what the page showed: " + str({**{k: v for k, v in view.items() if k != "texts"},
+                                                                    "stored": day["stored_00_kinds"]})
 
 
 def test_the_instructor_posts_the_baseline_and_bobs_lab_09_entry_counts(day: dict[str, Any]) -> None:
