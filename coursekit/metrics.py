@@ -166,6 +166,14 @@ def measured_windows(step_records: Iterable[dict[str, Any]]) -> list[dict[str, A
 
     Records written before the engine wrote these two (older recordings) get them from their ``step`` numbers and
     ``(data_time_s + compute_time_s) x steps`` (the engine's window wall time is exactly data + compute)."""
+    windows = with_window_fields(step_records)
+    kept = [w for w in windows if w["first_step"] > WARMUP_STEPS]
+    return kept or windows[1:] or windows
+
+
+def with_window_fields(step_records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Copies of the step records with ``window_steps``, ``window_time_s`` and ``first_step`` (older records: from
+    their step numbers and data + compute times)."""
     windows, previous = [], 0
     for record in step_records:
         n = record.get("window_steps") or max(int(record.get("step", 0)) - previous, 1)
@@ -175,12 +183,25 @@ def measured_windows(step_records: Iterable[dict[str, Any]]) -> list[dict[str, A
             seconds = n * (record["data_time_s"] + record["compute_time_s"])
         windows.append({**record, "window_steps": n, "window_time_s": seconds,
                         "first_step": record.get("step", previous) - n + 1})
-    kept = [w for w in windows if w["first_step"] > WARMUP_STEPS]
-    return kept or windows[1:] or windows
+    return windows
 
 
 def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
+
+
+def throughput(windows: Iterable[dict[str, Any]], rate_key: str = "images_per_s_global", skip: int = 0,
+               ) -> tuple[float | None, float | None]:
+    """Images / wall time over these step records but the first ``skip``, and the spread (sample std) of their
+    per-window rates: the definition of the module docstring for a benchmark that chooses its own timed windows
+    (a longer warm-up). ``(None, None)`` without a timed window."""
+    timed = [w for w in with_window_fields(windows)[skip:] if w["window_time_s"] and w.get(rate_key) is not None]
+    seconds = sum(w["window_time_s"] for w in timed)
+    if not timed or seconds <= 0:
+        return None, None
+    rates = [w[rate_key] for w in timed]
+    return (sum(r * w["window_time_s"] for r, w in zip(rates, timed, strict=True)) / seconds,
+            statistics.stdev(rates) if len(rates) > 1 else 0.0)
 
 
 def step_figures(step_records: Iterable[dict[str, Any]], rate_key: str = "images_per_s_global") -> dict[str, Any]:
@@ -188,9 +209,7 @@ def step_figures(step_records: Iterable[dict[str, Any]], rate_key: str = "images
     measured windows (module docstring: the one definition). ``rate_key`` ``"images_per_s"``: per GPU."""
     windows = measured_windows(step_records)
     timed = [w for w in windows if w["window_time_s"] and w.get(rate_key) is not None]
-    seconds = sum(w["window_time_s"] for w in timed)
-    images = sum(w[rate_key] * w["window_time_s"] for w in timed)
-    rates = [w[rate_key] for w in timed]
+    rate, spread = throughput(timed, rate_key)
     split = [w for w in windows if w.get("data_time_s") is not None and w.get("compute_time_s") is not None]
     n_steps = sum(w["window_steps"] for w in split)
     data = sum(w["data_time_s"] * w["window_steps"] for w in split)
@@ -198,9 +217,9 @@ def step_figures(step_records: Iterable[dict[str, Any]], rate_key: str = "images
     data_times = [w["data_time_s"] for w in split]
     compute_times = [w["compute_time_s"] for w in split]
     return {
-        "images_per_s": images / seconds if seconds > 0 else None,
-        "images_per_s_std": (statistics.stdev(rates) if len(rates) > 1 else 0.0) if rates else None,
-        "measured_steps": sum(w["window_steps"] for w in timed), "measured_time_s": seconds,
+        "images_per_s": rate, "images_per_s_std": spread,
+        "measured_steps": sum(w["window_steps"] for w in timed),
+        "measured_time_s": sum(w["window_time_s"] for w in timed),
         "data_fraction": data / (data + compute) if data + compute > 0 else None,
         "data_time_mean_s": data / n_steps if n_steps else None,
         "compute_time_mean_s": compute / n_steps if n_steps else None,
