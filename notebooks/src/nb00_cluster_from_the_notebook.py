@@ -62,9 +62,9 @@ print("ready to submit jobs:", ready)
 #
 # A job runs one command. Ours is the training engine with a handful of options; `engine_command`
 # writes the command for a configuration (only the options that differ from the defaults appear).
-# `s.job` holds the submission options of this profile: the time limit and, in the cpu profile, one
-# compute thread per job (`OMP_NUM_THREADS=1`), so that jobs sharing a few cores take turns instead of
-# getting in each other's way.
+# `s.job` holds the submission options: the time limit and, where the jobs run on a few shared CPU
+# cores, one compute thread per job (`OMP_NUM_THREADS=1`), so that they take turns instead of getting in
+# each other's way.
 
 # %%
 print(labs.engine_command(s.first_job))
