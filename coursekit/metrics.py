@@ -28,7 +28,8 @@ Throughput and the data share (one definition, :func:`step_figures`; the engine'
 the demo and the benchmarks all use it):
 
 - the **measured windows** are the step records whose window starts after the first ``WARMUP_STEPS`` steps
-  (compilation, cuDNN autotuning, the loader's first batch); a run too short for that drops its first record;
+  (compilation, cuDNN autotuning, the loader's first batch), or after the first quarter of a run shorter than
+  ``4 x WARMUP_STEPS`` steps (at least the first step); a run too short for that drops its first record;
 - ``images_per_s`` = images processed / wall time, both summed over the measured windows (what a reader gets
   by dividing images by seconds; a mean of per-window rates would weight a fast short window like a slow long
   one and overstate it); ``images_per_s_std`` is the spread of the per-window rates, reported beside it;
@@ -167,8 +168,10 @@ def measured_windows(step_records: Iterable[dict[str, Any]]) -> list[dict[str, A
     Records written before the engine wrote these two (older recordings) get them from their ``step`` numbers and
     ``(data_time_s + compute_time_s) x steps`` (the engine's window wall time is exactly data + compute)."""
     windows = with_window_fields(step_records)
-    kept = [w for w in windows if w["first_step"] > WARMUP_STEPS]
-    return kept or windows[1:] or windows
+    if not windows:
+        return []
+    skip = max(1, min(WARMUP_STEPS, int(windows[-1].get("step", 0)) // 4))
+    return [w for w in windows if w["first_step"] > skip] or windows[1:] or windows
 
 
 def with_window_fields(step_records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -122,8 +122,8 @@ profile.explain(gpu="The last configuration of your sweep decodes on the GPU: it
 # %% [markdown]
 # ### The measurements
 #
-# One row per loader setting, each number over the same steps: the steps after the first five (warm-up),
-# the second epoch's start included.
+# One row per loader setting, each number over the same steps: the steps after the first five (warm-up;
+# in a run of fewer than 20 steps, after its first quarter), the second epoch's start included.
 #
 # * `data_fraction`: time waiting for data / wall time of those steps;
 # * `data_time_mean_s`, `compute_time_mean_s`: per step, their means over the same steps, so that
