@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from robust import check_writable, save_text  # noqa: E402
 
-from coursekit.metrics import mean_std, read_metrics, steps  # noqa: E402
+from coursekit.metrics import read_metrics, steps, throughput  # noqa: E402
 from coursekit.train.config import TrainConfig  # noqa: E402
 from coursekit.train.engine import train  # noqa: E402
 
@@ -47,9 +47,9 @@ def measure(config: TrainConfig, repeats: int, timed_steps: int) -> dict[str, fl
     with tempfile.TemporaryDirectory() as out:
         total = (1 + repeats) * timed_steps
         train(config.replace(out=out, test_steps=total, log_every=timed_steps, progress="off", device="cpu"))
-        rates = [r["images_per_s_global"] for r in steps(read_metrics(out))][1:]
-    mean, std = mean_std(rates)
-    return {"mean": mean, "std": std, "n": len(rates)}
+        records = steps(read_metrics(out))
+    rate, spread = throughput(records, skip=1)  # images / wall time (coursekit/metrics.py); first window warm-up
+    return {"mean": rate, "std": spread, "n": len(records) - 1}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,7 +15,6 @@ import argparse
 import datetime as dt
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -30,7 +29,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from robust import check_writable, save_text  # noqa: E402
 
-from coursekit.metrics import read_metrics, steps, summary  # noqa: E402
+from coursekit.metrics import read_metrics, steps, summary, throughput  # noqa: E402
 from coursekit.train.checkpoint import load_checkpoint  # noqa: E402
 
 WORLD_SIZES = (1, 2, 4)
@@ -55,9 +54,9 @@ def run(world: int, out: Path) -> dict[str, Any]:
         return {"world_size": world, "per_process_batch": GLOBAL_BATCH // world, "failed": True,
                 "exit_code": done.returncode, "error": "\n".join(tail[-20:])}
     records = read_metrics(out)
-    rates = [r["images_per_s_global"] for r in steps(records)][1:]  # first window: start-up
+    rate, spread = throughput(steps(records), skip=1)  # images / wall time; first window: start-up
     return {"world_size": world, "per_process_batch": GLOBAL_BATCH // world,
-            "img_s": {"mean": statistics.fmean(rates), "std": statistics.stdev(rates) if len(rates) > 1 else 0.0},
+            "img_s": {"mean": rate, "std": spread},
             "final_loss": steps(records)[-1]["loss"], "val_acc": summary(records)["val_acc"]}
 
 

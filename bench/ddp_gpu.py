@@ -167,18 +167,20 @@ def engine_words(profile: Profile, batch: int, out: Path, *extra: str) -> list[s
 
 def engine_run(name: str, profile: Profile, world: int, batch: int, env: dict[str, str], logs: Path, scratch: Path,
                *extra: str, binding: str | None = None) -> dict[str, Any]:
-    """One engine run; images/s (global and per process) and step time as medians after the warm-up."""
-    from coursekit.metrics import read_metrics, steps
+    """One engine run; images/s (global and per process: images / wall time, coursekit/metrics.py) and step time
+    after the warm-up."""
+    from coursekit.metrics import read_metrics, steps, throughput, with_window_fields
 
     out = scratch / name
     words = engine_words(profile, batch, out, *extra)
     row: dict[str, Any] = {"name": name, "world_size": world, "batch_per_gpu": batch, "global_batch": batch * world,
                            "options": list(extra), "binding": binding or "node (torchrun)",
                            **launch(name, world, words, env, logs, binding)}
-    records = [r for r in steps(read_metrics(out)) if r["step"] > profile.warmup_steps] if out.exists() else []
+    records = [r for r in with_window_fields(steps(read_metrics(out))) if r["first_step"] > profile.warmup_steps] \
+        if out.exists() else []
     if row["ok"] and records:
-        local = statistics.median(r["images_per_s"] for r in records)
-        row.update(img_s=statistics.median(r["images_per_s_global"] for r in records), img_s_per_gpu=local,
+        local, _ = throughput(records, "images_per_s")
+        row.update(img_s=throughput(records)[0], img_s_per_gpu=local,
                    step_ms=1000 * batch / local, windows=len(records))
     else:
         row["ok"] = False

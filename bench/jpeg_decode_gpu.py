@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from robust import check_writable, missing, number, require_cuda, save_text  # noqa: E402
 
-from coursekit.metrics import read_metrics, steps  # noqa: E402
+from coursekit.metrics import read_metrics, steps, throughput  # noqa: E402
 from coursekit.train.config import TrainConfig  # noqa: E402
 
 BATCH = 256
@@ -282,12 +282,13 @@ def run(cfg: TrainConfig, decoder: str | None = None) -> dict[str, Any]:
     try:
         with tempfile.TemporaryDirectory() as out:
             summary = train(cfg.replace(out=out))
-            rates = [r["images_per_s_global"] for r in steps(read_metrics(out))[WARMUP_WINDOWS:]]
+            records = steps(read_metrics(out))
+            rates = [r["images_per_s_global"] for r in records[WARMUP_WINDOWS:]]
+            rate, spread = throughput(records, skip=WARMUP_WINDOWS)  # images / wall time (coursekit/metrics.py)
     finally:
         os.environ.pop("COURSEKIT_JPEG_DECODER", None)
         torch.cuda.empty_cache()
-    return {"status": summary["status"], "img_s": statistics.fmean(rates) if rates else None,
-            "img_s_std": statistics.stdev(rates) if len(rates) > 1 else 0.0, "window_img_s": rates,
+    return {"status": summary["status"], "img_s": rate, "img_s_std": spread, "window_img_s": rates,
             "decoder": summary.get("jpeg_decoder"), "loader_phases": summary.get("loader_phases"),
             **({} if rates else {"error": f"no timed window recorded (status {summary['status']})"})}
 

@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from robust import check_writable, number, save_text  # noqa: E402
 
-from coursekit.metrics import mean_std, read_metrics, steps  # noqa: E402
+from coursekit.metrics import read_metrics, steps, throughput  # noqa: E402
 from coursekit.train.config import TrainConfig  # noqa: E402
 
 RECORDING = "gpu_ladder"  # --publish: coursekit/labs/recordings/gpu_ladder.json
@@ -114,18 +114,20 @@ def bare_loop(precision: str, channels_last: bool, compile_model: bool, batch: i
     for _ in range(COMPILE_WARMUP_STEPS if compile_model else WARMUP_STEPS):
         step()
     torch.cuda.synchronize()
-    rates = []
-    for _ in range(repeats):
+    windows = []  # shaped like the engine's step records, measured with the same definition (coursekit/metrics.py)
+    for index in range(repeats):
         start = time.perf_counter()
         for _ in range(timed_steps):
             step()
         torch.cuda.synchronize()
-        rates.append(batch * timed_steps / (time.perf_counter() - start))
+        seconds = time.perf_counter() - start
+        windows.append({"step": (index + 1) * timed_steps, "window_steps": timed_steps, "window_time_s": seconds,
+                        "images_per_s_global": batch * timed_steps / seconds})
+    rate, spread = throughput(windows)
     peak = torch.cuda.max_memory_allocated() / 2**30
     torch._dynamo.reset()
     torch.cuda.empty_cache()
-    mean, std = mean_std(rates)
-    return {"img_s": {"mean": mean, "std": std, "n": len(rates)}, "peak_mem_gb": peak}
+    return {"img_s": {"mean": rate, "std": spread, "n": len(windows)}, "peak_mem_gb": peak}
 
 
 def engine_run(config: TrainConfig, repeats: int, timed_steps: int, warmup_windows: int = 1) -> dict[str, Any]:
@@ -146,11 +148,11 @@ def engine_run(config: TrainConfig, repeats: int, timed_steps: int, warmup_windo
         records = steps(read_metrics(out))
     windows = records[warmup_windows:]
     rates = [r["images_per_s_global"] for r in windows]
+    rate, spread = throughput(records, skip=warmup_windows)  # images / wall time (coursekit/metrics.py)
     torch._dynamo.reset()
     torch.cuda.empty_cache()
     peaks = [r.get("mem_allocated_peak_mb") or 0.0 for r in windows]
-    mean, std = mean_std(rates)
-    return {"img_s": {"mean": mean, "std": std, "n": len(rates)}, "windows_img_s": rates, "peak_mem_gb": max(peaks, default=0.0) / 1024,
+    return {"img_s": {"mean": rate, "std": spread, "n": len(rates)}, "windows_img_s": rates, "peak_mem_gb": max(peaks, default=0.0) / 1024,
             "summary_status": summary.get("status")}
 
 

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from robust import check_writable, require_cuda, save_text  # noqa: E402
 
-from coursekit.metrics import steps, summary  # noqa: E402
+from coursekit.metrics import steps, summary, throughput  # noqa: E402
 
 BATCH_SIZES = (128, 256, 512, 1024, 2048, 4096)
 TEST_STEPS = 6
@@ -50,11 +50,11 @@ def classify(job: Any) -> dict[str, Any]:
     stderr = job.tail(200, stream="err")
     oom = state == "OUT_OF_MEMORY" or any(m in stderr or m in str(final.get("error", "")) for m in OOM_MARKERS)
     peaks = [r.get("mem_allocated_peak_mb") for r in steps(records) if r.get("mem_allocated_peak_mb")]
-    rates = [r["images_per_s"] for r in steps(records)[2:]]
+    rate, _ = throughput(steps(records), "images_per_s", skip=2)  # images / wall time (coursekit/metrics.py)
     return {"job_id": job.job_id, "state": state, "oom": oom,
             "peak_mem_gb": max(peaks) / 1024 if peaks else None,
             "reserved_gb": (final.get("mem_reserved_peak_mb") or 0) / 1024 or None,
-            "img_s": sum(rates) / len(rates) if rates else None,
+            "img_s": rate,
             "memory_estimate_gb": (final.get("memory_estimate") or {}).get("total_bytes", 0) / 2**30 or None}
 
 

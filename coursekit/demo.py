@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from coursekit.metrics import epochs, steps, summary
+from coursekit.metrics import epochs, step_figures, steps, summary
 from coursekit.train.config import TrainConfig
 
 DEMO_NAME = "demo"
@@ -82,8 +82,10 @@ def run_demo(site: str = DEMO_SITE, output: str = DEMO_OUTPUT, config: TrainConf
     figure = plot_run(records, Path(output) / "demo.png")
     last_epoch = epochs(records)[-1]
     print(f"--- metrics: {len(steps(records))} step and {len(epochs(records))} epoch records in {job.run_dir}")
+    speed = step_figures(steps(records))  # images / wall time after warm-up (coursekit/metrics.py)
     print(f"  final validation accuracy {last_epoch['val_acc']:.1%} (chance: {1 / config.num_classes:.0%}), "
-          f"{final.get('images_per_s') or 0:,.0f} img/s on {final.get('device_name', '?')}")
+          f"{speed['images_per_s'] or 0:,.0f} img/s (windows spread ± {speed['images_per_s_std'] or 0:,.0f}) "
+          f"on {final.get('device_name', '?')}")
     print(f"  plot: {figure}")
     return 0
 

@@ -5,7 +5,8 @@ A run directory holds ``metrics.jsonl``: one JSON object per line, each with a `
 - ``"start"``: run begins (``config``, ``world_size``, ``device``).
 - ``"step"``: written every ``log_every`` optimisation steps (``step``, ``epoch`` (from 1), ``loss`` and
   throughput over the window since the last record: ``images_per_s`` (per GPU), ``images_per_s_global``,
-  ``data_time_s`` / ``compute_time_s`` (per-step means), ``lr``; optional ``loss_scale``,
+  ``data_time_s`` / ``compute_time_s`` (per-step means in the window), ``window_steps``, ``window_time_s``
+  (the window's wall time: data + compute), ``lr``; optional ``loss_scale``,
   ``skipped_steps`` (fp16), ``mem_allocated_peak_mb``, ``mem_reserved_peak_mb`` (CUDA), ``params``
   (``--log-params``), ``grad_noise_var``, ``grad_sq``, ``trace_sigma``, ``b_simple`` (``--grad-noise-batches``),
   ``trust_ratios``: per layer ``w_norm``, ``g_norm`` (``--trust-ratio-every``); with NVML on every GPU:
@@ -17,10 +18,28 @@ A run directory holds ``metrics.jsonl``: one JSON object per line, each with a `
   the resumed run goes on in the same file).
 - ``"summary"``: the last record of a run (``status`` = ``"completed"`` | ``"nan"`` | ``"failed"``,
   ``config``, ``device_name``, ``torch_version``, ``cuda_version``, ``total_time_s``, ``images_per_s``
-  (steady state, global) ± ``images_per_s_std``, ``images_per_s_per_gpu``, ``images_per_epoch``, ``memory_estimate``, peak
+  (global) ± ``images_per_s_std``, ``images_per_s_per_gpu``, ``data_fraction`` (all three: see "Throughput and
+  the data share" below), ``images_per_epoch``, ``memory_estimate``, peak
   memory, ``gpu`` (utilisation, power, energy with nvidia-ml-py), ``profile_dir``).
 
 Every record also has ``time`` (Unix seconds). Only rank 0 writes.
+
+Throughput and the data share (one definition, :func:`step_figures`; the engine's summary, the labs' tables,
+the demo and the benchmarks all use it):
+
+- the **measured windows** are the step records whose window starts after the first ``WARMUP_STEPS`` steps
+  (compilation, cuDNN autotuning, the loader's first batch), or after the first quarter of a run shorter than
+  ``4 x WARMUP_STEPS`` steps (at least the first step); a run too short for that drops its first record;
+- ``images_per_s`` = images processed / wall time, both summed over the measured windows (what a reader gets
+  by dividing images by seconds; a mean of per-window rates would weight a fast short window like a slow long
+  one and overstate it); ``images_per_s_std`` is the spread of the per-window rates, reported beside it;
+- ``data_fraction`` = time waiting for data / wall time over the same windows; ``data_time_mean_s`` and
+  ``compute_time_mean_s`` are the per-step means over the same steps, so
+  ``data_fraction == data_time_mean_s / (data_time_mean_s + compute_time_mean_s)`` and a stacked bar of the
+  means and a bar of the share cannot disagree;
+- ``data_time_s``, ``compute_time_s``, ``step_time_s`` are per-step *medians* over the same windows: the
+  typical step, robust to one slow step of a busy machine. A loader that is slow every k-th step shows a small
+  median wait and a large share; that difference is information, not an error.
 """
 
 from __future__ import annotations
@@ -138,6 +157,78 @@ def mean_std(values: Iterable[float], empty: Any = _RAISE) -> tuple[Any, Any]:
             raise ValueError("mean_std needs at least one value")
         return empty, empty
     return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+WARMUP_STEPS = 5  # steps whose windows are left out of throughput and timing (see "Throughput and the data share")
+
+
+def measured_windows(step_records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The step records that count (module docstring), each with ``window_steps`` and ``window_time_s`` filled in.
+
+    Records written before the engine wrote these two (older recordings) get them from their ``step`` numbers and
+    ``(data_time_s + compute_time_s) x steps`` (the engine's window wall time is exactly data + compute)."""
+    windows = with_window_fields(step_records)
+    if not windows:
+        return []
+    skip = max(1, min(WARMUP_STEPS, int(windows[-1].get("step", 0)) // 4))
+    return [w for w in windows if w["first_step"] > skip] or windows[1:] or windows
+
+
+def with_window_fields(step_records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Copies of the step records with ``window_steps``, ``window_time_s`` and ``first_step`` (older records: from
+    their step numbers and data + compute times)."""
+    windows, previous = [], 0
+    for record in step_records:
+        n = record.get("window_steps") or max(int(record.get("step", 0)) - previous, 1)
+        previous = int(record.get("step", previous + n))
+        seconds = record.get("window_time_s")
+        if seconds is None and record.get("data_time_s") is not None and record.get("compute_time_s") is not None:
+            seconds = n * (record["data_time_s"] + record["compute_time_s"])
+        windows.append({**record, "window_steps": n, "window_time_s": seconds,
+                        "first_step": record.get("step", previous) - n + 1})
+    return windows
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def throughput(windows: Iterable[dict[str, Any]], rate_key: str = "images_per_s_global", skip: int = 0,
+               ) -> tuple[float | None, float | None]:
+    """Images / wall time over these step records but the first ``skip``, and the spread (sample std) of their
+    per-window rates: the definition of the module docstring for a benchmark that chooses its own timed windows
+    (a longer warm-up). ``(None, None)`` without a timed window."""
+    timed = [w for w in with_window_fields(windows)[skip:] if w["window_time_s"] and w.get(rate_key) is not None]
+    seconds = sum(w["window_time_s"] for w in timed)
+    if not timed or seconds <= 0:
+        return None, None
+    rates = [w[rate_key] for w in timed]
+    return (sum(r * w["window_time_s"] for r, w in zip(rates, timed, strict=True)) / seconds,
+            statistics.stdev(rates) if len(rates) > 1 else 0.0)
+
+
+def step_figures(step_records: Iterable[dict[str, Any]], rate_key: str = "images_per_s_global") -> dict[str, Any]:
+    """Throughput, its spread, the data share and the per-step means and medians of a run, all over the same
+    measured windows (module docstring: the one definition). ``rate_key`` ``"images_per_s"``: per GPU."""
+    windows = measured_windows(step_records)
+    timed = [w for w in windows if w["window_time_s"] and w.get(rate_key) is not None]
+    rate, spread = throughput(timed, rate_key)
+    split = [w for w in windows if w.get("data_time_s") is not None and w.get("compute_time_s") is not None]
+    n_steps = sum(w["window_steps"] for w in split)
+    data = sum(w["data_time_s"] * w["window_steps"] for w in split)
+    compute = sum(w["compute_time_s"] * w["window_steps"] for w in split)
+    data_times = [w["data_time_s"] for w in split]
+    compute_times = [w["compute_time_s"] for w in split]
+    return {
+        "images_per_s": rate, "images_per_s_std": spread,
+        "measured_steps": sum(w["window_steps"] for w in timed),
+        "measured_time_s": sum(w["window_time_s"] for w in timed),
+        "data_fraction": data / (data + compute) if data + compute > 0 else None,
+        "data_time_mean_s": data / n_steps if n_steps else None,
+        "compute_time_mean_s": compute / n_steps if n_steps else None,
+        "data_time_s": _median(data_times), "compute_time_s": _median(compute_times),
+        "step_time_s": _median([d + c for d, c in zip(data_times, compute_times, strict=True)]),
+    }
 
 
 def current_job_id() -> str | None:

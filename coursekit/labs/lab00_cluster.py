@@ -39,6 +39,13 @@ def settings(profile: str) -> dict[str, Any]:
 # ----------------------------------------------------------------- the exit ticket
 
 END_STATES = ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT")  # the choices for the long job's final state
+# the transfer question: an array of ARRAY_JOBS one-GPU jobs of JOB_MINUTES each, at most GPU_LIMIT GPUs at once
+ARRAY_JOBS, JOB_MINUTES, GPU_LIMIT = 12, 10, 4
+
+
+def array_minutes(jobs: int = ARRAY_JOBS, minutes: float = JOB_MINUTES, gpus: int = GPU_LIMIT) -> float:
+    """When the last job of an array of one-GPU jobs ends, at the earliest: the jobs run in waves of ``gpus``."""
+    return -(-jobs // gpus) * minutes
 
 
 def ticket_questions(first_job_id: Any, long_state: Any, sweep: Iterable[dict[str, Any]]) -> dict[str, Question]:
@@ -53,4 +60,8 @@ def ticket_questions(first_job_id: Any, long_state: Any, sweep: Iterable[dict[st
         "long_state": Question("In which state did your long job end?",
                                long_state if long_state in END_STATES else None, choices=END_STATES),
         "best_lr": Question("Which learning rate of the sweep reached the highest validation accuracy?", best_lr),
+        "array_minutes": Question(
+            f"A sweep of {ARRAY_JOBS} runs goes in as one job array; each run needs one GPU for {JOB_MINUTES} minutes, "
+            f"and your account may hold {GPU_LIMIT} GPUs at once. How many minutes after the array starts does its "
+            "last run end, at the earliest?", array_minutes(), unit="min"),
     }

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from coursekit.metrics import MetricsWriter, default_run_dir
+from coursekit.metrics import MetricsWriter, default_run_dir, step_figures
 from coursekit.train.checkpoint import load_checkpoint
 from coursekit.train.checks import validate
 from coursekit.train.config import TrainConfig, parse_args
@@ -44,7 +44,7 @@ from coursekit.train.parallel.summary import parallel_summary
 from coursekit.train.precision import setup_precision
 from coursekit.train.probes import check_loggable
 from coursekit.train.profiling import GpuMonitor
-from coursekit.train.report import Console, steady_state, system_info
+from coursekit.train.report import Console, system_info
 from coursekit.train.schedule import build_scheduler
 
 try:
@@ -238,8 +238,9 @@ def _start_line(cfg: TrainConfig, ctx: DistContext, parts: dict[str, Any]) -> st
 
 def _summary(cfg: TrainConfig, ctx: DistContext, trainer: Trainer, status: str, parts: dict[str, Any],
              monitor: GpuMonitor, total_time_s: float, run_dir: Path) -> dict[str, Any]:
-    rate, rate_std = steady_state(trainer.throughputs)
-    rate_gpu, _ = steady_state(trainer.throughputs, "images_per_s")
+    figures = step_figures(trainer.throughputs)  # the one definition of throughput and data share (metrics.py)
+    rate, rate_std = figures["images_per_s"], figures["images_per_s_std"]
+    rate_gpu = step_figures(trainer.throughputs, "images_per_s")["images_per_s"]
     last = trainer.last_epoch_record
     summary: dict[str, Any] = {
         "status": status, "config": cfg.to_dict(), "run_dir": str(run_dir), "world_size": ctx.world_size,
@@ -249,6 +250,7 @@ def _summary(cfg: TrainConfig, ctx: DistContext, trainer: Trainer, status: str, 
         "mesh": parts["mesh"], "num_parameters": parts["num_parameters"],
         "sync_batchnorm_layers": parts["sync_batchnorm_layers"],
         "images_per_s": rate, "images_per_s_std": rate_std, "images_per_s_per_gpu": rate_gpu,
+        "data_fraction": figures["data_fraction"], "measured_steps": figures["measured_steps"],
         "train_loss": last.get("train_loss"), "train_acc": last.get("train_acc"),
         "val_loss": last.get("val_loss"), "val_acc": last.get("val_acc"),
         "memory_estimate": parts["memory_estimate"],
@@ -288,7 +290,8 @@ def _images_per_epoch(trainer: Trainer, parts: dict[str, Any]) -> int:
 
 def _end_line(summary: dict[str, Any]) -> str:
     rate = summary.get("images_per_s")
-    rate_text = f"{rate:,.0f} ± {summary['images_per_s_std']:,.0f} img/s" if rate else "- img/s"
+    rate_text = (f"{rate:,.0f} img/s over the {summary.get('measured_steps')} steps after warm-up "
+                 f"(windows spread ± {summary['images_per_s_std']:,.0f})" if rate else "- img/s")
     return (f"coursekit.train: {summary['status']} after {summary['steps']} steps in {summary['total_time_s']:.1f} s, "
             f"{rate_text}, summary in {summary['run_dir']}")
 

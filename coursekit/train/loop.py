@@ -104,7 +104,7 @@ class Trainer:
         self.pos = Position()
         self.epoch_rng: dict[str, Any] | None = None
         self.resume_state: dict[str, Any] | None = None
-        self.throughputs: list[dict[str, Any]] = []  # step records' throughput, for the steady state
+        self.throughputs: list[dict[str, Any]] = []  # step records' timing: metrics.step_figures
         self.gpu_monitor: GpuMonitor | None = None  # the engine's NVML sampler: energy and utilisation per record
         self._energy_mark: float | None = None  # this GPU's joules at the last step record
         self.last_epoch_record: dict[str, Any] = {}
@@ -279,7 +279,8 @@ class Trainer:
         record: dict[str, Any] = {
             "step": self.pos.step, "epoch": self.pos.epoch + 1, "loss": loss, "lr": self.lr,
             "images_per_s": local_rate, "images_per_s_global": global_rate,
-            "data_time_s": times.data_s / steps, "compute_time_s": times.compute_s / steps}
+            "data_time_s": times.data_s / steps, "compute_time_s": times.compute_s / steps,
+            "window_steps": times.steps, "window_time_s": times.wall_s}
         if not math.isfinite(loss):
             return self._stop_on_nan(loss)
         if times.cpu_s:  # on a CPU: images per second of processor time, the rate neighbours' work leaves alone
@@ -306,8 +307,9 @@ class Trainer:
         if self.trust_ratios is not None:
             record["trust_ratios"], self.trust_ratios = self.trust_ratios, None
         self.writer.write("step", **record)
-        self.throughputs.append({"first_step": self.pos.step - times.steps + 1, "images_per_s": local_rate,
-                                 "images_per_s_global": global_rate})
+        self.throughputs.append({key: record[key] for key in (  # what metrics.step_figures reads
+            "step", "window_steps", "window_time_s", "images_per_s", "images_per_s_global", "data_time_s",
+            "compute_time_s")})
         self.console.postfix(loss=loss)
         self._reset_window()
         return True

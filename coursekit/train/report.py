@@ -6,13 +6,11 @@ from __future__ import annotations
 import math
 import os
 import platform
-import statistics
 import sys
 from typing import Any, TextIO
 
 import torch
 
-STEADY_STATE_SKIP_STEPS = 5  # records of the first steps (compilation, cuDNN autotuning) are warm-up
 PROGRESS_MIN_INTERVAL_S = 0.5
 
 
@@ -27,19 +25,6 @@ def system_info(device: torch.device) -> dict[str, Any]:
     else:
         info["device_name"] = f"CPU {platform.processor() or platform.machine()} ({torch.get_num_threads()} threads)"
     return info
-
-
-def steady_state(step_records: list[dict[str, Any]], key: str = "images_per_s_global",
-                 ) -> tuple[float | None, float | None]:
-    """Mean ± std of a throughput over the windows that start after the warm-up steps (else all but the first).
-
-    Each record carries ``first_step``, the first step of its window."""
-    values = [r[key] for r in step_records if r["first_step"] > STEADY_STATE_SKIP_STEPS and r.get(key)]
-    if not values:
-        values = [r[key] for r in step_records[1:] if r.get(key)] or [r[key] for r in step_records if r.get(key)]
-    if not values:
-        return None, None
-    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
 
 
 def _fmt(value: float | None, spec: str, suffix: str = "") -> str:

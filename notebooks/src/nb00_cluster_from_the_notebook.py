@@ -62,9 +62,9 @@ print("ready to submit jobs:", ready)
 #
 # A job runs one command. Ours is the training engine with a handful of options; `engine_command`
 # writes the command for a configuration (only the options that differ from the defaults appear).
-# `s.job` holds the submission options of this profile: the time limit and, in the cpu profile, one
-# compute thread per job (`OMP_NUM_THREADS=1`), so that jobs sharing a few cores take turns instead of
-# getting in each other's way.
+# `s.job` holds the submission options: the time limit and, where the jobs run on a few shared CPU
+# cores, one compute thread per job (`OMP_NUM_THREADS=1`), so that they take turns instead of getting in
+# each other's way.
 
 # %%
 print(labs.engine_command(s.first_job))
@@ -124,14 +124,28 @@ print(Counter(record["kind"] for record in records))
 
 # %% tags=["nbval-ignore-output"]
 run = labs.summarize_run(records)
-print(f"status {run['status']}, validation accuracy {run['val_acc']:.3f}, "
-      f"{run['images_per_s']:.0f} images/s, {run['total_time_s']:.1f} s")
+print(f"status {run['status']}, validation accuracy {run['val_acc']:.3f}, {run['total_time_s']:.1f} s in all")
+print(f"{run['images_per_s']:,.0f} images/s: the images of the steps after the first five, divided by the wall time "
+      f"they took (the windows between two step records spread ± {run['images_per_s_std']:,.0f})")
+for epoch in run["epochs"]:
+    print(f"epoch {epoch['epoch']}: {epoch['images_per_s_global']:,.0f} images/s over {epoch['epoch_time_s']:.1f} s, "
+          f"counted from the epoch's start")
+
+# %% [markdown]
+# Both numbers divide images by seconds, over different stretches of time. An epoch's rate counts from
+# the epoch's start: the loader's first batch (starting its worker processes) and, in the first epoch,
+# the warm-up steps (memory allocation, the choice of the fastest kernels) are in it. The summary's rate
+# leaves out the first five steps and the gaps between epochs: it is the speed of the training steps
+# themselves, what more epochs would add. So the summary's rate is normally the higher one, and the
+# first epoch, which pays the warm-up, normally the slowest (on a busy machine another program's work can
+# slow any stretch of time).
 
 # %%
 figure, ax = plots.new_figure()
 ax.plot([r["step"] for r in run["steps"]], [r["loss"] for r in run["steps"]])
+ax.set_yscale("log")  # the loss falls by factors: a log axis shows the late steps as well as the first ones
 ax.set_xlabel("step")
-ax.set_ylabel("training loss")
+ax.set_ylabel("training loss (log scale)")
 ax.set_title("the first job")
 figure
 
@@ -184,7 +198,8 @@ table.with_columns("lr", "job_id", "state", "val_acc", "val_loss", "images_per_s
 
 # %%
 figure, (left, right) = plots.new_figure(ncols=2)
-plots.curves(table, "steps", "step", "loss", ["lr"], ax=left, title="training loss")
+plots.curves(table, "steps", "step", "loss", ["lr"], ax=left, title="training loss (log scale)")
+left.set_yscale("log")  # a spike of the largest lr (the loss jumps by a factor of ten or more) and the others' fall
 plots.curves(table, "epochs", "epoch", "val_acc", ["lr"], ax=right, title="validation accuracy")
 figure
 
@@ -220,8 +235,9 @@ verdicts = [
 # %% [markdown]
 # ## 9. Exit ticket
 #
-# Three questions on *your* jobs: the answers are in the outputs above (the queue, the states, the sweep's
-# table). The ticket is checked at once, and your score is saved for the instructor.
+# Three questions on *your* jobs, whose answers are in the outputs above (the queue, the states, the sweep's
+# table), and one to compute from what a job array does. The ticket is checked at once, and your score is
+# saved for the instructor.
 
 # %%
 from coursekit.labs import lab00_cluster
@@ -230,12 +246,14 @@ ticket = labs.exit_ticket("00", lab00_cluster.ticket_questions(job.job_id, long_
 answers = ticket.blank()
 
 # %% [markdown] tags=["exercise"]
-# Write your answers as `answers = {"first_job_id": ..., "long_state": ..., "best_lr": ...}` in place of the
-# two placeholder lines. A question you leave out counts as not answered.
+# Write your answers as `answers = {"first_job_id": ..., "long_state": ..., "best_lr": ...,
+# "array_minutes": ...}` in place of the two placeholder lines. A question you leave out counts as not
+# answered.
 
 # %% tags=["exercise"]
 ### BEGIN SOLUTION
 answers = {"first_job_id": job.job_id, "long_state": long_job.state,
-           "best_lr": max(table, key=lambda row: row["val_acc"] or 0)["lr"]}
+           "best_lr": max(table, key=lambda row: row["val_acc"] or 0)["lr"],
+           "array_minutes": -(-12 // 4) * 10}  # 12 runs in waves of 4 GPUs: 3 waves of 10 minutes
 ### END SOLUTION
 graded = ticket.grade(answers)

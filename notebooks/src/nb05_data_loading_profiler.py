@@ -55,12 +55,11 @@ print(f"{len(images)} training JPEGs of {s.jpeg_size[0]}x{s.jpeg_size[1]} in {le
 #   asynchronously;
 # * `non_blocking`: let the host-to-GPU copy overlap with work already queued on the GPU.
 #
-# The last two matter only with a GPU. In the cpu profile each job computes with one thread, leaving the
-# second core to a worker — as the CPU cores of a GPU node are free while the GPU computes. The runs go
-# one at a time, so that they do not compete for the cores, followed by the profiled run of section 4
-# (`loading.submit_sweeps`: one sweep per experiment). In the cpu profile they all share one job
-# (`one_job=True`: `python -m coursekit.train.sweep` runs them one after the other), which starts Python
-# and torch once instead of once per run.
+# The last two matter only with a GPU. The runs go one at a time, so that they do not compete for the
+# cores, followed by the profiled run of section 3 (`loading.submit_sweeps`: one sweep per experiment).
+# They share one job (`one_job=True`: `python -m coursekit.train.sweep` runs them one after the other),
+# which starts Python and torch once instead of once per run, and which the cell below submits at once:
+# you read on while it runs, and section "The measurements" collects the results.
 
 # %% tags=["exact-settings"]
 base = s.base.replace(data_dir=str(root))
@@ -69,10 +68,23 @@ labels = [loading.loader_label(options) for options in s.loaders]
 for label, config in zip(labels, configs, strict=True):
     print(f"{label:<40} {labs.engine_command(config).replace(str(root), '<jpeg folder>')}")
 
+# %% tags=["nbval-ignore-output"]
+profiled = base.replace(workers=0, profile=True, profile_steps=s.profile_steps, epochs=1)  # section 3
+sweep, prof_sweep = loading.submit_sweeps([configs, [profiled]], one_at_a_time=True, one_job=True,
+                                          names=[labs.job_name(pseudo, "load"), labs.job_name(pseudo, "prof")],
+                                          **s.job, timeout_s=s.timeout_s)
+print(f"{len(configs)} loader runs and the profiled run submitted in one job: read on while it runs")
+profile.explain(
+    gpu=f"Each run trains {base.model} ({base.precision}, channels_last) for {base.test_steps} steps of "
+        f"{base.batch_size} images, two passes over the folder, so that an epoch boundary is in every run. "
+        "Together they take about five minutes.",
+    cpu="Each run computes with one thread, leaving the second core to a worker, as the CPU cores of a GPU node "
+        "are free while the GPU computes.")
+
 # %% [markdown] tags=["exercise"]
-# ### Predict, then run
+# ### Predict, then look
 #
-# Before you run the jobs: with no worker process (`workers=0`), what percentage of each training step
+# While the jobs run: with no worker process (`workers=0`), what percentage of each training step
 # will be spent waiting for data? Replace the two placeholder lines below with your guess, a number, in
 # `my_guess` (or `my_guess = None`, which shows a box to type it in). The figure below sets it beside the
 # measurement.
@@ -84,18 +96,53 @@ my_guess = 20
 labs.predict("wait_no_workers", "With workers=0, what percentage of each step will be spent waiting for data?",
              unit="%", value=my_guess)
 
+# %% [markdown]
+# ### While the jobs run: decoding on the CPU or on the GPU
+#
+# When the CPUs cannot keep up, the decoding itself can move to the GPU: the workers only read the files'
+# bytes and `torchvision.io.decode_jpeg(device="cuda")` (nvjpeg) decodes whole batches on the GPU (the
+# engine's `--gpu-decode`). A background thread decodes a few batches ahead, on its own CUDA stream and on
+# into the next epoch, and the workers never stop between epochs, so that the step does not wait. The
+# engine's benchmark recorded both on an H100 with 16 CPU workers:
+
 # %% tags=["nbval-ignore-output"]
-profiled = base.replace(workers=0, profile=True, profile_steps=s.profile_steps, epochs=1)  # section 4
-sweep, prof_sweep = loading.submit_sweeps([configs, [profiled]], one_at_a_time=True, one_job=profile.is_cpu,
-                                          names=[labs.job_name(pseudo, "load"), labs.job_name(pseudo, "prof")],
-                                          **s.job, timeout_s=s.timeout_s)
+recording = labs.load_recording("gpu_ladder")
+jpeg = recorded.jpeg_table(recording) if recording else None
+if jpeg is not None:
+    display(jpeg)
+    display(plots.bars(jpeg.column("pipeline"), jpeg.column("img_s"), errors=jpeg.column("img_s_std"),
+                       ylabel="training images/s", title="ResNet-50 bf16 (recorded)", color=plots.RECORDED_COLOR))
+else:
+    print("no recorded JPEG figures")
+
+# %%
+profile.explain(gpu="The last configuration of your sweep decodes on the GPU: its row below shows what that does "
+                    "to the waiting, with 8 workers reading the files.")
+
+# %% [markdown]
+# ### The measurements
+#
+# One row per loader setting, each number over the same steps: the steps after the first five (warm-up;
+# in a run of fewer than 20 steps, after its first quarter), the second epoch's start included.
+#
+# * `data_fraction`: time waiting for data / wall time of those steps;
+# * `data_time_mean_s`, `compute_time_mean_s`: per step, their means over the same steps, so that
+#   data / (data + compute) is `data_fraction` exactly (the stacked bars of the figure and its share agree);
+# * `data_time_s`: the **median** wait, the typical step: a loader that delivers its batches in bursts
+#   (each worker prepares a whole batch, all workers start together) shows a small median and a large mean;
+# * `images_per_s`: images / wall time of those steps;
+# * `epoch_time_s`: the faster epoch, counted from its start, so the workers' start and the first batch
+#   are in it: images per epoch / `epoch_time_s` is normally lower than `images_per_s`.
+
+# %% tags=["nbval-ignore-output"]
 table = sweep.results(timeout_s=s.timeout_s, title="loader settings")
 for row, label in zip(table, labels, strict=True):
     row["loader"] = label
 failed = failures.report_failures(table, "the loader sweep")
 table = failures.completed(table)
 table.add_column("epoch_time_s", lambda row: min(e["epoch_time_s"] for e in row["epochs"]))
-table.with_columns("loader", "state", "data_fraction", "data_time_s", "compute_time_s", "epoch_time_s", "images_per_s")
+table.with_columns("loader", "state", "data_fraction", "data_time_mean_s", "compute_time_mean_s", "data_time_s",
+                   "images_per_s", "epoch_time_s")
 
 # %%
 print("states:", table.column("state"))
@@ -103,12 +150,12 @@ print("states:", table.column("state"))
 # %%
 figure, (left, right) = plots.new_figure(ncols=2)
 positions = range(len(table))
-data = [row["data_time_s"] * 1e3 for row in table]
-compute = [row["compute_time_s"] * 1e3 for row in table]
+data = [row["data_time_mean_s"] * 1e3 for row in table]  # means: data / (data + compute) is the right panel's share
+compute = [row["compute_time_mean_s"] * 1e3 for row in table]
 left.bar(positions, compute, label="compute")
 left.bar(positions, data, bottom=compute, label="waiting for data")
 left.set_xticks(list(positions), table.column("loader"), rotation=20, ha="right", fontsize="small")
-left.set_ylabel("ms per step (median)")
+left.set_ylabel("ms per step (mean of the measured steps)")
 left.legend(fontsize="small")
 plots.bars(table.column("loader"), [100 * f for f in table.column("data_fraction")], ax=right,
            ylabel="% of step time waiting for data", title="share waiting for data")
@@ -120,7 +167,22 @@ labs.reveal("wait_no_workers", 100 * table[0]["data_fraction"] if table[0]["conf
 # %% [markdown]
 # With no worker, every step waits for its batch to be decoded. A worker decodes the next batch while
 # the current one trains: the wait shrinks to what decoding takes *beyond* the compute. Starting workers
-# costs time at each epoch, which `persistent_workers` pays only once.
+# costs time at each epoch, which `persistent_workers` pays only once. Pinned memory shortens every copy
+# to the GPU (the GPU reads page-locked memory directly, without a staging copy by the driver), so
+# `+pin` lowers the wait even when the copies are not asynchronous.
+
+# %%
+lesson = loading.feeding(list(table))
+if lesson["holds"]:
+    profile.explain(gpu=f"With {loading.CPU_WORKERS} CPU workers the steps still waited "
+                        f"{100 * min(lesson['cpu']):.0f}–{100 * max(lesson['cpu']):.0f} % of their time, whatever the "
+                        "other settings: eight cores cannot decode and crop JPEGs as fast as this GPU trains on them. "
+                        f"Only decoding on the GPU brought the waiting down, to {100 * max(lesson['gpu']):.0f} %.")
+elif lesson["cpu"] and lesson["gpu"]:
+    profile.explain(gpu=f"In this run the CPU workers' loaders waited {100 * min(lesson['cpu']):.0f}–"
+                        f"{100 * max(lesson['cpu']):.0f} % of step time and GPU decoding {100 * max(lesson['gpu']):.0f} %: "
+                        "not the clear split between them that other runs of this lab measured (see the claims at "
+                        "the end).")
 
 # %% [markdown] tags=["exercise"]
 # ### Your turn: a loader that keeps the step fed
@@ -135,8 +197,8 @@ labs.reveal("wait_no_workers", 100 * table[0]["data_fraction"] if table[0]["conf
 #    `persistent_workers=True` and `prefetch_factor=4` for the DataLoader;
 # 2. in `to_device`: copy the images and the labels with `.to(device, non_blocking=True)`.
 #
-# `pin_memory` and `non_blocking` go together: the GPU copies asynchronously only from pinned memory,
-# and pinned memory gains nothing if each copy still makes the training process wait.
+# `pin_memory` and `non_blocking` go together: pinned memory makes every copy to the GPU faster, and the
+# GPU copies asynchronously (`non_blocking` overlapping the copy with queued work) only from pinned memory.
 #
 # Fill in the TODOs, then set `my_script` to the path of your script. `labs.check_loader_script(my_script)`
 # runs it beside `train_starving.py`, a few steps each, and checks:
@@ -160,33 +222,13 @@ for name in ("workers", "pinning", "persistent"):
     print(f"{name}: {loader_report[name].verdict}")
 
 # %% [markdown]
-# ## 3. Decoding on the CPU or on the GPU
-#
-# When the CPUs cannot keep up, the decoding itself can move to the GPU: the workers only read the files'
-# bytes and `torchvision.io.decode_jpeg(device="cuda")` (nvjpeg) decodes whole batches on the GPU (the
-# engine's `--gpu-decode`). A background thread decodes a few batches ahead, on its own CUDA stream and on
-# into the next epoch, and the workers never stop between epochs, so that the step does not wait. In the
-# gpu profile the last configuration above does that. The engine's benchmark recorded both on an H100
-# with 16 CPU workers:
-
-# %% tags=["nbval-ignore-output"]
-recording = labs.load_recording("gpu_ladder")
-jpeg = recorded.jpeg_table(recording) if recording else None
-if jpeg is not None:
-    display(jpeg)
-    display(plots.bars(jpeg.column("pipeline"), jpeg.column("img_s"), errors=jpeg.column("img_s_std"),
-                       ylabel="training images/s", title="ResNet-50 bf16 (recorded)", color=plots.RECORDED_COLOR))
-else:
-    print("no recorded JPEG figures")
-
-# %% [markdown]
-# ## 4. The profiler
+# ## 3. The profiler
 #
 # `torch.profiler` records every operator the steps run, on the CPU and (with CUDA) on the GPU. The
 # engine's `--profile` records `--profile-steps` steps after one step of wait and one of warm-up, and
 # writes a Chrome trace into the run's `profile/` folder plus a text summary of the operators
 # that took the most time. We profiled the run without workers, where the loader is inside the steps
-# (`profiled`, submitted in section 2 after the loader runs).
+# (`profiled`, submitted in section 2 with the loader runs, in the same job after them).
 
 # %% tags=["nbval-ignore-output"]
 print(labs.engine_command(profiled).replace(str(root), "<jpeg folder>"))
@@ -222,7 +264,7 @@ print(len(list(Path(prof_job.run_dir, "profile").glob("*.pt.trace.json"))), "tra
 #
 # From the trace summary, the DataLoader took a share of each profiled step. Compare it with the share
 # of step time waiting for data that the `workers=0` job of section 2 measured with its own clock
-# (`data_fraction`). Store both in `from_trace` and `from_metrics`. Why are they close but not equal?
+# (`data_fraction`). Store both in `from_trace` and `from_metrics`. Why are they not equal?
 
 # %% tags=["nbval-ignore-output", "exercise"]
 ### BEGIN SOLUTION
@@ -232,16 +274,21 @@ from_metrics = table[0]["data_fraction"]
 print(f"trace: {from_trace:.2f}, metrics: {from_metrics:.2f}")
 
 # %% [markdown] tags=["solution"]
-# They measure nearly the same thing — the time the training process spends getting the next batch —
-# over different windows: the trace covers a few steps after a warm-up, the metrics every step of the
-# run; the engine's data time also includes the copy to the device and the host work between steps, and
-# the profiler adds a little overhead of its own.
+# They come from different jobs (the profiled run and the sweep's `workers=0` run, each with its own
+# machine noise) and different steps (a few steps after one of wait and one of warm-up, against every step
+# after the first five), and they do not measure the same thing. The trace counts the time the training
+# process spends inside the DataLoader, including time when the GPU is still computing the previous
+# step: the process queues a step's kernels and goes on to the next batch without waiting for them. The
+# engine counts as waiting only the wall time the GPU did not spend on the step. With a GPU the trace's
+# share is therefore the larger one; without a GPU (no overlap) the two are close. The profiler's own
+# overhead on the host lengthens the traced steps a little more.
 
 # %% [markdown]
-# ## 5. Exit ticket
+# ## 4. Exit ticket
 #
-# Four questions on what *you* measured above: the answers are in your own tables and figures, not in a
-# book. The ticket is checked at once, and your score is saved for the instructor.
+# Four questions on what *you* measured above (the answers are in your own tables and figures, not in a
+# book) and one to compute with the lab's idea. The ticket is checked at once, and your score is saved for
+# the instructor.
 
 # %%
 no_workers = table[0] if table[0]["config"].workers == 0 else None
@@ -254,25 +301,31 @@ ticket = labs.exit_ticket("05", {
     "trace_share": labs.Question("In the profiler trace, what percentage of the profiled time was spent inside the "
                                  "DataLoader?", 100 * trace["dataloader_share"] if trace else None, unit="%", abs_tol=5),
     "profiled_steps": labs.Question("How many steps did the profiler record?", trace["steps"] if trace else None),
+    "workers_needed": labs.Question(
+        f"A training step computes for {loading.TRANSFER_COMPUTE_MS} ms on the GPU, and one worker process needs "
+        f"{loading.TRANSFER_DECODE_MS} ms of its CPU core to read and decode one batch. With a core for each worker, "
+        "how many workers at least keep the step from waiting once the loader runs?",
+        loading.workers_needed(loading.TRANSFER_DECODE_MS, loading.TRANSFER_COMPUTE_MS)),
 })
 answers = ticket.blank()
 
 # %% [markdown] tags=["exercise"]
 # Write your answers as `answers = {"wait_no_workers": ..., "least_waiting": ..., ...}` in place of the two
-# placeholder lines: numbers (or a loader setting, as the table writes it) you read above. A question you
-# leave out counts as not answered.
+# placeholder lines: numbers (or a loader setting, as the table writes it) you read above, and the number
+# you computed. A question you leave out counts as not answered.
 
 # %% tags=["exercise"]
 ### BEGIN SOLUTION
 answers = {"wait_no_workers": 100 * no_workers["data_fraction"] if no_workers else None,
            "least_waiting": least["loader"],
            "trace_share": 100 * trace["dataloader_share"] if trace else None,
-           "profiled_steps": trace["steps"] if trace else None}
+           "profiled_steps": trace["steps"] if trace else None,
+           "workers_needed": -(-300 // 50)}  # each worker delivers a batch per 300 ms, the step takes one per 50 ms
 ### END SOLUTION
 graded = ticket.grade(answers)
 
 # %% [markdown]
-# ## 6. The claims, checked
+# ## 5. The claims, checked
 
 # %%
 no_workers = table[0]
@@ -297,8 +350,19 @@ verdicts = [
                      trace is not None and trace["steps"] == s.profile_steps and trace["dataloader_share"] > 0.1,
                      f"{trace['steps']} steps, {100 * trace['dataloader_share']:.0f} % in the DataLoader"
                      if trace else "no trace: the profiled job failed"),
-    labs.check_claim("the profiler sees the GPU's idle time",
-                     trace is not None and trace["gpu_idle_share"] is not None,
-                     f"GPU idle {trace['gpu_idle_share'] if trace else 'unknown: the profiled job failed'}",
-                     applies=profile.is_gpu, why_not="no GPU in this profile"),
+    labs.check_claim(f"the profiler sees the GPU idle {100 * loading.GPU_IDLE_MIN:.0f}–{100 * loading.GPU_IDLE_MAX:.0f} % "
+                     "of the profiled steps without workers, within "
+                     f"{100 * loading.GPU_IDLE_VS_WAIT:.0f} points of the share the engine measured waiting",
+                     loading.gpu_idle_agrees(trace["gpu_idle_share"] if trace else None, no_workers["data_fraction"]),
+                     f"GPU idle {100 * trace['gpu_idle_share']:.0f} % in the trace, waiting "
+                     f"{100 * no_workers['data_fraction']:.0f} % by the engine's clock"
+                     if trace and trace["gpu_idle_share"] is not None else "no GPU activity in the trace",
+                     applies=profile.is_gpu, why_not="no GPU here: the trace holds no GPU activity"),
+    labs.check_claim(f"{loading.CPU_WORKERS} CPU workers cannot feed this model on this GPU (every such loader waits "
+                     f"at least {100 * loading.CPU_WORKERS_WAIT_MIN:.0f} % of step time); GPU decoding brings the wait "
+                     f"under {100 * loading.GPU_DECODE_WAIT_MAX:.0f} %",
+                     lesson["holds"],
+                     f"CPU workers: {', '.join(f'{100 * f:.0f} %' for f in lesson['cpu'])}; GPU decoding: "
+                     f"{', '.join(f'{100 * f:.0f} %' for f in lesson['gpu'])}",
+                     applies=profile.is_gpu, why_not="no GPU here: the sweep has no GPU-decoding loader"),
 ]

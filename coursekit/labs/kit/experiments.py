@@ -29,13 +29,12 @@ from typing import Any
 from coursekit.labs.kit.energy import energy_figures
 from coursekit.labs.kit.progress import JobsBar
 from coursekit.labs.kit.results import ResultsTable
-from coursekit.metrics import epochs, read_metrics, steps, summary
+from coursekit.metrics import epochs, measured_windows, read_metrics, step_figures, steps, summary
 from coursekit.train.config import TrainConfig
 
 ENGINE = "-m coursekit.train"
 DEFAULT_TIMEOUT_S = 900.0
 DEFAULT_TIME_MAX = "00:30:00"
-WARMUP_STEP_RECORDS = 1  # the first step record (allocations, lazy init) is left out of step statistics
 OOM_STATE = "OUT_OF_MEMORY"
 OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError", "out of memory")
 ERR_TAIL_LINES = 200
@@ -177,16 +176,17 @@ def summarize_run(records: list[dict[str, Any]]) -> dict[str, Any]:
     step_records = steps(records)
     epoch_records = epochs(records)
     final = summary(records) or {}
-    timed = step_records[WARMUP_STEP_RECORDS:] or step_records
-    data_times = [r["data_time_s"] for r in timed if r.get("data_time_s") is not None]
-    compute_times = [r["compute_time_s"] for r in timed if r.get("compute_time_s") is not None]
-    total_step = sum(data_times) + sum(compute_times)
+    timed = measured_windows(step_records)  # the one definition of the measured steps (coursekit/metrics.py)
+    figures = step_figures(step_records)
     last_epoch = epoch_records[-1] if epoch_records else {}
     peaks = [r["mem_allocated_peak_mb"] for r in step_records if r.get("mem_allocated_peak_mb") is not None]
     rates = [r["images_per_s_global"] for r in timed if r.get("images_per_s_global")]
     return {
         "status": final.get("status"),
-        "images_per_s": final.get("images_per_s"),
+        # throughput, data share, per-step means and medians: one definition, recomputed from the step records
+        # (so an older run's summary, written with another definition, does not leak into a table)
+        "images_per_s": figures["images_per_s"] if figures["images_per_s"] is not None else final.get("images_per_s"),
+        "images_per_s_std": figures["images_per_s_std"],
         "images_per_s_median": _median(rates),
         # on a CPU, images per second of processor time: on a shared machine other processes take turns with the
         # run and stretch its wall time, not the processor time its steps cost (a throughput claim on a busy CPU)
@@ -195,10 +195,8 @@ def summarize_run(records: list[dict[str, Any]]) -> dict[str, Any]:
         "val_acc": final.get("val_acc", last_epoch.get("val_acc")),
         "val_loss": final.get("val_loss", last_epoch.get("val_loss")),
         "train_loss": step_records[-1].get("loss") if step_records else None,
-        "step_time_s": _median([d + c for d, c in zip(data_times, compute_times, strict=False)]),
-        "data_time_s": _median(data_times),
-        "compute_time_s": _median(compute_times),
-        "data_fraction": sum(data_times) / total_step if total_step > 0 else None,
+        **{key: figures[key] for key in ("data_fraction", "data_time_mean_s", "compute_time_mean_s", "data_time_s",
+                                         "compute_time_s", "step_time_s")},
         "peak_mem_mb": final.get("mem_allocated_peak_mb") or (max(peaks) if peaks else None),
         **energy_figures(timed, final.get("images_per_epoch")),  # None on CPUs: energy is measured on GPUs only
         "device": final.get("device_name"),

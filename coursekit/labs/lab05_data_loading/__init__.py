@@ -186,3 +186,42 @@ def settings(profile: str) -> dict[str, Any]:
             "scripts": SCRIPT_PATHS,
             "budget": workshop_budget({"loader settings (40 steps)": (len(loaders), 1.0), "profiler": (1, 1.0),
                                        "your loader script checked (starving and fed runs)": (2, 0.5)})}
+
+
+# ----------------------------------------------------------------- the claims and the transfer question
+
+# The profiler's GPU idle share in the profiled workers=0 run: between GPU_IDLE_MIN and GPU_IDLE_MAX (a trace
+# without kernels in its steps reads 1, one whose host events were taken for the GPU's reads near 0), and within
+# GPU_IDLE_VS_WAIT of the share of step time the sweep's workers=0 job waited for data by the engine's clock
+# (that share is 1 - GPU compute / wall time: the same idleness, measured in another job; the profiler's
+# overhead on the host and the copies it counts as busy move the two apart by a few points, not by 0.2).
+GPU_IDLE_MIN, GPU_IDLE_MAX, GPU_IDLE_VS_WAIT = 0.5, 0.99, 0.2
+# The loaders' lesson on a GPU: every configuration with 8 CPU workers still waits for at least
+# CPU_WORKERS_WAIT_MIN of step time (34-47 % measured on an H200), GPU decoding at most GPU_DECODE_WAIT_MAX (~1 %).
+CPU_WORKERS, CPU_WORKERS_WAIT_MIN, GPU_DECODE_WAIT_MAX = 8, 0.15, 0.05
+# the exit ticket's transfer question: a step's compute and one worker's decoding of one batch
+TRANSFER_COMPUTE_MS, TRANSFER_DECODE_MS = 50, 300
+
+
+def gpu_idle_agrees(idle_share: float | None, wait_share: float | None) -> bool:
+    """The trace's GPU idle share is in its range and agrees with the engine's waiting share (see above)."""
+    if idle_share is None or wait_share is None:
+        return False
+    return GPU_IDLE_MIN <= idle_share <= GPU_IDLE_MAX and abs(idle_share - wait_share) <= GPU_IDLE_VS_WAIT
+
+
+def feeding(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The waiting shares of the CPU-decoding loaders with ``CPU_WORKERS`` workers and of the GPU-decoding ones, and
+    whether the lesson holds: the former all wait at least ``CPU_WORKERS_WAIT_MIN``, the latter at most
+    ``GPU_DECODE_WAIT_MAX``. ``holds`` is False when either kind is missing."""
+    cpu = [r["data_fraction"] for r in rows
+           if r["config"].workers >= CPU_WORKERS and not r["config"].gpu_decode and r.get("data_fraction") is not None]
+    gpu = [r["data_fraction"] for r in rows if r["config"].gpu_decode and r.get("data_fraction") is not None]
+    holds = bool(cpu and gpu) and min(cpu) >= CPU_WORKERS_WAIT_MIN and max(gpu) <= GPU_DECODE_WAIT_MAX
+    return {"cpu": cpu, "gpu": gpu, "holds": holds}
+
+
+def workers_needed(decode_ms: float, compute_ms: float) -> int:
+    """Workers (one core each) that keep a step fed in the steady state: one batch per step, each worker
+    delivering one batch per ``decode_ms``: at least ``decode_ms / compute_ms``, rounded up."""
+    return -(-int(round(1000 * decode_ms)) // int(round(1000 * compute_ms)))

@@ -94,3 +94,32 @@ def test_the_profiled_run_fits_in_its_one_epoch(profile):
     s = loading.settings(profile)
     steps_per_epoch = s["jpeg_classes"] * s["jpeg_images_per_class"] // s["base"].batch_size
     assert PROFILER_WAIT_STEPS + PROFILER_WARMUP_STEPS + s["profile_steps"] <= steps_per_epoch
+
+
+def test_gpu_idle_claim_needs_a_share_in_range_that_agrees_with_the_engine():
+    assert loading.gpu_idle_agrees(0.86, 0.83)  # shaped like the H200 run: the engine's 83 % waiting with workers=0
+    assert not loading.gpu_idle_agrees(None, 0.83)  # no GPU events in the trace
+    assert not loading.gpu_idle_agrees(0.05, 0.83)  # host events counted as the GPU's
+    assert not loading.gpu_idle_agrees(1.0, 0.83)  # no kernel inside the profiled steps
+    assert not loading.gpu_idle_agrees(0.55, 0.83)  # in range, but not the idleness the engine measured
+
+
+def rows(shares, gpu_share):
+    from coursekit.train.config import TrainConfig
+
+    made = [{"config": TrainConfig(workers=0), "data_fraction": 0.83}]
+    made += [{"config": TrainConfig(workers=8), "data_fraction": share} for share in shares]
+    made += [{"config": TrainConfig(workers=8, gpu_decode=True), "data_fraction": gpu_share}]
+    return made
+
+
+def test_the_feeding_lesson_holds_only_where_the_data_holds_it():
+    assert loading.feeding(rows([0.34, 0.47, 0.36, 0.35], 0.01))["holds"]  # the H200 run's shares
+    assert not loading.feeding(rows([0.34, 0.02, 0.36], 0.01))["holds"]  # one CPU loader fed the step
+    assert not loading.feeding(rows([0.34, 0.47], 0.20))["holds"]  # GPU decoding did not stop the waiting
+    assert not loading.feeding(rows([0.34], None))["holds"] and not loading.feeding([])["holds"]
+
+
+def test_transfer_question_rounds_up():
+    assert loading.workers_needed(300, 50) == 6 and loading.workers_needed(310, 50) == 7
+    assert loading.workers_needed(loading.TRANSFER_DECODE_MS, loading.TRANSFER_COMPUTE_MS) == 6
