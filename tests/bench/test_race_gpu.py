@@ -29,6 +29,8 @@ def test_report_from_the_smoke_result(tmp_path: Path, monkeypatch: pytest.Monkey
 
 def test_a_short_cpu_race_runs_and_verifies(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COURSEKIT_COURSE_DIR", str(tmp_path))  # run_race would set it for the bench's process
+    monkeypatch.setenv("COURSEKIT_SITE", "local")  # its runs are local processes: no Slurm accounting to ask,
+    # wherever Slurm is up (a whole run had it set by notebooks/conftest.py; this file alone did not)
     result = race_gpu.run_race("cpu", seeds=2, time_limit_s=SMOKE_TIME_LIMIT_S, work=tmp_path)
     assert [e["participant"] for e in result["entries"]] and all(e["counts"] for e in result["entries"]), \
         [(e["participant"], e.get("marks"), e.get("time_to_target_s")) for e in result["entries"]]
