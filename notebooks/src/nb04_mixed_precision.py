@@ -94,7 +94,7 @@ numerics.grad_scaler_demo()
 # the other (never two side by side on one GPU, which would spoil the timings). Read on while it runs:
 # section 6 collects the results.
 
-# %%
+# %% tags=["exact-counts"]
 gpu, matmuls = None, None
 if profile.is_gpu:
     probe = coursekit.submit_function(hardware.gpu_info, name=labs.job_name(pseudo, "gpu"), **s.job)
@@ -141,7 +141,7 @@ numerics.strides_table()
 if matmuls is not None:
     display(matmuls)
 else:
-    print("needs a GPU: run this notebook in the gpu profile")
+    print("timed on a GPU only: a CPU has no tensor cores to compare")
 
 # %% [markdown]
 # ## 6. The results: three formats, then the speed-up ladder
@@ -179,9 +179,8 @@ figure
 # %%
 profile.explain(
     gpu="The low-precision runs learn like fp32: their losses lie on top of each other, and section 8 compares "
-        "their validation accuracies seed by seed. Their images/s differ less than the ladder's below: this "
-        "ResNet-18 on 32 × 32 images is too small to keep the tensor cores busy, and its data comes through "
-        "the CPU's loader.",
+        "their validation accuracies seed by seed. Their images/s differ less than the ladder's below: a "
+        "ResNet-18 on 32 × 32 images is too small to keep the tensor cores busy.",
     cpu="On a CPU the low precisions change little in speed (there are no tensor cores; bf16 and fp16 may even "
         "be slower). What matters here: the three runs learn alike.")
 

@@ -207,9 +207,12 @@ def settings(profile: str) -> dict[str, Any]:
     # cosine: at a constant LR of 0.1 the BatchNorm running statistics lag the moving weights and eval-mode
     # accuracy swings between 0.50 and 0.85 from epoch to epoch in every format (Fashion-MNIST, one H100,
     # bench/REPORT-real-data.md): an annealed LR lets the formats be compared on validation accuracy
+    # the data held on the GPU as one tensor (--device-data, 60,000 images of 32 x 32): no loader workers, so that
+    # the six runs can share one process (a DataLoader worker forked by a process that had already trained five
+    # runs died with "CUDA error: initialization error" in a probe on an H100), and the formats' speeds are the
+    # model's, not the loader's
     base = TrainConfig(model="resnet18", dataset="cifar10", data_dir=data_dir(), batch_size=256, epochs=3, lr=0.1,
-                       schedule="cosine", workers=8, pin_memory=True, persistent_workers=True, non_blocking=True,
-                       **QUIET)
+                       schedule="cosine", device_data=True, **QUIET)
     ladder = TrainConfig(model="resnet50", dataset="synthetic", gpu_resident=True, image_size=224, num_classes=1000,
                          batch_size=256, test_steps=60, **QUIET)
     rungs = [{"precision": "fp32"}, {"precision": "tf32"}, {"precision": "bf16"}, {"precision": "fp16"},
