@@ -254,14 +254,14 @@ def test_the_tokens_per_s_gain_must_miss_the_bubbles_prediction_by_more_than_the
     # tokens/s of the H200 run: x1.06 at m = 4 over m = 1, where the bubble predicts x1.60
     speeds = {("gpipe", 1): 1.00e6, ("gpipe", 2): 1.08e6, ("gpipe", 4): 1.06e6, ("1f1b", 2): 1.07e6, ("1f1b", 4): 1.09e6}
     rows = _bubble_rows(GPU_BUBBLES, speeds)
-    assert mp.schedule_spread(rows) == pytest.approx(0.03 / 1.075)
+    assert mp.schedule_spread(rows) == pytest.approx((0.01 / 1.075 + 0.03 / 1.075) / 2)
     holds, detail = mp.pipeline_gain(rows)
     assert holds and "x1.06 at m = 4 over m = 1, against x1.60" in detail
     # planted: micro-batches that cost nothing give what the bubble predicts: the claim fails
     free = {**speeds, ("gpipe", 4): 1.58e6, ("1f1b", 4): 1.60e6}
     assert not mp.pipeline_gain(_bubble_rows(GPU_BUBBLES, free))[0]
-    # planted: a gain below the prediction but within 3 spreads of it (noisy runs: GPipe and 1F1B 15 % apart)
-    noisy = {**speeds, ("gpipe", 4): 1.30e6, ("1f1b", 4): 1.51e6}
+    # planted: a gain below the prediction but within 2 spreads of it (noisy runs: GPipe and 1F1B 19 % apart at m = 4)
+    noisy = {**speeds, ("gpipe", 4): 1.45e6, ("1f1b", 4): 1.20e6}
     assert not mp.pipeline_gain(_bubble_rows(GPU_BUBBLES, noisy))[0]
     # nothing to judge the spread with (no m where both schedules ran), or no m = 1 row
     assert not mp.pipeline_gain([r for r in rows if r["schedule"] == "gpipe"])[0]
@@ -317,3 +317,13 @@ def test_start_jobs_collects_what_run_jobs_returns_or_raises(monkeypatch):
     assert seen == {"name": "mp", "bar": False, "one_job": True, "timeout_s": 5}  # no bar from the background
     with pytest.raises(TimeoutError):
         mp.start_jobs([], name="broken").results()
+
+
+@pytest.mark.parametrize("profile", ["cpu", "gpu"])
+def test_the_memory_claim_fails_a_zero1_that_kept_the_whole_optimizer_state(profile):
+    s = lab_settings("08", profile)
+    psi = 1_000_000
+    unsharded, zero1 = (mp.formula_bytes(s.base, strategy, 2, psi) for strategy in ("ddp", "zero1"))
+    assert unsharded / zero1 == pytest.approx(12 / 10)  # SGD with momentum, fp32: 4 + 4 + 4 against 4 + 4 + 4/2
+    assert abs(unsharded / zero1 - 1) > s.memory_tolerance  # planted: the claim's test fails it
+    assert abs(1.002 - 1) <= s.memory_tolerance  # the largest ratio measured on GPUs passes

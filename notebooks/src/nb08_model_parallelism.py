@@ -341,13 +341,15 @@ labs.reveal("checkpointing_cut", checkpointing[0]["activations_mb"] / checkpoint
 profile.explain(
     cpu="Here these are gloo processes sharing two cores (the one-process runs' job beside the others'): read "
         "the memory and the equality columns, not the speed.",
-    gpu="**Why are GPipe and 1F1B slower than serial training on one GPU?** This model fits one GPU: there a "
-        "pipeline cannot win. Two GPUs that pass a batch from one to the other do the work of one, and each sits "
-        "idle for the bubble, (p−1)/(m+p−1) of the step: half of it at m = 1. Micro-batches shrink the bubble but "
-        "cost their own: each is a smaller matrix product that fills the GPU less, and adds a send, a receive and "
-        "more kernel launches (section 7 measures how much of the promised gain they eat). A pipeline is for a "
-        "model that does not fit one GPU, or for many stages over many nodes, where it communicates less than the "
-        "alternatives; here it only shows its price.")
+    gpu="**Why is GPipe slower than serial training on one GPU?** This model fits one GPU, and there a pipeline "
+        "cannot win much. With m = 1 the two stages take turns: the step lasts as long as on one GPU, each GPU "
+        "idle half of it, plus the time to send the activations from one GPU to the other and their gradient "
+        "back. Micro-batches let the stages overlap — the bubble alone would allow ×1.6 at m = 4 — but each "
+        "micro-batch is a smaller matrix product that fills the GPU less, and adds a send, a receive and more "
+        "kernel launches: section 7 measures how much of the promised gain they eat (here, nearly all of it). "
+        "The lab did not time these pieces one by one; a profiler trace of one step (lab 05) would show them. "
+        "A pipeline is for a model that does not fit one GPU, or for many stages over many nodes, where it "
+        "communicates less than the alternatives; here it only shows its price.")
 
 # %% tags=["nbval-ignore-output"]
 summary = table.with_columns("strategy", "n_gpu", "state_mb_per_rank", "peak_mem_mb", "tokens_per_s", "max_abs_dw",

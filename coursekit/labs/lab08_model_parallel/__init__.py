@@ -453,17 +453,19 @@ def pipeline_speedup(bubbles: ResultsTable | Sequence[dict[str, Any]], schedule:
 def schedule_spread(bubbles: ResultsTable | Sequence[dict[str, Any]]) -> float | None:
     """Run-to-run spread of tokens/s, read off the sweep itself: at every m both GPipe and 1F1B ran, the two
     schedules do the same work with the same bubble (p−1)/(m+p−1), so how far apart their tokens/s lie is the
-    noise of one run (the largest relative difference, |a − b| / mean). None when no m has both."""
+    noise of one run: |a − b| / their mean, averaged over those m. None when no m has both."""
     speeds: dict[int, dict[str, float]] = {}
     for r in bubbles:
         if r.get("tokens_per_s"):
             speeds.setdefault(r["microbatches"], {})[r["schedule"]] = r["tokens_per_s"]
     pairs = [(v["gpipe"], v["1f1b"]) for v in speeds.values() if "gpipe" in v and "1f1b" in v]
-    return max((abs(a - b) / ((a + b) / 2) for a, b in pairs), default=None)
+    return sum(abs(a - b) / ((a + b) / 2) for a, b in pairs) / len(pairs) if pairs else None
 
 
-# the gain must miss the bubble's prediction by this many run-to-run spreads (schedule_spread)
-GAIN_MARGIN_SPREADS = 3
+# the gain must miss the bubble's prediction by this many run-to-run spreads (schedule_spread). Measured spreads:
+# 0.7 % and 4.7 % on H100s (the benchmark), 2-16 % on two CPU cores shared with other work; the gain missed the
+# prediction by x1.06 against x1.60 on H200s, x1.05-1.12 against x1.60 on CPUs
+GAIN_MARGIN_SPREADS = 2
 
 
 def pipeline_gain(bubbles: ResultsTable | Sequence[dict[str, Any]], schedule: str = "gpipe",
@@ -675,7 +677,9 @@ def settings(profile: str) -> dict[str, Any]:
         # absolute, for the tests of the lab's job command: 4 SGD steps at lr 0.1 move the least-moved tensor of
         # the cpu model by 7.6e-4 (measured), 10x this tolerance
         "tolerance": 5e-5 if cpu else 2e-2,
-        "memory_tolerance": 0.10,  # ZeRO memory per rank vs the formula
+        # ZeRO memory per rank vs the formula: measured 1.000-1.002 on 2xH100 and H200s, 1.000 on CPUs; a ZeRO-1 that
+        # kept the whole optimizer state (SGD with momentum, fp32: 12 bytes per parameter against 4 + 4 + 4/2) reads 1.2
+        "memory_tolerance": 0.05,
         # gpu: batch 128 for the bubble sweep, micro-batches of 32-128 sequences (2xH100 at batch 32: GPipe's
         # bubble went 0.42 -> 0.43 from m = 2 to 4, tokens/s halved: fixed costs per micro-batch of 8 sequences;
         # at batch 128: 0.53 / 0.43 / 0.36, 1F1B 0.37 / 0.27, within 0.17 of theory)
