@@ -166,7 +166,7 @@ failed = failures.report_failures(table, "the precision sweep")
 table = failures.completed(table)
 fp16 = next((row for row in table if row["precision"] == "fp16"), None)
 if fp16 is not None:
-    print(f"fp16 run (seed {fp16['seed']}) -> measured: loss scale {fp16['summary'].get('loss_scale')}, "
+    print(f"fp16 run -> measured: seed {fp16['seed']}, loss scale {fp16['summary'].get('loss_scale')}, "
           f"skipped steps {fp16['summary'].get('skipped_steps')}")
 
 # %%
