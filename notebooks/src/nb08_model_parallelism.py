@@ -37,7 +37,7 @@ s
 site = coursekit.load_site()
 print(f"site {site.name!r} ({site.scheduler}): {site.description}")
 
-# %%
+# %% tags=["exact-settings"]
 profile.explain(
     gpu="The lab's runs take about five minutes on two GPUs, one job after the other. They start now, in the "
         "next cell, and section 4 collects them: read sections 1 to 3 meanwhile.",
