@@ -45,3 +45,55 @@ def test_training_flop_per_image_of_a_linear_layer():
     model = torch.nn.Linear(10, 4)
     # forward 2*10*4 multiply-adds, backward only the weight gradient (the input needs none): as much again
     assert numerics.training_flop_per_image(model, (10,), 4) == pytest.approx(2 * 2 * 10 * 4)
+
+
+def _runs(accs):
+    """Planted sweep rows: {(precision, seed): val_acc}."""
+    return [{"precision": p, "seed": seed, "val_acc": acc} for (p, seed), acc in accs.items()]
+
+
+# the gpu profile's run on Fashion-MNIST (cosine, 3 epochs): formats within 0.016 of fp32 of the same seed,
+# while the seeds moved fp32 by 0.04
+MEASURED = {("fp32", 0): 0.863, ("bf16", 0): 0.873, ("fp16", 0): 0.857,
+            ("fp32", 1): 0.901, ("bf16", 1): 0.887, ("fp16", 1): 0.895}
+
+
+def test_formats_match_holds_on_the_measured_pairs():
+    holds, evidence = numerics.formats_match(_runs(MEASURED))
+    assert holds
+    assert "bf16 − fp32 per seed +0.010, -0.014" in evidence and "fp32 alone moved by 0.038" in evidence
+
+
+def test_formats_match_pairs_by_seed_so_the_seed_does_not_decide():
+    # unpaired, bf16 of seed 0 against fp32 of seed 1 would be 0.038 apart: paired, the gaps are small
+    gaps = numerics.paired_gaps(_runs(MEASURED))
+    assert gaps["bf16"]["diffs"] == pytest.approx([0.010, -0.014])
+    assert gaps["bf16"]["mean"] == pytest.approx(-0.002) and gaps["bf16"]["se"] == pytest.approx(0.012)
+    assert numerics.paired_gaps(_runs({("fp32", 0): 0.9, ("bf16", 0): 0.88}))["bf16"]["se"] is None
+
+
+@pytest.mark.parametrize("planted", [
+    {("bf16", 0): 0.40, ("bf16", 1): 0.45},   # a format that breaks training (0.3-0.5 below)
+    {("fp16", 0): 0.82, ("fp16", 1): 0.86},   # 0.04 below fp32 on both seeds: beyond the tolerance
+    {("bf16", 0): 0.91, ("bf16", 1): 0.94},   # 0.04 above: a claim of equality fails either way
+])
+def test_formats_match_fails_on_planted_rows(planted):
+    holds, _ = numerics.formats_match(_runs({**MEASURED, **planted}))
+    assert not holds
+
+
+def test_formats_match_uses_the_pairs_that_completed():
+    holds, evidence = numerics.formats_match(_runs({k: v for k, v in MEASURED.items() if k != ("bf16", 1)}))
+    assert holds and "bf16 − fp32 per seed +0.010, mean +0.010" in evidence
+
+
+def test_formats_match_fails_when_a_format_has_no_fp32_beside_it():
+    holds, evidence = numerics.formats_match(_runs({("fp32", 0): 0.86, ("bf16", 1): 0.87}))
+    assert not holds and "bf16: no seed with an fp32 run beside it" in evidence
+    assert not numerics.formats_match([])[0]
+
+
+def test_the_transfer_question_of_the_exit_ticket():
+    # a gradient of 5000 through fp16 from a scale of 2^16: 13 halvings to 8, the first scale with 5000 x S <= 65504
+    table = numerics.grad_scaler_demo(gradient=5000.0, steps=20)
+    assert sum(table.column("skipped")) == 13 and table[-1]["scale"] == 8.0
