@@ -416,7 +416,10 @@ profile.explain(
         "varies with its host (the CPU that launches its kernels, the other jobs on that host). So the same "
         "2-GPU job measured 0.97 on an otherwise idle machine and 0.87 while the machine's other GPUs were busy: "
         "on a shared cluster, your neighbours are part of your efficiency. The claim below asks for 0.8, what "
-        "the busiest host still gave less the same loss again.",
+        "the busiest host still gave less the same loss again. Strong scaling loses more (0.69 on 2 GPUs in an "
+        "earlier run of this notebook): half the batch per GPU does not "
+        "halve a step, since its fixed costs (launching its kernels, the all-reduce, the wait for the other rank) "
+        "stay; the recorded run below shows where that ends.",
     cpu="These \"GPUs\" are processes sharing two cores: two processes do not get more arithmetic, they only add "
         "the cost of talking to each other. What you see is **overhead, not speed-up**. What data parallelism "
         "gives on real GPUs was recorded with ResNet-50 in bf16 over NCCL, on the machine named in the title "
