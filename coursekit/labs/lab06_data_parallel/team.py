@@ -160,7 +160,9 @@ def team_table(part: TeamPart, title: str = "") -> tuple[ResultsTable, list[str]
     rows = [cells[key] for key in sorted(cells)]
     columns = ("n_gpu", "batch_size", "images_per_s_median", *energy_columns(rows), "step_time_s", "state",
                "participant")  # energy only where the GPUs measured it
-    return ResultsTable([{k: r.get(k) for k in columns} for r in rows], title=title), notes
+    # the printed columns; the rows keep the step's split (data, compute) and the parameters for step_split
+    kept = (*columns, "data_time_s", "compute_time_s", "num_parameters")
+    return ResultsTable([{k: r.get(k) for k in kept} for r in rows], columns=list(columns), title=title), notes
 
 
 def team_progress() -> list[dict[str, Any]]:
