@@ -229,7 +229,7 @@ print(without, with_set_epoch, sep="\n\n")
 # completely hidden, 0 or less when it came after the compute (DDP's own copies into its buckets cost
 # a little more).
 
-# %%
+# %% tags=["exact-settings"]
 profile.explain(gpu="Here the backward pass runs on the GPUs and NCCL all-reduces the gradients.",
                 cpu="On a CPU the cores that compute are the cores that communicate, which would hide nothing: "
                     "here each layer's backward also *sleeps* a few milliseconds (the processor is free, as it is "
@@ -252,7 +252,7 @@ plots.bars(buckets.column("setting"), buckets.column("step_ms"), ylabel="median 
 # micro-batch. Buckets pay where the link is slow next to the compute: between nodes over the network, GPUs
 # on PCIe, CPUs.
 
-# %%
+# %% tags=["exact-settings"]
 profile.explain(
     gpu="Between the GPUs of one node the link is so fast that there is little to hide: on 2×H200 with NVLink "
         "(512 MB of gradients) the all-reduce alone took 1.8 ms of a 19 ms step, and one bucket, 25 MB and 4 MB "
@@ -376,7 +376,7 @@ labs.reveal("weak_speedup_2", weak_two["speedup"] if weak_two else None)
 # **Two nodes.** On a cluster the same two processes can sit on two nodes (one task per node): the
 # all-reduce then crosses the network between them instead of staying inside one machine.
 
-# %%
+# %% tags=["exact-settings"]
 profile.explain(gpu="The sweep's 8-GPU jobs span two nodes of 4 GPUs.",
                 cpu="On Slurm one extra job runs the weak-scaling configuration on 2 nodes (when the cluster has two).")
 
@@ -409,7 +409,7 @@ else:
 split = dp.step_split(weak, dp.allreduce_ms_per_mb(buckets))
 print(dp.describe_split(split))
 
-# %%
+# %% tags=["exact-settings"]
 profile.explain(
     gpu="What the loss depends on. The all-reduce over NVLink is a fraction of a millisecond; the loss is mostly "
         "the ranks waiting for each other: every step ends when the slower of the two ends, and each rank's step "

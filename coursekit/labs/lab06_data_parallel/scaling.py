@@ -178,8 +178,10 @@ def describe_split(split: dict[str, Any] | None) -> str:
         one, two = split[f"{part}_1"], split[f"{part}_2"]
         lines.append(f"{label:>22}{one:>8.1f}ms{two:>8.1f}ms{two - one:>+8.1f}ms")
     if split["allreduce"] is not None:
+        rest = (f"the rest ({split['sync']:+.1f} ms) waiting for the other rank" if split["sync"] >= 0 else
+                f"more than the extra compute ({split['extra_compute']:+.1f} ms): the difference is within the noise")
         lines.append(f"of the extra compute: the all-reduce of {split['grad_mb']:.0f} MB of gradients alone "
-                     f"{split['allreduce']:.2f} ms, the rest ({split['sync']:+.1f} ms) waiting for the other rank")
+                     f"{split['allreduce']:.2f} ms, {rest}")
     if split.get("efficiency") is not None:
         lines.append(f"weak-scaling efficiency {split['efficiency']:.3f}")
     return "\n".join(lines)
