@@ -224,12 +224,16 @@ print(without, with_set_epoch, sep="\n\n")
 # the last: one communication per optimizer step instead of one per micro-batch.
 #
 # The job below times one step of a deep MLP under DDP for each bucket size, beside the backward alone
-# (`no_sync`) and one all-reduce of every gradient alone. On a CPU the cores that compute are the cores
-# that communicate, which would hide nothing: here each layer's backward also *sleeps* a few
-# milliseconds — the processor is free, as it is while a GPU computes — and gloo's all-reduces are real.
+# (`no_sync`) and one all-reduce of every gradient alone.
 # `hidden` = (backward alone + all-reduce alone − step) / all-reduce alone: 1 when the communication was
 # completely hidden, 0 or less when it came after the compute (DDP's own copies into its buckets cost
-# a little more). In the gpu profile nothing sleeps: real backward on the GPU, NCCL.
+# a little more).
+
+# %% tags=["exact-settings"]
+profile.explain(gpu="Here the backward pass runs on the GPUs and NCCL all-reduces the gradients.",
+                cpu="On a CPU the cores that compute are the cores that communicate, which would hide nothing: "
+                    "here each layer's backward also *sleeps* a few milliseconds (the processor is free, as it is "
+                    "while a GPU computes) and gloo's all-reduces are real.")
 
 # %% tags=["nbval-ignore-output"]
 buckets_job = coursekit.submit_function(dp.bucket_overlap, n_gpu=s.n_processes, name=labs.job_name(pseudo, "buckets"),
@@ -241,22 +245,26 @@ buckets
 
 # %% tags=["nbval-ignore-output"]
 plots.bars(buckets.column("setting"), buckets.column("step_ms"), ylabel="median time (ms)",
-           title=f"one DDP step on rank 0 of {s.n_processes} ({profile.name} profile, measured)")
+           title=f"one DDP step on rank 0 of {s.n_processes} (measured)")
 
 # %% [markdown]
 # What to read in it. `no_sync` always pays: the accumulated step communicates once instead of once per
-# micro-batch. The bucket sizes are another matter on a CPU: with two processes sharing two cores,
-# DDP's copies of the gradients into its buckets and the noise of the shared cores are as large as what
-# the overlap saves. On an idle machine the small buckets hid about half of the all-reduce; on a busy
-# one (other jobs on the same cores) the bucket rows differed by little and not always in the same
-# order — that is the honest CPU result, so the claim about buckets is checked on GPUs only. (The
-# engine's benchmark, with the backward emulated and one 64 MB all-reduce of 111 ms, measured 8 MB
-# buckets hiding about 60 % of it.) Between the GPUs of one node the link is so fast that there is
-# little to hide: on 2×H200 with NVLink (gpu profile, 512 MB of gradients) the all-reduce alone took
-# 1.8 ms of a 19 ms step, and one bucket, 25 MB and 4 MB buckets all ran in 18.8–18.9 ms — the claim
-# below checks exactly that. Buckets pay where the link is slow next to the compute: between nodes over
-# the network, GPUs on PCIe, CPUs.
-#
+# micro-batch. Buckets pay where the link is slow next to the compute: between nodes over the network, GPUs
+# on PCIe, CPUs.
+
+# %% tags=["exact-settings"]
+profile.explain(
+    gpu="Between the GPUs of one node the link is so fast that there is little to hide: on 2×H200 with NVLink "
+        "(512 MB of gradients) the all-reduce alone took 1.8 ms of a 19 ms step, and one bucket, 25 MB and 4 MB "
+        "buckets all ran in 18.8–18.9 ms. The claim below checks exactly that on your GPUs.",
+    cpu="With two processes sharing two cores, DDP's copies of the gradients into its buckets and the noise of "
+        "the shared cores are as large as what the overlap saves. On an idle machine the small buckets hid about "
+        "half of the all-reduce; on a busy one (other jobs on the same cores) the bucket rows differed by little "
+        "and not always in the same order: that is the honest result on a CPU, so the claim about buckets is "
+        "checked on GPUs only. (With the backward emulated and one 64 MB all-reduce of 111 ms, 8 MB buckets hid "
+        "about 60 % of it.)")
+
+# %% [markdown]
 # ### Over a network
 #
 # You can see the network case on one node: tell NCCL to leave its fast links alone and talk over TCP
@@ -325,7 +333,7 @@ print(f"{len(configs)} per-GPU batch(es) {part.my_batches} x GPU counts {n_gpus}
 # ### Predict, then run
 #
 # Before the sweep runs: with the same batch on each GPU, how many times more **images per second** will
-# 2 GPUs process than 1 (in the cpu profile: 2 processes than 1)? Type your guess in the box below and
+# 2 GPUs process than 1 (on a CPU: 2 processes than 1)? Type your guess in the box below and
 # press Enter, or write it in the cell as `my_guess = 1.5`. The tables after the sweep set it beside
 # the measurement.
 
@@ -336,7 +344,7 @@ labs.predict("weak_speedup_2", "How many times more images per second will 2 GPU
 
 # %% tags=["nbval-ignore-output"]
 # one at a time where jobs would share processors: the CPU, or the GPUs of one machine (local site); in the
-# cpu profile one job per GPU count makes its runs one after the other (torch is imported once per process)
+# CPU one job per GPU count makes its runs one after the other (torch is imported once per process)
 sweep = labs.run_sweep(configs, name=labs.job_name(pseudo, "scale"), n_gpu=n_gpus, one_job=profile.is_cpu,
                        one_at_a_time=profile.is_cpu or site.is_local, **s.job, timeout_s=s.timeout_s,
                        title="scaling sweep")
@@ -354,7 +362,7 @@ for note in not_yet:
     print(note)
 strong, weak = dp.scaling_tables(team_sweep, s.batch_per_gpu, s.global_batch)
 unit = "GPUs" if profile.is_gpu else "CPU processes"
-dp.scaling_figure(strong, weak, unit=unit, title=f"scaling ({profile.name} profile, measured here)")
+dp.scaling_figure(strong, weak, unit=unit, title=f"scaling over {unit} (measured here)")
 
 # %% tags=["nbval-ignore-output"]
 display(dp.rich(strong, note=f"measured here, {unit}"), dp.rich(weak, note=f"measured here, {unit}"))
@@ -366,14 +374,16 @@ labs.reveal("weak_speedup_2", weak_two["speedup"] if weak_two else None)
 
 # %% [markdown]
 # **Two nodes.** On a cluster the same two processes can sit on two nodes (one task per node): the
-# all-reduce then crosses the network between them instead of staying inside one machine. In the gpu
-# profile the sweep's 8-GPU jobs span two nodes of 4 GPUs; in the cpu profile on Slurm one extra job
-# runs the weak-scaling configuration on 2 nodes (when the cluster has two).
+# all-reduce then crosses the network between them instead of staying inside one machine.
+
+# %% tags=["exact-settings"]
+profile.explain(gpu="The sweep's 8-GPU jobs span two nodes of 4 GPUs.",
+                cpu="On Slurm one extra job runs the weak-scaling configuration on 2 nodes (when the cluster has two).")
 
 # %% tags=["nbval-ignore-output"]
 two_nodes = dp.two_node_options(site) if profile.is_cpu else None
 if two_nodes is None:
-    print("no separate 2-node job here (one machine, or the gpu profile's sweep already spans nodes)")
+    print("no separate 2-node job here (one machine, or the sweep's 8-GPU jobs already span nodes)")
 else:
     across = labs.run_sweep([s.scaling_base.replace(batch_size=s.batch_per_gpu)], name=labs.job_name(pseudo, "nodes"),
                             **two_nodes, **s.job, timeout_s=s.timeout_s)
@@ -385,21 +395,54 @@ else:
         title=f"weak scaling at batch {s.batch_per_gpu} per process: one node vs two"))
 
 # %% [markdown]
-# In the cpu profile these "GPUs" are processes sharing two cores: two processes do not get more
-# arithmetic, they only add the cost of talking to each other. What you see is **overhead, not
-# speed-up**. What data parallelism gives on real GPUs was recorded with ResNet-50 in bf16 over NCCL,
-# on the machine named in the title; the JSC course reports, for comparison,
-# 1 GPU 1 h 32 min → 4 GPUs 25 min → 8 GPUs on 2 nodes 14 min (efficiency ≈ 0.92 and 0.82).
+# ### Where the time of a step goes, 1 GPU against 2
+#
+# The engine times every step in two parts (rank 0, medians over the timed windows): **waiting between
+# steps** (the GPU idle until the next batch is on it and the host has launched its work) and **batch on
+# the GPU to the step's end**, which holds the backward pass, the gradient all-reduce and any wait for the
+# other rank: a collective ends only when both ranks arrived, so the faster one waits for the slower. With
+# the same batch per GPU, the computation is the same at 1 and 2 GPUs; what 2 GPUs add is the extra below.
+# The all-reduce of this model's gradients alone is estimated from section 5's measurement (ms per MB over
+# the node's links); the rest of the extra compute is the ranks waiting for each other.
+
+# %% tags=["nbval-ignore-output"]
+split = dp.step_split(weak, dp.allreduce_ms_per_mb(buckets))
+print(dp.describe_split(split))
+
+# %% tags=["exact-settings"]
+profile.explain(
+    gpu="What the loss depends on. The all-reduce over NVLink is a fraction of a millisecond; the loss is mostly "
+        "the ranks waiting for each other: every step ends when the slower of the two ends, and each rank's step "
+        "varies with its host (the CPU that launches its kernels, the other jobs on that host). So the same "
+        "2-GPU job measured 0.97 on an otherwise idle machine and 0.87 while the machine's other GPUs were busy: "
+        "on a shared cluster, your neighbours are part of your efficiency. The claim below asks for 0.8, what "
+        "the busiest host still gave less the same loss again. Strong scaling loses more (0.69 on 2 GPUs in an "
+        "earlier run of this notebook): half the batch per GPU does not "
+        "halve a step, since its fixed costs (launching its kernels, the all-reduce, the wait for the other rank) "
+        "stay; the recorded run below shows where that ends.",
+    cpu="These \"GPUs\" are processes sharing two cores: two processes do not get more arithmetic, they only add "
+        "the cost of talking to each other. What you see is **overhead, not speed-up**. What data parallelism "
+        "gives on real GPUs was recorded with ResNet-50 in bf16 over NCCL, on the machine named in the title "
+        "below; the JSC course reports, for comparison, 1 GPU 1 h 32 min → 4 GPUs 25 min → 8 GPUs on 2 nodes "
+        "14 min (efficiency ≈ 0.92 and 0.82).")
 
 # %% tags=["nbval-ignore-output"]
 recording = labs.load_recording("ddp_gpu")
 recorded = dp.recorded_scaling_tables(recording) if recording else None
 if recorded is not None:
     print(dp.describe_recording(recording))
-    display(dp.scaling_figure(*recorded, title=dp.describe_recording(recording) + " (not in this kernel)"))
+    display(dp.scaling_figure(*recorded, title=dp.describe_recording(recording) + " (recorded)"))
     for table in (*recorded, dp.recorded_busbw_table(recording)):
         if table is not None:
-            display(dp.rich(table, note="recorded on GPUs, not in this kernel"))
+            display(dp.rich(table, note="recorded earlier on GPUs, not measured by this notebook"))
+
+# %% [markdown]
+# **Why were 4 GPUs slower than 2 in the recorded strong-scaling run?** The global batch stays 256, so each
+# of 4 GPUs gets 64 images. In that recording a step at 256 images per GPU took 64 ms, at 128 images 49 ms,
+# at 64 images 55 ms: halving the batch no longer halves the step, because at 64 images a ResNet-50 step is
+# too small to fill an H100 (the host's launching of its hundreds of kernels and the fixed costs of a step
+# take as long as the arithmetic), while each step still all-reduces the whole 100 MB of gradients and
+# waits for the slowest of 4 ranks. Strong scaling ends where a GPU's share of the batch stops filling it.
 
 # %% [markdown]
 # ## 7. Reading NCCL's mind
@@ -409,8 +452,8 @@ if recorded is not None:
 # to GPU over NVLink or PCIe), `SHM` (through host memory, when peer access is not possible — older NCCL
 # versions fell back to it when each task saw only its own GPU), `NET` (InfiniBand or sockets, between
 # nodes). `dp.parse_nccl_log`
-# reads it. On GPUs the job below prints it; gloo on a CPU writes nothing of the kind, so in the cpu
-# profile we read an example written in NCCL's format (2 GPUs of one node joined by NVLink) and, when
+# reads it. On GPUs the job below prints it; gloo on a CPU writes nothing of the kind, so on a CPU
+# we read an example written in NCCL's format (2 GPUs of one node joined by NVLink) and, when
 # the benchmark recorded them, the real logs of a 2-GPU machine with every task seeing the node's GPUs
 # (`node` binding, coursekit's default for multi-GPU jobs) and with each task seeing only its own
 # (`task` binding). Read the transports: on that machine NCCL 2.28 found GPU-to-GPU links (P2P through
@@ -450,6 +493,7 @@ strong_last = strong[-1] if len(strong) else {"speedup": None, "n_gpu": None}  #
 NO_SYNC_VISIBLE = 0.05  # no_sync's saving is measurable when the all-reduce is at least this share of a step
 # efficiency on 2 GPUs, against the 1-GPU run of the same row (both posted: a team's rows may be missing)
 weak_two = next((r for r in weak if r["n_gpu"] == 2), None) if any(r["n_gpu"] == 1 for r in weak) else None
+split_holds = dp.split_claims(split)
 verdicts = [
     labs.check_claim(
         f"{first['world_size']} DDP processes give the weights of one process on the global batch (max |dw| <= {s.tolerance:g})",
@@ -500,19 +544,28 @@ verdicts = [
         f"{effects['allreduce_bf16']:.1f} ms in bf16 against {effects['allreduce']:.1f} ms in fp32",
         applies=profile.is_gpu, why_not="gloo sums bf16 in software on the CPU: not what a GPU's network shows"),
     labs.check_claim(
-        "two processes on two CPU cores give overhead, not speed-up (strong-scaling speed-up below 1)",
-        strong_last["speedup"] is not None and strong_last["speedup"] < 1,
-        f"speed-up {strong_last['speedup']} with {strong_last['n_gpu']} processes",
-        applies=False,
-        why_not="timing 1 against 2 processes on two CPU cores depends on what else the machine runs (a test "
-                "machine runs other notebooks beside this one): the strong-scaling table above has what was measured"),
-    labs.check_claim(
-        "two GPUs at a fixed batch per GPU scale with an efficiency of at least 0.9 (weak scaling)",
-        weak_two is not None and (weak_two["efficiency"] or 0) >= 0.9,
-        f"efficiency {weak_two['efficiency'] if weak_two else None}",
-        applies=profile.is_gpu and weak_two is not None,
-        why_not=("no GPU in this profile (recorded figures above)" if profile.is_cpu else
+        f"two GPUs at a fixed batch per GPU scale with an efficiency of at least {dp.WEAK_EFFICIENCY_MIN:g} (weak "
+        "scaling; it moves with the host's load: 0.87-0.97 seen)", split_holds["efficiency"],
+        f"efficiency {weak_two['efficiency']:.3f}" if weak_two and weak_two.get("efficiency") else "no 2-GPU row",
+        applies=profile.is_gpu and split is not None,
+        why_not=("processes on CPU cores, not GPUs" if profile.is_cpu else
                  "the team's 1- and 2-GPU runs at this batch are not both posted yet: re-run the team's table")),
+    labs.check_claim(
+        f"the gradient all-reduce is under {dp.ALLREDUCE_SHARE:.0%} of what a step gains at 2 GPUs: the rest is the "
+        "ranks waiting for each other", bool(split_holds["allreduce_minor"]),
+        f"all-reduce alone {split['allreduce']:.2f} ms of {split['extra']:+.1f} ms a step"
+        if split and split["allreduce"] is not None else "-",
+        applies=profile.is_gpu and split_holds["allreduce_minor"] is not None, strict=False,
+        why_not="processes on CPU cores, not GPUs" if profile.is_cpu else
+        "no visible extra time per step at 2 GPUs, or no split: nothing to explain"),
+    labs.check_claim(
+        "the extra time at 2 GPUs is in the step's compute part (all-reduce, waiting for the other rank), not in "
+        "waiting between steps", bool(split_holds["in_compute"]),
+        f"compute {split['extra_compute']:+.1f} ms, waiting between steps {split['extra_data']:+.1f} ms"
+        if split else "-",
+        applies=profile.is_gpu and split_holds["in_compute"] is not None, strict=False,
+        why_not="processes on CPU cores, not GPUs" if profile.is_cpu else
+        "no visible extra time per step at 2 GPUs, or no split: nothing to explain"),
     labs.check_claim(
         "NCCL's log shows the ranks linked GPU to GPU or through host memory (P2P or SHM)",
         bool(nccl.transports.keys() & {"P2P", "SHM"}), f"transports {dict(nccl.transports)}",
@@ -522,7 +575,8 @@ verdicts = [
 # %% [markdown]
 # ## 9. Exit ticket
 #
-# Four questions on what *you* measured above: the answers are in your own tables, not in a book.
+# Four questions on what *you* measured above: the answers are in your own tables, not in a book; the fifth
+# asks you to use one of your measurements on a model you did not run.
 # A question whose measurement is missing here (a team's row not posted yet, energy on a CPU) is shown
 # but not counted. Write your answers in the second cell below, run it, and your score is saved for
 # the instructor.
@@ -546,9 +600,14 @@ ticket = labs.exit_ticket("06", {
                                   choices=("yes", "no")),
     "less_energy": labs.Question("At the same batch per GPU, which used less energy per image: 1 GPU or 2 GPUs?",
                                  cheaper, choices=("1 GPU", "2 GPUs")),
+    "allreduce_1b": labs.Question("A model of 1 billion parameters has 4 × 10⁹ bytes of fp32 gradients. At the cost "
+                                  "per MB (MB = 2²⁰ bytes) of the all-reduce alone that you measured over the node's "
+                                  "own links in section 5, how many ms would one all-reduce of its gradients take?",
+                                  4e9 / dp.MB * ms_per_mb["links"], unit="ms", rel_tol=0.1),
 })
 answers = ticket.blank()
 
 # %%
-answers = {"weak_speedup_2": None, "strong_efficiency": None, "same_weights": None, "less_energy": None}  # yours
+answers = {"weak_speedup_2": None, "strong_efficiency": None, "same_weights": None, "less_energy": None,
+           "allreduce_1b": None}  # yours
 graded = ticket.grade(answers)

@@ -57,11 +57,16 @@ from coursekit.labs.lab06_data_parallel.equivalence import (
 from coursekit.labs.lab06_data_parallel.nccl_log import EXAMPLE_NCCL_LOG, NcclReport, parse_nccl_log
 from coursekit.labs.lab06_data_parallel.sampler import same_order_every_epoch, sampler_orders
 from coursekit.labs.lab06_data_parallel.scaling import (
+    ALLREDUCE_SHARE,
+    WEAK_EFFICIENCY_MIN,
     RichTable,
+    describe_split,
     rich,
     scaling_batches,
     scaling_figure,
     scaling_tables,
+    split_claims,
+    step_split,
     two_node_options,
     usable_gpu_counts,
 )
@@ -74,7 +79,8 @@ __all__ = ["BF16_TIME", "EQUIVALENCE_TOLERANCE_CPU", "EXAMPLE_NCCL_LOG", "FLOAT_
            "equivalence_table", "network_claims", "network_effects", "parse_nccl_log", "post_part",
            "recorded_busbw_table", "recorded_nccl_logs", "recorded_scaling_table", "recorded_scaling_tables", "rich",
            "same_order_every_epoch", "sampler_orders", "scaling_batches", "scaling_figure", "scaling_tables",
-           "settings", "take_part", "team_table", "two_node_options", "usable_gpu_counts"]
+           "settings", "split_claims", "step_split", "describe_split", "take_part", "team_table",
+           "two_node_options", "usable_gpu_counts", "WEAK_EFFICIENCY_MIN", "ALLREDUCE_SHARE"]
 
 # The lab's scripts as shipped with coursekit (package data), their only copy: the participants' lab06_ddp/ (and
 # the solved notebook folder's) is made from it (labs/kit/exercises.py).

@@ -29,7 +29,8 @@ from coursekit.labs.kit.results import ResultsTable
 
 POOL_PREFIX = "lab06-scaling"
 PART_CLAIM = "part-{}.claim"
-POSTED_FIELDS = ("n_gpu", "batch_size", "images_per_s_median", "step_time_s", "state", "job_id", *ENERGY_COLUMNS)
+POSTED_FIELDS = ("n_gpu", "batch_size", "images_per_s_median", "step_time_s", "data_time_s", "compute_time_s",
+                 "state", "job_id", *ENERGY_COLUMNS)
 
 
 @dataclass(frozen=True)
@@ -112,7 +113,8 @@ def take_part(team: str | None, participant: str, batches: list[int], n_gpus: li
 def post_part(part: TeamPart, participant: str, sweep: Any) -> int:
     """Post this member's rows of the sweep (rows of ``labs.run_sweep``) to the team's pool."""
     records = [{"participant": participant, "team": part.team, "part": part.part,
-                **{k: row.get(k) for k in POSTED_FIELDS}} for row in sweep]
+                **{k: row.get(k) for k in POSTED_FIELDS},
+                "num_parameters": (row.get("summary") or {}).get("num_parameters")} for row in sweep]
     return pool.post(part.pool_name, records)
 
 
@@ -158,7 +160,9 @@ def team_table(part: TeamPart, title: str = "") -> tuple[ResultsTable, list[str]
     rows = [cells[key] for key in sorted(cells)]
     columns = ("n_gpu", "batch_size", "images_per_s_median", *energy_columns(rows), "step_time_s", "state",
                "participant")  # energy only where the GPUs measured it
-    return ResultsTable([{k: r.get(k) for k in columns} for r in rows], title=title), notes
+    # the printed columns; the rows keep the step's split (data, compute) and the parameters for step_split
+    kept = (*columns, "data_time_s", "compute_time_s", "num_parameters")
+    return ResultsTable([{k: r.get(k) for k in kept} for r in rows], columns=list(columns), title=title), notes
 
 
 def team_progress() -> list[dict[str, Any]]:

@@ -230,3 +230,42 @@ def test_the_transport_is_named_from_the_backend_and_the_nccl_environment():
     assert transport("nccl", dict(dp.SOCKET_ENV)) == "NCCL over TCP sockets"
     assert transport("nccl", {"NCCL_P2P_DISABLE": "1"}) == "NCCL over the node's links"
     assert "NCCL_NET" in dp.settings("gpu")["network"]["env"] and dp.settings("cpu")["network"] is None
+
+
+# --- where the weak-scaling loss goes: the split and its claims on planted rows ------------------------------
+
+def _weak(step_2_ms: float, data_2_ms: float, efficiency: float) -> list[dict]:
+    """Rows shaped like the GPU run's: ResNet-50 bf16 at 256 per GPU, a 54.4 ms step on one GPU (0.3 ms of it
+    waiting between steps); 25.6 M parameters (102 MB of fp32 gradients, ~0.4 ms to all-reduce over NVLink)."""
+    one = {"n_gpu": 1, "step_time_s": 0.0544, "data_time_s": 0.0003, "compute_time_s": 0.0541,
+           "num_parameters": 25_557_032, "efficiency": 1.0}
+    two = {"n_gpu": 2, "step_time_s": step_2_ms / 1000, "data_time_s": data_2_ms / 1000,
+           "compute_time_s": (step_2_ms - data_2_ms) / 1000, "num_parameters": 25_557_032, "efficiency": efficiency}
+    return [one, two]
+
+
+LINKS_MS_PER_MB = 0.004  # the notebook's all-reduce alone over NVLink (1.8 ms for 512 MB of gradients)
+
+
+def test_the_split_holds_on_rows_shaped_like_the_gpu_runs() -> None:
+    from coursekit.labs.lab06_data_parallel import split_claims, step_split
+
+    for step_2, efficiency in ((56.1, 0.969), (58.9, 0.923), (62.2, 0.874)):  # idle host, notebook, busy host
+        split = step_split(_weak(step_2, 0.4, efficiency), LINKS_MS_PER_MB)
+        assert 0.3 < split["allreduce"] < 0.5 and abs(split["extra"] - (step_2 - 54.4)) < 1e-9
+        assert split_claims(split) == {"efficiency": True, "allreduce_minor": True, "in_compute": True}
+    assert "weak-scaling efficiency 0.874" in dp.describe_split(step_split(_weak(62.2, 0.4, 0.874), LINKS_MS_PER_MB))
+    assert "within the noise" in dp.describe_split(step_split(_weak(54.0, 0.3, 1.0), LINKS_MS_PER_MB))
+
+
+def test_planted_wrong_splits_fail_their_claims() -> None:
+    from coursekit.labs.lab06_data_parallel import split_claims, step_split
+
+    assert split_claims(step_split(_weak(68.0, 0.4, 0.79), LINKS_MS_PER_MB))["efficiency"] is False
+    # a slow link: the all-reduce alone (102 MB at 0.1 ms/MB = 10 ms) explains the extra 7.8 ms
+    assert split_claims(step_split(_weak(62.2, 0.4, 0.874), 0.1))["allreduce_minor"] is False
+    # the extra time in the waiting between steps (a starved host), not in compute
+    assert split_claims(step_split(_weak(62.2, 6.0, 0.874), LINKS_MS_PER_MB))["in_compute"] is False
+    # no visible loss (0.2 ms of 54.4): nothing to explain, reported as not seen
+    assert split_claims(step_split(_weak(54.6, 0.3, 0.996), LINKS_MS_PER_MB))["allreduce_minor"] is None
+    assert step_split(_weak(56.1, 0.4, 0.969)[1:], LINKS_MS_PER_MB) is None  # no 1-GPU row

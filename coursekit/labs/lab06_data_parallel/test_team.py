@@ -54,6 +54,21 @@ def test_without_a_team_a_participant_runs_every_row_and_reads_them_back(course:
     assert [r["n_gpu"] for r in weak] == N_GPUS and [r["batch_per_gpu"] for r in strong] == [256, 128, 64, 32]
 
 
+def test_the_steps_split_survives_the_team_pool(course: Path) -> None:
+    """The weak-scaling split (data wait, compute, gradient bytes) is computed from the team's table: the pool
+    must carry the engine's per-step times and the parameter count, not the printed columns only."""
+    part = dp.take_part(None, "ada", [256], [1, 2], 4)
+    sweep = [{"n_gpu": n, "batch_size": 256, "images_per_s_median": 4710.0 * n * (1 if n == 1 else 0.97),
+              "step_time_s": step, "data_time_s": 0.0003, "compute_time_s": step - 0.0003, "state": "COMPLETED",
+              "job_id": f"256-{n}", "summary": {"num_parameters": 25_557_032}} for n, step in ((1, 0.0544), (2, 0.0561))]
+    dp.post_part(part, "ada", sweep)
+    table, _ = dp.team_table(part)
+    assert "data_time_s" not in table.columns  # printed as before
+    _, weak = dp.scaling_tables(table, 256, 256)
+    split = dp.step_split(weak, 0.004)
+    assert split is not None and abs(split["extra"] - 1.7) < 1e-6 and 0.3 < split["allreduce"] < 0.5
+
+
 def test_parts_are_taken_first_come_and_kept_on_a_rerun(course: Path) -> None:
     first = dp.take_part("red", "ada", BATCHES, N_GPUS, 4)
     assert (first.part, first.my_batches) == (0, [32]) and "part 1 of 4" in str(first)

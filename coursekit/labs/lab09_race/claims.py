@@ -1,0 +1,55 @@
+"""Lab 09's claims, computed from the board's rows (so that a test can plant rows and see each claim fail).
+
+``race_claims(...)`` returns the keyword arguments of ``labs.check_claim`` for each claim, in the notebook's order.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from coursekit.labs.lab09_race.leaderboard import BASELINE
+
+FASTER_SE = 3.0  # the tuned entry must beat the baseline by this many standard errors of the difference of the means
+RIVAL_MARKS = ("confirm_fraction", "validation set differs")  # what the rival's marks must name
+
+
+def faster_by(ours: dict[str, Any] | None, base: dict[str, Any] | None, seeds: int) -> tuple[bool, str]:
+    """Is ``ours`` faster than ``base`` by more than FASTER_SE standard errors of the difference (their seeds'
+    spread), counting, with every seed at the target? And the evidence in words."""
+    if not ours or not base or not ours.get("time_to_target_s") or not base.get("time_to_target_s"):
+        return False, "no time to the target for the entry or the baseline"
+    n_ours, n_base = max(ours.get("reached") or seeds, 1), max(base.get("reached") or seeds, 1)
+    se = math.sqrt((ours.get("std_s") or 0.0) ** 2 / n_ours + (base.get("std_s") or 0.0) ** 2 / n_base)
+    gain = base["time_to_target_s"] - ours["time_to_target_s"]
+    holds = bool(ours.get("counts")) and gain > FASTER_SE * se
+    return holds, (f"{ours['time_to_target_s']:.2f} ± {ours.get('std_s') or 0:.2f} s vs baseline "
+                   f"{base['time_to_target_s']:.2f} ± {base.get('std_s') or 0:.2f} s: {gain:.2f} s faster, "
+                   f"{FASTER_SE:g} standard errors = {FASTER_SE * se:.2f} s")
+
+
+def race_claims(board: list[dict[str, Any]], participant: str, submission: str, rival: str, seeds: int,
+                speed_applies: bool, speed_why_not: str = "") -> list[dict[str, Any]]:
+    """The claims of lab 09 on ``board`` (``race.standings`` rows): keyword arguments of ``check_claim``."""
+    rows = {(r["participant"], r["submission"]): r for r in board}
+    base, ours = rows.get((BASELINE, "baseline")), rows.get((participant, submission))
+    rival_row = rows.get((rival, "small-val"))
+    faster, faster_evidence = faster_by(ours, base, seeds)
+    return [
+        {"statement": "every seed of the baseline reached the target, the held-out half confirms it, and the "
+                      "baseline counts",
+         "holds": base is not None and bool(base["counts"]) and base["reached"] == seeds
+         and base.get("confirm_acc") is not None,
+         "evidence": f"baseline: {base['reached'] if base else 0} of {seeds} seeds, held-out half "
+                     f"{(base or {}).get('confirm_acc') or 0:.1%} at the stops, marks: {base['marks'] if base else '-'}"},
+        {"statement": "an entry that changes the validation set is marked with the broken rule, not ranked",
+         "holds": rival_row is not None and not rival_row["counts"] and rival_row["rank"] is None
+         and all(mark in rival_row["marks"] for mark in RIVAL_MARKS),
+         "evidence": rival_row["marks"] if rival_row else "no rival entry posted"},
+        {"statement": "your entry keeps the rules and counts (same code, same validation set, every seed reached)",
+         "holds": ours is not None and bool(ours["counts"]),
+         "evidence": (ours["marks"] or "no marks") if ours else "no entry posted"},
+        {"statement": f"the tuned entry beats the baseline by more than {FASTER_SE:g} standard errors of the "
+                      "difference (the seeds' spread)",
+         "holds": faster, "evidence": faster_evidence, "applies": speed_applies, "why_not": speed_why_not},
+    ]

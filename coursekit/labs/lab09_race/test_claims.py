@@ -1,0 +1,57 @@
+"""Lab 09's claims on planted board rows: each holds on rows shaped like the GPU run's and fails on a wrong one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from coursekit.labs.lab09_race.claims import race_claims
+from coursekit.labs.lab09_race.leaderboard import BASELINE
+
+RIVAL_MARKS = ("breaks a rule: confirm_fraction = 0.9, the race fixes it to 0.5; validation set differs from the "
+               "baseline's (500 samples, hash b vs 5000, a); 1 seed(s) posted, the rules ask for 3")
+
+
+def row(participant: str, submission: str, time_s: float | None, std_s: float, counts: bool = True,
+        marks: str = "", reached: int = 3, rank: int | None = 1) -> dict[str, Any]:
+    return {"participant": participant, "submission": submission, "time_to_target_s": time_s, "std_s": std_s,
+            "counts": counts, "marks": marks, "reached": reached, "rank": rank if counts else None,
+            "confirm_acc": 0.886, "runs": []}
+
+
+def board(ours: float = 16.0, ours_std: float = 1.4, base: float = 48.0, base_std: float = 6.0,
+          rival_marks: str = RIVAL_MARKS) -> list[dict[str, Any]]:
+    """Rows shaped like the GPU run's (recorded on Fashion-MNIST at 85 %: tuned 8.46 ± 0.71 s, baseline
+    27.05 ± 4.33 s; at 88 % both about twice as long)."""
+    return [row(BASELINE, "baseline", base, base_std, rank=2), row("ada", "tuned-1", ours, ours_std),
+            row("ada-rival", "small-val", 3.0, 0.0, counts=False, marks=rival_marks, reached=0)]
+
+
+def verdicts(rows: list[dict[str, Any]]) -> list[bool]:
+    return [c["holds"] for c in race_claims(rows, "ada", "tuned-1", "ada-rival", 3, speed_applies=True)]
+
+
+def test_every_claim_holds_on_rows_shaped_like_the_gpu_run() -> None:
+    assert verdicts(board()) == [True, True, True, True]
+
+
+def test_an_entry_within_the_seeds_spread_of_the_baseline_is_not_faster() -> None:
+    # 6 s faster, but 3 standard errors of the difference are 3 * sqrt(6^2/3 + 1.4^2/3) = 10.7 s
+    assert verdicts(board(ours=42.0))[3] is False
+    assert verdicts(board(ours=30.0))[3] is True  # 18 s faster: beyond the noise
+
+
+def test_a_rival_without_the_validation_mark_or_ranked_fails_the_claim() -> None:
+    assert verdicts(board(rival_marks="breaks a rule: confirm_fraction = 0.9, the race fixes it to 0.5"))[1] is False
+    rows = board()
+    rows[2].update(counts=True, rank=3)
+    assert verdicts(rows)[1] is False
+    assert verdicts(board()[:2])[1] is False  # no rival posted
+
+
+def test_a_baseline_with_a_missed_seed_or_an_entry_that_does_not_count_fails() -> None:
+    rows = board()
+    rows[0].update(reached=2, counts=False, marks="seed(s) [1] did not reach the target 88.0%")
+    assert verdicts(rows)[0] is False
+    rows = board()
+    rows[1].update(counts=False, marks="code hash x is not the kit's")
+    assert verdicts(rows)[2] is False and verdicts(rows)[3] is False
