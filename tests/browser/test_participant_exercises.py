@@ -11,6 +11,7 @@ which ran the same cells but not the participant's path.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import pytest
@@ -110,5 +111,6 @@ def test_participant_copy_runs_with_a_script_of_its_own(page, jupyter_lab, exerc
     text = "\n".join(page.evaluate(CELL_TEXTS))
     assert f"{exercise.script}" in text and exercise.passed in text, text[-3000:]
     assert path.read_text() == mine  # the check ran the participant's own script, untouched
-    assert "Score: 2/4" in text, text[-3000:]  # two questions answered, both right
+    score = re.search(r"Score: (\d+)/(\d+)\.", text)  # two questions answered, both right; the others not
+    assert score and score[1] == "2" and int(score[2]) > 2, text[-3000:]
     assert "CLAIM HOLDS" in text and "CLAIM DOES NOT HOLD" not in text
