@@ -64,7 +64,7 @@ gd.data_figure(x, y)
 # machine) `one_job=True` puts all of them into a single job (`python -m coursekit.train.sweep`: the
 # options below, `--next` between runs, one run after the other).
 
-# %%
+# %% tags=["exact-settings"]
 print(gd.batch_sizes_text(s.points, s.batch_sizes))
 configs = [s.base.replace(batch_size=b) for b in s.batch_sizes]
 for config in configs:
@@ -74,7 +74,7 @@ for config in configs:
 # Section 5 needs a second, smaller experiment (one short run per batch size, explained there); we
 # submit both now, together (`gd.submit_sweeps`: one sweep per experiment, or one job for both).
 
-# %%
+# %% tags=["exact-settings"]
 profile.explain(
     gpu="The jobs hold a GPU, so they run on it. For two parameters its arithmetic costs nothing: a step "
         "costs a few kernel launches, the same for every B, plus the work of assembling the batch on the "

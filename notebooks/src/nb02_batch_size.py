@@ -113,7 +113,7 @@ labs.reveal("speedup", ordered[-1]["images_per_s_median"] / ordered[0]["images_p
 # 140 GiB. The figure has log axes on both sides: memory that grows in proportion to the batch is a line of
 # slope 1 (dotted), bent only by the part that does not depend on the batch.
 
-# %%
+# %% tags=["exact-settings"]
 profile.explain(
     gpu="The jobs below train ResNet-50 in fp32 on 224 × 224 images for a few steps each, at every batch size "
         "of the settings, one after the other, until one runs out of memory.",

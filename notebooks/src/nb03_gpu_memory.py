@@ -41,7 +41,7 @@ print(s)
 # **GiB** (2³⁰ bytes). GPUs are sold in "GB" that are nearly GiB: an "H100 80GB" holds 79.2 GiB, an H200
 # "141 GB" about 140 GiB.
 
-# %%
+# %% tags=["exact-settings"]
 profile.explain(
     gpu="Both jobs below run: the CPU one on the GPU node's own cores, the GPU one on its GPU.",
     cpu="There is no GPU here: we run the CPU job and set it next to the GPU figure recorded by the engine's "
@@ -237,7 +237,7 @@ print("largest batch that fits (estimate):", largest_batch)
 # (`reserved_mib` − `peak_mem_mib`: rounding to its block sizes and fragmentation). NCCL buffers and
 # other processes on the same GPU come on top as well.
 
-# %%
+# %% tags=["exact-settings"]
 profile.explain(
     gpu="The jobs below measure the peak for a few batch sizes of each case (ResNet-50, SGD, synthetic images "
         "kept on the GPU: two batches).",
