@@ -101,3 +101,11 @@ def test_the_exercise_verdict_follows_the_rows():
     slower = {**faster, "val_acc": 0.90, "train_time_s": 80.0}
     text = bs.longer_verdict(slower, reference, acc_tie=0.01)
     assert "the same accuracy" in text and "2.0× more training time" in text
+
+
+def test_on_a_shared_cpu_only_the_direction_of_the_slope_is_checked():
+    s = bs.settings("cpu")
+    assert s["slope_drop_min"] == 0.0 < bs.settings("gpu")["slope_drop_min"]
+    flat = [(b, 60 * b, a, t) for b, _, a, t in GPU_ROWS]  # no saturation at all still fails
+    with pytest.raises(AssertionError, match="saturates"):
+        bs.check_claims(sweep(flat), None, acc_gap_min=0.1, slope_drop_min=0.0, **{**OPTIONS, "gpu": False})
