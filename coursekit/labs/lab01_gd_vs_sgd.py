@@ -4,8 +4,9 @@ The data are the engine's own (``coursekit.train.data.make_line``, same seed), s
 here is exactly the one the jobs descended. Paths come from the jobs' step records (``--log-params``).
 
 ``submit_sweeps(..., one_job=True)`` puts every run of the lab into one job, ``python -m coursekit.train.sweep``:
-the cpu profile's runs last a second or two, less than starting Python and torch, which a job per run would
-pay every time (labs 02 and 05 hold the same code: no lab imports another).
+the runs last a second or two, less than starting Python and torch, which a job per run would pay every time
+(labs 02 and 05 hold the same code: no lab imports another). The notebook does so wherever the runs would
+share one processor anyway (a CPU, or the GPU of a single machine); on a cluster each run is a job of its own.
 """
 
 from __future__ import annotations
@@ -27,6 +28,25 @@ CONTOUR_LEVELS = 30
 
 # the lab's own names for the kit's one-job sweeps (the notebook calls them on this module)
 SweepRun, run_sweep, submit_sweeps = experiments.SweepRun, experiments.run_sweep, experiments.submit_sweeps
+
+
+def runs_share_one_gpu() -> bool:
+    """Would this machine's jobs share its GPU(s)? (submitit's local executor on a GPU machine; a cluster gives
+    each job its own.) There the runs go into one job: they would run one after the other anyway."""
+    return experiments._shares_local_gpus(None)
+
+
+def batch_sizes_text(points: int, batch_sizes: Sequence[int]) -> str:
+    """The runs of the sweep in words, from the settings: full batch, B = 1, and the mini-batches between."""
+    mini = [b for b in batch_sizes if 1 < b < points]
+    return (f"full batch: B = n = {points} (gradient descent); B = 1 (stochastic gradient descent); mini-batches: "
+            + ", ".join(f"B = {b}" for b in mini))
+
+
+def step_time_model(t_full: float, t_one: float, points: int) -> tuple[float, float]:
+    """(a, c) of a step costing ``a + c * B``, through the full-batch step (B = ``points``) and the B = 1 step."""
+    per_point = (t_full - t_one) / (points - 1)
+    return t_one - per_point, per_point
 
 
 def line_points(config: TrainConfig) -> tuple[np.ndarray, np.ndarray]:
@@ -133,12 +153,15 @@ GPUS = 1  # GPUs the notebook needs at once in the gpu profile
 def settings(profile: str) -> dict[str, Any]:
     """Lab 01's numbers in ``profile`` ("cpu" or "gpu"); ``profile.settings("01")`` shows them."""
     # Plain gradient descent on the DLI's line: no momentum, no weight decay, the same lr for every batch.
-    # gpu profile: a two-parameter model runs on the job's CPU (device="cpu"; a GPU adds only kernel
-    # launches), in short jobs; its budget counts the GPUs they hold while they run.
+    # gpu profile: the jobs hold a GPU, so they run on it (device "auto": the GPU where the job has one) rather
+    # than reserve a GPU and leave it idle. For two parameters the GPU's arithmetic costs nothing: a step costs its
+    # kernel launches plus the CPU work of assembling the batch (a DataLoader over the points), which grows with B.
+    # Measured on an H100's host CPU: 0.34 ms (B = 1) against 2.26 ms (B = 512); on the GPU the launches add the
+    # same fraction of a millisecond to both, so B = 512's step stays several times dearer.
     points = 128 if profile == "cpu" else 512
     base = TrainConfig(model="linear", dataset="line", num_samples=points, optimizer="sgd", momentum=0.0,
                        weight_decay=0.0, lr=0.2, epochs=10 if profile == "cpu" else 20, log_params=True,
-                       val_fraction=0.25, device="cpu", **QUIET)
+                       val_fraction=0.25, device="cpu" if profile == "cpu" else "auto", **QUIET)
     noise = base.replace(log_params=False, epochs=1, steps=1, lr=1e-6, grad_noise_batches=200, val_fraction=0.0)
     mini = [16, 32, 64] if profile == "cpu" else [16, 64]
     noise_batches = [1, 4, 16, 64] if profile == "cpu" else [1, 4, 16, 64, 128]

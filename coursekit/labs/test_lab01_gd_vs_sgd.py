@@ -140,3 +140,21 @@ def test_writing_the_command_imports_no_engine_into_the_kernel():
             "assert 'torch' not in sys.modules, 'torch imported'")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_the_runs_in_words_come_from_the_settings():
+    for profile in ("cpu", "gpu"):
+        s = gd.settings(profile)
+        text = gd.batch_sizes_text(s["points"], s["batch_sizes"])
+        mini = [b for b in s["batch_sizes"] if 1 < b < s["points"]]
+        assert f"B = n = {s['points']}" in text and text.endswith(", ".join(f"B = {b}" for b in mini))
+
+
+def test_gpu_jobs_run_on_the_gpu_they_hold_and_cpu_jobs_on_the_cpu():
+    assert gd.settings("gpu")["base"].device == gd.settings("gpu")["noise_base"].device == "auto"
+    assert gd.settings("cpu")["base"].device == "cpu"
+
+
+def test_the_step_time_model_goes_through_both_measurements():
+    fixed, per_point = gd.step_time_model(t_full=2.26e-3, t_one=0.34e-3, points=512)
+    assert fixed + per_point == pytest.approx(0.34e-3) and fixed + 512 * per_point == pytest.approx(2.26e-3)

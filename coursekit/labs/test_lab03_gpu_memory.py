@@ -1,6 +1,10 @@
 """Lab 03: memory anatomy measured tensor by tensor."""
 
+import pytest
+
 from coursekit.labs import lab03_gpu_memory as anatomy
+from coursekit.labs.kit.results import ResultsTable
+from coursekit.train.config import TrainConfig
 
 
 def test_bytes_per_parameter_and_activations():
@@ -20,4 +24,57 @@ def test_tables_add_megabytes():
                                        device="cpu")])
     table = anatomy.anatomy_table(rows)
     assert table[0]["bytes_per_param"] == 12.0
-    assert table[0]["parameters_mb"] == rows[0]["parameters_bytes"] / 1e6
+    assert table[0]["parameters_mib"] == rows[0]["parameters_bytes"] / 2**20
+
+
+# --- the calculator against the allocator, on rows shaped like the GPU run ------------------------------------
+
+CALIBRATION = [(32, 7514), (64, 10441), (128, 16276), (256, 27956)]  # ResNet-50 fp32 on an H200, MiB
+HELD_OUT = [(64, 3.0 * 1024), (256, 11.2 * 1024)]  # bf16 + channels_last, the engine's benchmark on an H100
+
+
+def peak_rows(calibration=CALIBRATION, held_out=HELD_OUT, error=0.0):
+    """Measured peaks with the calculator's estimate ``error`` off them (relative)."""
+    rows = [{"case": "calibration", "label": "resnet50 fp32", "batch_size": b, "peak_mem_mib": m,
+             "estimate_mib": m * (1 + error)} for b, m in calibration]
+    rows += [{"case": "held out", "label": "resnet50 bf16 + channels_last", "batch_size": b, "peak_mem_mib": m,
+              "estimate_mib": m * (1 + error)} for b, m in held_out]
+    return ResultsTable(rows)
+
+
+def test_peak_claims_hold_within_the_tolerance():
+    tolerance = anatomy.settings("gpu")["peak_tolerance"]
+    assert [c.holds for c in anatomy.check_peak_claims(peak_rows(error=0.05), tolerance, True, "")] == [True, True]
+
+
+@pytest.mark.parametrize("rows, claim", [
+    (peak_rows(error=-0.2), "calibration"),  # a term missing: the autotuning workspace is 15-35 % of fp32's peak
+    (ResultsTable([r for r in peak_rows() if r["case"] == "calibration"]
+                  + [{**r, "estimate_mib": 1.3 * r["peak_mem_mib"]} for r in peak_rows() if r["case"] == "held out"]),
+     "not fitted"),  # the held-out case 30 % off
+    (peak_rows(held_out=[]), "not fitted"),  # no held-out run completed
+])
+def test_a_planted_wrong_estimate_fails(rows, claim):
+    with pytest.raises(AssertionError, match=claim):
+        anatomy.check_peak_claims(rows, anatomy.settings("gpu")["peak_tolerance"], True, "")
+
+
+def test_peak_claims_are_not_checked_without_a_gpu():
+    assert [c.holds for c in anatomy.check_peak_claims(None, 0.1, False, "no GPU")] == [None, None]
+
+
+def test_estimates_per_case_follow_each_runs_options():
+    base = TrainConfig(model="resnet18", dataset="synthetic", image_size=16, num_classes=10, gpu_resident=True)
+    heldout = {"precision": "bf16", "channels_last": True}
+    rows = [{"config": base.replace(batch_size=8), "peak_mem_mb": 100.0, "summary": {"mem_reserved_peak_mb": 120.0}},
+            {"config": base.replace(batch_size=8, **heldout), "peak_mem_mb": 60.0, "summary": {}}]
+    table = anatomy.add_estimates(ResultsTable(rows), heldout)
+    assert table.column("case") == ["calibration", "held out"]
+    assert table[1]["label"] == "resnet18 bf16 + channels_last"
+    assert table[0]["estimate_mib"] > table[1]["estimate_mib"] > 0  # fp32 autotuning workspace, bf16 halves
+    assert table[0]["reserved_mib"] == 120.0 and table[1]["peak_mem_mib"] == 60.0
+
+
+def test_gpu_memory_in_gib():
+    assert anatomy.gpu_memory_gib({"total_memory_gb": 85.0}, 1.0) == pytest.approx(79.16, abs=0.01)  # H100 80GB
+    assert anatomy.gpu_memory_gib(None, 79.2) == 79.2

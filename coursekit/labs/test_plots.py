@@ -40,8 +40,10 @@ def test_lab_figures():
     table = sweep_table()
     gradient_descent.add_paths(table, np.array([0.0, 1.0]), np.array([2.0, 12.0]))
     assert gradient_descent.surface_figure(np.array([0.0, 1.0]), np.array([2.0, 12.0]), table).axes
-    figure = batch_size.memory_figure(table, "memory", limit_gb=8)
-    assert [line.get_label() for line in figure.axes[0].lines][:2] == ["measured peak", "out of memory"]
+    figure = batch_size.memory_figure(table.add_column("peak_mem_gib", lambda r: r["peak_mem_gb"]), "memory")
+    assert [line.get_label() for line in figure.axes[0].lines] == [
+        "measured peak", "in proportion to the batch", "out of memory (where the line would be)"]
+    assert figure.axes[0].get_xscale() == figure.axes[0].get_yscale() == "log"  # proportional growth: a line
     batch_size.add_time_to_accuracy(table, 0.3)
     assert len(batch_size.accuracy_figure(table, 0.3).axes) == 2
     model = build_model(TrainConfig(model="mlp", image_size=4), 2, (3, 4, 4))

@@ -26,13 +26,15 @@ What else a GPU's allocator hands out at the peak (``torch.cuda.max_memory_alloc
   half-precision copy, so every fp32 batch counts);
 - ``transient_bytes``: the backward's temporaries: the gradient of the widest activation, alive next to
   the saved activations (one largest saved tensor per sample);
-- ``workspace_bytes`` (``cudnn_benchmark=True``, as the engine runs on a GPU, fp32 convolutions only): in
-  strict fp32 (TF32 off) cuDNN's autotuner, during the first steps, tries algorithms without tensor
-  cores, among them FFT-based ones whose workspaces reach gigabytes; the workspace it allocates while
-  trying them lands in the run's peak. ``CUDNN_FP32_AUTOTUNE_*`` are fitted to ResNet-50 fp32 on an
+- ``workspace_bytes`` (``cudnn_benchmark=True``, as the engine runs on a GPU, convolutions on fp32 tensors:
+  fp32 and TF32 alike): cuDNN's autotuner, during the first steps, tries every algorithm for the tensors'
+  type, among them FFT-based ones whose workspaces reach gigabytes; the workspace it allocates while
+  trying them lands in the run's peak. TF32 changes the math mode, not the tensors' type, and gets the
+  same term (lab 04's ladder on an H200: fp32 and tf32 both peak at 27.3 GiB at batch 256). ``CUDNN_FP32_AUTOTUNE_*`` are fitted to ResNet-50 fp32 on an
   H100 and an H200 (cuDNN 9.19: batch 32-512, 4.2 GiB + 6.8 % of the activations; the same batch-256
   step peaks 5.8 GiB lower in a process whose algorithms were already chosen). Take it as an order of
-  magnitude on other GPUs and models; with TF32, bf16 or fp16 the tensor-core algorithms need little.
+  magnitude on other GPUs and models; bf16 with channels_last needs little (the engine's benchmark: within 5 %
+  of the estimate without the term).
 - ``optimizer_temporary_bytes``: foreach optimizers' temporary copies (weight decay added to the
   gradients, Adam's denominator) during ``step()``, when the activations are already freed: the peak
   takes the larger of the two phases.
@@ -67,7 +69,7 @@ OPTIMIZER_TEMPORARY_BYTES = {"sgd": 4, "lars": 4, "adamw": 8, "lamb": 8}
 TRANSIENT_LARGEST_TENSORS = 1  # backward: one gradient of the widest activation next to the saved ones
 CUDNN_FP32_AUTOTUNE_FIXED_BYTES = int(4.2 * GIB)  # fitted, see the module docstring
 CUDNN_FP32_AUTOTUNE_ACTIVATION_SHARE = 0.068
-AUTOTUNE_PRECISIONS = ("fp32",)  # TF32 off: no tensor-core algorithms, the autotuner tries FFT ones
+AUTOTUNE_PRECISIONS = ("fp32", "tf32")  # fp32 tensors (TF32 is a math mode): the autotuner tries FFT algorithms
 
 
 @dataclass

@@ -104,6 +104,13 @@ def test_at_batch_equals_a_new_probe_at_that_batch():
         assert small.at_batch(96).workspace_bytes == pytest.approx(large.workspace_bytes, rel=1e-4), precision
 
 
+def test_tf32_gets_the_autotuning_workspace_of_fp32():
+    """TF32 is a math mode on fp32 tensors: the autotuner tries the same algorithms (lab 04: the same peak)."""
+    model = build_model(TrainConfig(model="resnet18"), 10, (3, 16, 16))
+    fp32, tf32 = (estimate_memory(model, "sgd", p, 8, (3, 16, 16), cudnn_benchmark=True) for p in ("fp32", "tf32"))
+    assert tf32.workspace_bytes == fp32.workspace_bytes > 0 and tf32.total_bytes == fp32.total_bytes
+
+
 def test_sgd_without_momentum_has_no_state_and_frozen_parameters_no_gradient():
     model = small_mlp()
     model[0].requires_grad_(False)  # 220 frozen parameters

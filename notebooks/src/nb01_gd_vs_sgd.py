@@ -56,25 +56,35 @@ gd.data_figure(x, y)
 #
 # * **full batch** (*B = n*): gradient descent proper, one step per epoch, each step uses every point;
 # * **B = 1**: the textbook stochastic gradient descent, *n* steps per epoch;
-# * **B = 16, 32, 64** (up to 128 on a GPU cluster): mini-batch SGD, in between.
+# * **mini-batches** in between: mini-batch SGD (the sizes are printed below, from the settings).
 #
 # `--log-params` makes the engine write *w* and *b* into every step record, which gives us the paths.
-# On a GPU cluster each run is a job of its own. In the cpu profile a run lasts a second or two, less
-# than starting Python and torch, so `one_job=True` puts all of them into a single job
-# (`python -m coursekit.train.sweep`: the options below, `--next` between runs, one run after the other).
+# On a cluster each run is a job of its own. A run lasts a second or two, less than starting Python
+# and torch, so where the runs would share one processor anyway (a CPU, or the GPU of a single
+# machine) `one_job=True` puts all of them into a single job (`python -m coursekit.train.sweep`: the
+# options below, `--next` between runs, one run after the other).
 
-# %%
+# %% tags=["exact-settings"]
+print(gd.batch_sizes_text(s.points, s.batch_sizes))
 configs = [s.base.replace(batch_size=b) for b in s.batch_sizes]
 for config in configs:
     print(labs.engine_command(config))
 
 # %% [markdown]
 # Section 5 needs a second, smaller experiment (one short run per batch size, explained there); we
-# submit both now, together (`gd.submit_sweeps`: one sweep per experiment; in the cpu profile, one job).
+# submit both now, together (`gd.submit_sweeps`: one sweep per experiment, or one job for both).
+
+# %% tags=["exact-settings"]
+profile.explain(
+    gpu="The jobs hold a GPU, so they run on it. For two parameters its arithmetic costs nothing: a step "
+        "costs a few kernel launches, the same for every B, plus the work of assembling the batch on the "
+        "CPU, which grows with B. Watch for that in the step times of section 3.",
+    cpu="The jobs run on this machine's CPU, one thread each.")
 
 # %% tags=["nbval-ignore-output"]
 noise_configs = [s.noise_base.replace(batch_size=b) for b in s.noise_batch_sizes]
-sweep, noise_sweep = gd.submit_sweeps([configs, noise_configs], one_job=profile.is_cpu, **s.job,
+sweep, noise_sweep = gd.submit_sweeps([configs, noise_configs], one_job=profile.is_cpu or gd.runs_share_one_gpu(),
+                                      **s.job,
                                       names=[labs.job_name(pseudo, "gd"), labs.job_name(pseudo, "noise")])
 print("submitted jobs", sorted({job.job_id for job in [*sweep.jobs, *noise_sweep.jobs]}))
 
@@ -227,13 +237,16 @@ for row in (table.one(batch_size=s.points), table.one(batch_size=1)):
 # %% [markdown]
 # ## 6. Exit ticket
 #
-# Four questions on what *you* measured above: the answers are in your own tables and figures, not in a
-# book. The ticket is checked at once, and your score is saved for the instructor.
+# Four questions on what *you* measured above, and one you compute from it: the answers are in your own
+# tables and figures, not in a book. The ticket is checked at once, and your score is saved for the
+# instructor.
 
 # %%
 gd_run, sgd_run = table.one(batch_size=s.points), table.one(batch_size=1)
 sgd_ups = labs.share_of_increases(sgd_run["path_loss"])
 gd_epoch_s, sgd_epoch_s = gd_run["step_time_s"], sgd_run["step_time_s"] * s.points  # B = n: one step per epoch
+TRANSFER_B = 8  # a batch size no run of this lab used
+fixed_s, per_point_s = gd.step_time_model(gd_run["step_time_s"], sgd_run["step_time_s"], s.points)
 ticket = labs.exit_ticket("01", {
     "sgd_ups": labs.Question("On what percentage of the B = 1 steps did the training loss go up?", 100 * sgd_ups,
                              unit="%", abs_tol=5),
@@ -244,17 +257,26 @@ ticket = labs.exit_ticket("01", {
                                   "B = 1" if sgd_epoch_s > gd_epoch_s else "full batch", choices=("full batch", "B = 1")),
     "slope": labs.Question("What corrected log-log slope did you fit to the gradient variance against B?",
                            corrected_slope, abs_tol=0.05),
+    "epoch_ms_b8": labs.Question(
+        f"Transfer: say a step costs a fixed part plus a part per point, a + c·B. From your full-batch and B = 1 "
+        f"step times, how many milliseconds would one epoch of B = {TRANSFER_B} take ({s.points} points)?",
+        1e3 * s.points / TRANSFER_B * (fixed_s + per_point_s * TRANSFER_B), unit="ms", rel_tol=0.05),
 })
 answers = ticket.blank()
 
 # %% [markdown] tags=["exercise"]
 # Write your answers as `answers = {"sgd_ups": ..., "step_ratio": ..., ...}` in place of the two
-# placeholder lines: numbers (or a choice) you read above. A question you leave out counts as not answered.
+# placeholder lines: numbers (or a choice) you read above, and for the last one a number you compute (c
+# from the two step times, then a, then the steps of an epoch). A question you leave out counts as not
+# answered.
 
 # %% tags=["exercise"]
 ### BEGIN SOLUTION
 answers = {"sgd_ups": 100 * sgd_ups, "step_ratio": gd_run["step_time_s"] / sgd_run["step_time_s"],
            "slower_epoch": "B = 1" if sgd_epoch_s > gd_epoch_s else "full batch", "slope": corrected_slope}
+c = (gd_run["step_time_s"] - sgd_run["step_time_s"]) / (s.points - 1)  # seconds per point
+a = sgd_run["step_time_s"] - c  # seconds per step, whatever the batch
+answers["epoch_ms_b8"] = 1e3 * (s.points // 8) * (a + 8 * c)
 ### END SOLUTION
 graded = ticket.grade(answers)
 

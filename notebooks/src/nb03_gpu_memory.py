@@ -18,7 +18,7 @@
 import coursekit
 from coursekit import labs
 from coursekit.labs import lab03_gpu_memory as anatomy
-from coursekit.labs.kit import failures, hardware, plots, recorded
+from coursekit.labs.kit import failures, plots, recorded
 from coursekit.train.config import TrainConfig
 from coursekit.train.memory import estimate_memory
 from coursekit.train.models import build_model
@@ -35,9 +35,17 @@ print(s)
 # One training step of ResNet-50 on 224 × 224 images: about 4.1 billion multiply-adds per image forward
 # (≈ 8 GFLOP: a multiply-add is two floating-point operations, the count lab 04's TFLOP/s use), twice
 # that backward. A CPU core does tens of GFLOP/s; a GPU's tensor cores do hundreds of TFLOP/s, and its
-# memory moves terabytes per second. On a GPU cluster both jobs below run (the CPU one on the GPU
-# node's own cores); in the CPU profile we run the CPU job and set it next to the GPU figure recorded
-# by the engine's benchmark on an H100 (batch 256, fp32).
+# memory moves terabytes per second.
+#
+# Memory in this lab is in binary units, as PyTorch and `nvidia-smi` report it: **MiB** (2²⁰ bytes) and
+# **GiB** (2³⁰ bytes). GPUs are sold in "GB" that are nearly GiB: an "H100 80GB" holds 79.2 GiB, an H200
+# "141 GB" about 140 GiB.
+
+# %% tags=["exact-settings"]
+profile.explain(
+    gpu="Both jobs below run: the CPU one on the GPU node's own cores, the GPU one on its GPU.",
+    cpu="There is no GPU here: we run the CPU job and set it next to the GPU figure recorded by the engine's "
+        "benchmark on an H100 (batch 256, fp32).")
 
 # %% [markdown] tags=["exercise"]
 # ### Predict, then run
@@ -120,13 +128,13 @@ cases = [dict(model_name=model_name, input_shape=shape, optimizer="sgd", batch_s
 job = coursekit.submit_function(anatomy.measure_cases, cases, name=labs.job_name(pseudo, "anat"),
                                 **s.job)
 measured = anatomy.anatomy_table(failures.result_or_none(job, s.timeout_s, "anatomy") or [])
-# the GPU the jobs run on, as the job saw it (the cpu profile draws an example GPU instead)
+# the GPU the jobs run on, as the job saw it (without one, an example GPU: an H100)
 gpu = measured[0]["gpu"] if measured else None
-gpu_gb = hardware.memory_gb(gpu, default=s.example_gpu_memory_gb)
-gpu_label = gpu["name"] if gpu and gpu["name"] else f"example GPU ({s.example_gpu_memory_gb} GB, an H100)"
-print("jobs' GPU:", hardware.describe(gpu))
-measured.with_columns("model", "optimizer", "batch_size", "parameters_mb", "gradients_mb", "optimizer_state_mb",
-                      "activations_mb", "bytes_per_param")
+gpu_gib = anatomy.gpu_memory_gib(gpu, default=s.example_gpu_memory_gib)
+gpu_label = gpu["name"] if gpu and gpu["name"] else "example GPU (an H100)"
+print(f"jobs' GPU: {gpu_label}, {gpu_gib:.1f} GiB" if gpu and gpu["name"] else "jobs' GPU: none")
+measured.with_columns("model", "optimizer", "batch_size", "parameters_mib", "gradients_mib", "optimizer_state_mib",
+                      "activations_mib", "bytes_per_param")
 
 # %% [markdown]
 # The same figures from the calculator (`coursekit.train.memory.estimate_memory`), in both conventions.
@@ -137,15 +145,16 @@ model = build_model(TrainConfig(model=model_name, image_size=shape[-1]), 10, sha
 estimates = [estimate_memory(model, opt, "fp32", small, shape, convention=conv)
              for opt in ("sgd", "adamw") for conv in ("pytorch", "hipergator")]
 calculator = anatomy.estimate_table(estimates)
-calculator.with_columns("optimizer", "convention", "parameters_mb", "gradients_mb", "optimizer_state_mb",
-                        "master_copy_mb", "activations_mb", "bytes_per_parameter")
+calculator.with_columns("optimizer", "convention", "parameters_mib", "gradients_mib", "optimizer_state_mib",
+                        "master_copy_mib", "activations_mib", "bytes_per_parameter")
 
 # %% [markdown]
 # ## 3. Activations grow with the batch and with the depth
 #
 # Doubling the batch doubles what each layer saves; a deeper network has more layers that save.
 # Below, the calculator's activation memory per image for three ResNets on 224 × 224 images, and the
-# total against the batch size.
+# total against the batch size, on log axes: in proportion to the batch is a line of slope 1, and a deeper
+# network the same line shifted up.
 
 # %% tags=["exact-arithmetic"]
 depth_rows = []
@@ -153,21 +162,12 @@ for name in s.depth_models:
     net = build_model(TrainConfig(model=name, image_size=224), 1000, (3, 224, 224))
     estimate = estimate_memory(net, "sgd", "fp32", 1, (3, 224, 224), convention="pytorch")
     depth_rows.append({"model": name, "parameters_m": estimate.num_parameters / 1e6,
-                       "activations_mb_per_image": estimate.activations_bytes / 1e6})
+                       "activations_mib_per_image": estimate.activations_bytes / anatomy.MIB})
 depth = labs.ResultsTable(depth_rows, title="activations per 224 x 224 image (calculator, fp32)")
 depth
 
 # %%
-figure, ax = plots.new_figure()
-batches = [16, 32, 64, 128, 256, 512]
-for row in depth:
-    ax.plot(batches, [row["activations_mb_per_image"] * b / 1e3 for b in batches], marker="o", label=row["model"])
-ax.axhline(gpu_gb, color="tab:red", linestyle="--", label=f"{gpu_label}: {gpu_gb:.0f} GB")
-ax.set_xscale("log", base=2)
-ax.set_xlabel("batch size")
-ax.set_ylabel("activations (GB)")
-ax.legend(fontsize="small")
-figure
+anatomy.activations_figure(depth, [16, 32, 64, 128, 256, 512], gpu_gib, gpu_label)
 
 # %% [markdown]
 # ## 4. Evaluation: `torch.no_grad`
@@ -179,39 +179,41 @@ figure
 # %% tags=["nbval-ignore-output"]
 if measured:
     row = measured[0]
-    print(f"model.eval() alone:         {row['eval_saved_bytes'] / 1e6:8.2f} MB saved for a backward pass")
-    print(f"model.eval() + no_grad:     {row['no_grad_saved_bytes'] / 1e6:8.2f} MB")
+    print(f"model.eval() alone:         {row['eval_saved_bytes'] / anatomy.MIB:8.2f} MiB saved for a backward pass")
+    print(f"model.eval() + no_grad:     {row['no_grad_saved_bytes'] / anatomy.MIB:8.2f} MiB")
 
 # %% [markdown]
 # ## 5. What fills the GPU
 #
 # The calculator, for ResNet-50 on 224 × 224 images with AdamW, against the memory of the GPU your jobs
-# run on (`gpu_gb`, read by the job above): the static part (parameters, gradients, state, about
-# 0.4 GB) is small for a 25 M-parameter network; the activations dominate and set the largest batch;
+# run on (`gpu_gib`, read by the job above): the static part (parameters, gradients, state, about
+# 0.4 GiB) is small for a 25 M-parameter network; the activations dominate and set the largest batch;
 # bf16 halves the activations. The calculator also names what a GPU's allocator holds beside them: the
-# backward's temporary gradients and, in strict fp32, the workspace cuDNN's autotuner tries algorithms
-# with during the first steps (about 4 GB here; see `coursekit/train/memory.py`).
+# backward's temporary gradients and, on fp32 tensors, the workspace cuDNN's autotuner tries algorithms
+# with during the first steps (about 4–6 GiB here). That holds for **TF32** as well: TF32 changes how the
+# tensor cores multiply, not the tensors' type, so the autotuner tries the same algorithms (lab 04's
+# ladder peaks at the same 27.3 GiB in fp32 and in tf32 at batch 256). In bf16 it needs little.
 # For a model with billions of parameters it is the other way round: at 16 bytes per parameter,
-# 80 GB hold the training state of 5 billion parameters *before* a single activation.
+# 80 GiB hold the training state of 5.4 billion parameters *before* a single activation.
 
 # %%
 resnet50 = build_model(TrainConfig(model="resnet50", image_size=224), 1000, (3, 224, 224))
 fill = [estimate_memory(resnet50, "adamw", precision, 256, (3, 224, 224), convention="pytorch",
                         cudnn_benchmark=True) for precision in ("fp32", "bf16")]
 fill = [fill[0], fill[0].at_batch(1024), fill[1].at_batch(1024), fill[1].at_batch(2048)]
-anatomy.fill_figure(fill, [f"{e.precision}, batch {e.batch_size}" for e in fill], gpu_gb, gpu_label)
+anatomy.fill_figure(fill, [f"{e.precision}, batch {e.batch_size}" for e in fill], gpu_gib, gpu_label)
 
 # %% [markdown] tags=["exercise"]
 # ### Exercise — the largest batch that fits
 #
 # With the calculator's figures for ResNet-50, AdamW, fp32 (`fill[0]`), compute the largest batch size
-# whose estimated total stays under 90 % of your GPU's memory `gpu_gb` (keep 10 % for the CUDA context
-# and the allocator's rounding). `fill[0].fixed_bytes` is what does not grow with the batch and
+# whose estimated total stays under 90 % of your GPU's memory `gpu_gib` (in GiB: 2³⁰ bytes; keep 10 % for
+# the CUDA context and the allocator's rounding). `fill[0].fixed_bytes` is what does not grow with the batch and
 # `fill[0].per_sample_bytes` what each image adds. Store it in `largest_batch`.
 
 # %% tags=["exercise", "exact-arithmetic"]
 ### BEGIN SOLUTION
-budget = 0.9 * gpu_gb * 1e9
+budget = 0.9 * gpu_gib * 2**30
 largest_batch = int((budget - fill[0].fixed_bytes) // fill[0].per_sample_bytes)
 ### END SOLUTION
 print("largest batch that fits (estimate):", largest_batch)
@@ -220,51 +222,50 @@ print("largest batch that fits (estimate):", largest_batch)
 # ## 6. The calculator against the measured peak
 #
 # On a GPU, PyTorch's caching allocator reports the most memory it handed out to tensors at once:
-# `torch.cuda.max_memory_allocated`, which the engine writes into its summary (`peak_mem_mb`, over the
-# whole run). In the gpu profile the jobs below measure it for a few batch sizes (ResNet-50, fp32, SGD,
-# synthetic images kept on the GPU: two batches) and we compare it with the calculator computed for the
-# same run — like with like: what the calculator counts is what the allocator hands out, the first
-# steps (cuDNN's autotuning) included; `steady_mb` is the calculator's peak once cuDNN has chosen its
-# algorithms.
+# `torch.cuda.max_memory_allocated`, which the engine writes into its summary (in MiB, over the whole
+# run). We compare it with the calculator computed for the same run — like with like: what the
+# calculator counts is what the allocator hands out, the first steps (cuDNN's autotuning) included;
+# `steady_mib` is the calculator's peak once cuDNN has chosen its algorithms.
+#
+# A check is only worth something on data it was not tuned on. The calculator's autotuning term (a fixed
+# part and a share of the activations) was **fitted** to ResNet-50 in fp32 on an H100 and an H200, so
+# agreeing there is a *calibration*, not evidence. The **held-out** case is one the term was not fitted
+# to: ResNet-50 in bf16 with channels_last, where the calculator predicts from first principles alone.
 #
 # Neither figure contains what `nvidia-smi` shows on top: the CUDA context and the cuDNN/cuBLAS
-# libraries (0.5–1 GB per process), and what the allocator *reserved* but does not use
-# (`mem_reserved_peak_mb` − `peak_mem_mb`: rounding to its block sizes and fragmentation). NCCL buffers
-# and other processes on the same GPU come on top as well. In the cpu profile there is no GPU allocator
-# to ask: the comparison is the one of section 2, tensor by tensor.
+# libraries (0.5–1 GiB per process), and what the allocator *reserved* but does not use
+# (`reserved_mib` − `peak_mem_mib`: rounding to its block sizes and fragmentation). NCCL buffers and
+# other processes on the same GPU come on top as well.
+
+# %% tags=["exact-settings"]
+profile.explain(
+    gpu="The jobs below measure the peak for a few batch sizes of each case (ResNet-50, SGD, synthetic images "
+        "kept on the GPU: two batches).",
+    cpu="Without a GPU there is no allocator to ask: the comparison is the one of section 2, tensor by tensor.")
 
 # %% tags=["nbval-ignore-output"]
 peaks = None
 if s.peak_base is not None:
-    peaks = labs.run_sweep([s.peak_base.replace(batch_size=b) for b in s.peak_batch_sizes],
-                           name=labs.job_name(pseudo, "peak"), **s.job, timeout_s=s.timeout_s)
+    peak_configs = ([s.peak_base.replace(batch_size=b) for b in s.peak_batch_sizes]
+                    + [s.peak_base.replace(batch_size=b, **s.heldout) for b in s.heldout_batch_sizes])
+    peaks = labs.run_sweep(peak_configs, name=labs.job_name(pseudo, "peak"), **s.job, timeout_s=s.timeout_s)
     failed = failures.report_failures(peaks, "the peak-memory jobs")
-    peaks = failures.completed(peaks)
-    base = s.peak_base
-    net = build_model(base, base.num_classes, (3, base.image_size, base.image_size))
-    one = estimate_memory(net, base.optimizer, base.precision, 1, (3, base.image_size, base.image_size),
-                          convention="pytorch", momentum=base.momentum,
-                          input_batches=2 if base.gpu_resident else 1, cudnn_benchmark=True)
-    peaks.add_column("estimate_mb", lambda r: one.at_batch(r["batch_size"]).total_bytes / 2**20)
-    peaks.add_column("steady_mb", lambda r: one.at_batch(r["batch_size"]).steady_bytes / 2**20)
-    peaks.add_column("reserved_mb", lambda r: r["summary"].get("mem_reserved_peak_mb"))
-    display(peaks.with_columns("batch_size", "peak_mem_mb", "estimate_mb", "steady_mb", "reserved_mb"))
-    figure, ax = plots.new_figure()
-    plots.scatter_line(peaks, "batch_size", "peak_mem_mb", ax=ax, label="measured peak", logx=True)
-    plots.scatter_line(peaks, "batch_size", "estimate_mb", ax=ax, label="calculator", logx=True)
-    display(figure)
-else:
-    print("no GPU in this profile: see section 2 for calculator vs measurement")
+    peaks = anatomy.add_estimates(failures.completed(peaks), s.heldout)
+    display(peaks.with_columns("case", "label", "batch_size", "peak_mem_mib", "estimate_mib", "steady_mib",
+                               "reserved_mib"))
+    display(anatomy.peaks_figure(peaks))
 
 # %% [markdown]
 # ## 7. Exit ticket
 #
-# Five questions on what *you* measured and computed above: the answers are in your own tables, not in a
-# book. The ticket is checked at once, and your score is saved for the instructor.
+# Five questions on what *you* measured and computed above, and one you compute from the lab's idea: the
+# answers are in your own tables, not in a book. The ticket is checked at once, and your score is saved
+# for the instructor.
 
 # %%
 sgd_small, sgd_large = (measured[0], measured[2]) if len(measured) >= 3 else ({}, {})
-fits = int((0.9 * gpu_gb * 1e9 - fill[0].fixed_bytes) // fill[0].per_sample_bytes)
+fits = int((0.9 * gpu_gib * 2**30 - fill[0].fixed_bytes) // fill[0].per_sample_bytes)
+TRANSFER_PARAMS = 7e9  # a 7-billion-parameter model: not one this lab ran
 ticket = labs.exit_ticket("03", {
     "gpu_vs_cpu": labs.Question("How many times more training images per second did the GPU process than the CPU?",
                                 gpu_vs_cpu, unit="×", rel_tol=0.1),
@@ -274,22 +275,29 @@ ticket = labs.exit_ticket("03", {
     "activation_growth": labs.Question(f"How many times more activation memory did batch {large} keep than batch "
                                        f"{small}?", sgd_large["activations_bytes"] / sgd_small["activations_bytes"]
                                        if sgd_small else None, unit="×", rel_tol=0.05),
-    "no_grad_mb": labs.Question("How many MB did evaluation under torch.no_grad keep for a backward pass?",
-                                sgd_small["no_grad_saved_bytes"] / 1e6 if sgd_small else None, unit="MB", abs_tol=0.5),
+    "no_grad_mib": labs.Question("How many MiB did evaluation under torch.no_grad keep for a backward pass?",
+                                 sgd_small["no_grad_saved_bytes"] / anatomy.MIB if sgd_small else None, unit="MiB",
+                                 abs_tol=0.5),
     "largest_batch": labs.Question("By the calculator, what is the largest ResNet-50 batch (AdamW, fp32) that fits "
                                    "in 90 % of your GPU's memory?", fits, rel_tol=0.05),
+    "state_7b_gib": labs.Question(
+        "Transfer: how many GiB do the weights, gradients and optimizer state of a 7-billion-parameter model take "
+        "when it trains in fp32 with AdamW (activations aside)?", TRANSFER_PARAMS * 16 / 2**30, unit="GiB",
+        rel_tol=0.03),
 })
 answers = ticket.blank()
 
 # %% [markdown] tags=["exercise"]
 # Write your answers as `answers = {"gpu_vs_cpu": ..., "bytes_sgd": ..., ...}` in place of the two
-# placeholder lines: numbers you read above. A question you leave out counts as not answered.
+# placeholder lines: numbers you read above, and for the last one a number you compute (bytes per
+# parameter × parameters, in GiB). A question you leave out counts as not answered.
 
 # %% tags=["exercise"]
 ### BEGIN SOLUTION
 answers = {"gpu_vs_cpu": gpu_vs_cpu, "bytes_sgd": anatomy.bytes_per_parameter(sgd_small) if sgd_small else None,
            "activation_growth": sgd_large["activations_bytes"] / sgd_small["activations_bytes"] if sgd_small else None,
-           "no_grad_mb": sgd_small["no_grad_saved_bytes"] / 1e6 if sgd_small else None, "largest_batch": largest_batch}
+           "no_grad_mib": sgd_small["no_grad_saved_bytes"] / anatomy.MIB if sgd_small else None,
+           "largest_batch": largest_batch, "state_7b_gib": 7e9 * (4 + 4 + 8) / 2**30}
 ### END SOLUTION
 graded = ticket.grade(answers)
 
@@ -300,14 +308,10 @@ graded = ticket.grade(answers)
 estimate_sgd = next(e for e in estimates if e.optimizer == "sgd" and e.convention == "pytorch")
 verdicts = [
     labs.check_claim("deeper networks keep more activations per image",
-                     depth.column("activations_mb_per_image") == sorted(depth.column("activations_mb_per_image")),
-                     ", ".join(f"{r['model']} {r['activations_mb_per_image']:.0f} MB" for r in depth)),
-    labs.check_claim(f"the calculator's peak is within {s.peak_tolerance:.0%} of torch.cuda.max_memory_allocated",
-                     bool(peaks) and all(abs(r["estimate_mb"] / r["peak_mem_mb"] - 1) < s.peak_tolerance for r in peaks),
-                     "per batch (estimate/measured): " + ", ".join(
-                         f"{r['batch_size']}: {r['estimate_mb']:.0f}/{r['peak_mem_mb']:.0f} MB" for r in peaks or []),
-                     applies=profile.is_gpu and bool(peaks),
-                     why_not="no peak job completed (see above)" if profile.is_gpu else "no GPU allocator in this profile"),
+                     depth.column("activations_mib_per_image") == sorted(depth.column("activations_mib_per_image")),
+                     ", ".join(f"{r['model']} {r['activations_mib_per_image']:.0f} MiB" for r in depth)),
+    *anatomy.check_peak_claims(peaks, s.peak_tolerance, applies=profile.is_gpu,
+                               why_not="no GPU allocator here: section 2 compares tensor by tensor"),
 ]
 if len(measured) < 3:
     print("the anatomy job returned nothing (see its failure above): the claims on its tensors are not checked")
@@ -325,10 +329,11 @@ else:
                          f"batch {small} -> {large}: x{sgd_large['activations_bytes'] / sgd['activations_bytes']:.3f}"),
         labs.check_claim("under torch.no_grad evaluation keeps no activations; eval() alone keeps them all",
                          sgd["no_grad_saved_bytes"] == 0 and sgd["eval_saved_bytes"] > 0.9 * sgd["activations_bytes"],
-                         f"{sgd['no_grad_saved_bytes']} B vs {sgd['eval_saved_bytes'] / 1e6:.1f} MB"),
+                         f"{sgd['no_grad_saved_bytes']} B vs {sgd['eval_saved_bytes'] / anatomy.MIB:.1f} MiB"),
         labs.check_claim("the calculator's pytorch convention matches the measured tensors",
                          estimate_sgd.parameters_bytes == sgd["parameters_bytes"]
                          and estimate_sgd.optimizer_state_bytes == sgd["optimizer_state_bytes"]
                          and abs(estimate_sgd.activations_bytes / sgd["activations_bytes"] - 1) < 0.05,
-                         f"activations {estimate_sgd.activations_bytes / 1e6:.2f} MB estimated, {sgd['activations_bytes'] / 1e6:.2f} MB measured"),
+                         f"activations {estimate_sgd.activations_bytes / anatomy.MIB:.2f} MiB estimated, "
+                         f"{sgd['activations_bytes'] / anatomy.MIB:.2f} MiB measured"),
     ]

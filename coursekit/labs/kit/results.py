@@ -28,7 +28,7 @@ COLUMN_LABELS = {
     "peak_mem_mb": "peak memory (MB)", "peak_mem_gb": "peak memory (GB)", "estimate_mb": "calculator (MB)",
     "energy_per_image_j": "energy per image (J)", "energy_per_epoch_j": "energy per epoch (J)",
 }
-UNIT_SUFFIXES = {"_s": "s", "_ms": "ms", "_mb": "MB", "_gb": "GB", "_bytes": "bytes"}
+UNIT_SUFFIXES = {"_s": "s", "_ms": "ms", "_mb": "MB", "_gb": "GB", "_mib": "MiB", "_gib": "GiB", "_bytes": "bytes"}
 HEADER_STYLE = "text-align:right;white-space:nowrap;padding:2px 8px"
 CELL_STYLE = "text-align:right;white-space:nowrap;padding:2px 8px;font-variant-numeric:tabular-nums"
 
