@@ -415,9 +415,9 @@ ticket = labs.exit_ticket("07", {
                                     f"need than batch {smallest}?", doubling, unit="×", rel_tol=0.1),
     "b_crit": labs.Question("What critical batch B_crit did the fit of part C give?",
                             fit["b_crit"] if fit and 0 < fit["b_crit"] < float("inf") else None, rel_tol=0.2),
-    "steps_elsewhere": labs.Question("Another model needs S_min = 2,000 steps to its target at the largest batches, "
-                                     "and its critical batch is B_crit = 8,000. By McCandlish et al.'s law, how many "
-                                     "steps does it need at batch 2,000?", 2_000 * (1 + 8_000 / 2_000), unit="steps",
+    "steps_elsewhere": labs.Question("Another model needs S_min = 1,500 steps to its target at the largest batches, "
+                                     "and its critical batch is B_crit = 6,000. By McCandlish et al.'s law, how many "
+                                     "steps does it need at batch 2,000?", 1_500 * (1 + 6_000 / 2_000), unit="steps",
                                      rel_tol=0.02),
 })
 answers = ticket.blank()
@@ -430,6 +430,6 @@ answers = ticket.blank()
 # %% tags=["exercise"]
 ### BEGIN SOLUTION
 answers = {"gap_large": gap_large, "best_large": best_large["arm"], "steps_doubling": doubling,
-           "b_crit": fit["b_crit"] if fit else None, "steps_elsewhere": 2_000 * (1 + 8_000 / 2_000)}
+           "b_crit": fit["b_crit"] if fit else None, "steps_elsewhere": 1_500 * (1 + 6_000 / 2_000)}
 ### END SOLUTION
 graded = ticket.grade(answers)
