@@ -233,16 +233,18 @@ def room_figure(room: RoomRuns, arms: Sequence[str]) -> Any:
     to the target against the batch, the room's and yours."""
     from coursekit.labs.kit.plots import new_figure
 
-    figure, (left, right) = new_figure(ncols=2)
+    # the arms' names run down the left panel, one row each (names along the x-axis overlapped one another)
+    figure, (left, right) = new_figure(ncols=2, figsize=(11.0, max(4.0, 0.3 * len(arms) + 1.2)))
     points = accuracy_points(room, arms)
     for index, arm in enumerate(arms):
         found = points[arm]
         spread = [index + JITTER * ((k % 5) - 2) / 2 for k in range(len(found["room"]))]
-        left.scatter(spread, found["room"], color="grey", alpha=0.5, s=12, label="the room" if index == 0 else None)
-        left.scatter([index] * len(found["mine"]), found["mine"], color="C1", marker="D", s=24,
+        left.scatter(found["room"], spread, color="grey", alpha=0.5, s=12, label="the room" if index == 0 else None)
+        left.scatter(found["mine"], [index] * len(found["mine"]), color="C1", marker="D", s=24,
                      label="yours" if index == 0 else None)
-    left.set_xticks(range(len(arms)), list(arms), rotation=20, ha="right", fontsize="small")
-    left.set_ylabel("final test accuracy (one dot per seed)")
+    left.set_yticks(range(len(arms)), list(arms), fontsize="small")
+    left.set_ylim(len(arms) - 0.5, -0.5)  # the first arm on top
+    left.set_xlabel("final test accuracy (one dot per seed)")
     left.set_title("A. every seed of the room")
     left.legend(fontsize="small")
     steps = steps_points(room)

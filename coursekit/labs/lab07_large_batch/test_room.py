@@ -165,3 +165,21 @@ def test_a_bad_record_cannot_move_the_rooms_figure_without_being_shown() -> None
     # the same records without the check: the forgeries would have moved the room's mean
     unchecked = room.sort_room(planted_room(), [], SETUP, ARMS, (32, 512), "ada")
     assert room.room_table(unchecked, ARMS)[0]["room_acc"] > 0.8
+
+
+def test_the_rooms_figure_names_every_arm_without_overlap() -> None:
+    """Sixteen arms (the gpu plan's): one row each down the left panel, no two names overlapping."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from coursekit.labs import lab07_large_batch as lb
+
+    arms = [arm.name for arm in lb.settings("gpu")["arms"]]
+    found = room.sort_room([], [], SETUP, arms, (32, 512), "ada")
+    figure = room.room_figure(found, arms)
+    canvas = FigureCanvasAgg(figure)
+    canvas.draw()
+    left = figure.axes[0]
+    labels = [label for label in left.get_yticklabels() if label.get_text()]
+    assert [label.get_text() for label in labels] == arms
+    boxes = sorted((label.get_window_extent(canvas.get_renderer()) for label in labels), key=lambda box: box.y0)
+    assert all(low.y1 <= high.y0 for low, high in zip(boxes, boxes[1:], strict=False)), "two arm names overlap"
