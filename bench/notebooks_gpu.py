@@ -353,6 +353,9 @@ def main(argv: list[str] | None = None) -> int:
                          "to measure; pip install -e '.[test]' (or pip install nbclient nbformat ipykernel)")
     if args.out:
         check_writable(args.out)
+    from coursekit.labs.kit.exercises import link_kit_scripts
+
+    link_kit_scripts(NOTEBOOKS)  # the participants' scripts the solved notebooks open (git-ignored links)
     info = machine()
     seen_gpus = info.get("gpus") or 0
     if args.profile == "gpu" and seen_gpus and args.gpus is not None and args.gpus > seen_gpus:
