@@ -228,9 +228,12 @@ def settings(profile: str) -> dict[str, Any]:
     # 2048, log-log slope 0.93 up to 512 and 0.33-0.36 beyond (H200, 2026-11-28: 0.912 at 64). Batch 64 is left out:
     # its 4,690 steps cost 68 s of training on an H200 (90 s on an H100), a third of the sweep's time, and the
     # story shows from 128 as well.
+    # The images held on the GPU (--device-data: crop and flip there, no loader): a small batch is not loader-bound,
+    # so images/s show what the GPU does with the batch; and the sweep's runs share one process (one job on a
+    # machine whose jobs share the GPU), where DataLoader workers forked by its fourth run died (H200, 2026-11-28:
+    # batches 1024 and 2048 FAILED in the one-job sweep).
     base = TrainConfig(model="resnet18", dataset="cifar10", data_dir=data_dir(), epochs=5, lr=0.1,
-                       schedule="cosine", workers=8, pin_memory=True, persistent_workers=True, non_blocking=True,
-                       precision="bf16", channels_last=True, **QUIET)
+                       schedule="cosine", device_data=True, precision="bf16", channels_last=True, **QUIET)
     # ResNet-50 fp32 at 224 px, up to the OOM: 10.2 / 27.3 / 50.1 GiB at batch 64 / 256 / 512; 1024 fits an H200
     # (about 96 GiB of its 140), not an H100 (79 GiB); 2048 fits neither. The peak is reached by the second step
     # (the momentum exists from the first): 6 steps measure it, where 20 cost ~25 s more over the sweep on an

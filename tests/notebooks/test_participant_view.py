@@ -4,6 +4,7 @@ paths in the stored outputs, and exercises that can be solved from their text on
 import ast
 import builtins
 import importlib.util
+import json
 import re
 from pathlib import Path
 
@@ -145,3 +146,30 @@ def test_participant_copies_hold_no_outputs_of_the_solved_run(tmp_path):
                  and (cell.outputs or cell.execution_count is not None)]
         assert not stale, f"{path.name}: cells {stale} carry outputs of the solved notebook"
         assert "widgets" not in nb.metadata
+
+
+GPU_RECORDS = NOTEBOOKS.parent / "bench" / "results"  # bench/notebooks_gpu.py's last run of each notebook
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_markdown_holds_nothing_that_is_not_for_participants(name):
+    """Text for one profile goes through ``profile.explain``; no jargon, bench commands or machine paths."""
+    found = [f"cell {i}: {hit}" for i, cell in enumerate(load(name).cells) if cell.cell_type == "markdown"
+             for hit in exercises.not_for_participants(cell.source)]
+    assert found == [], found
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_last_gpu_run_showed_nothing_that_is_not_for_participants(name):
+    """The executed gpu-profile notebook (markdown and every output) was scanned by bench/notebooks_gpu.py."""
+    record = json.loads((GPU_RECORDS / f"gpu_notebooks_{name[:2]}.json").read_text())
+    run, = (r for r in record["notebooks"] if r["notebook"] == f"{name}.ipynb")
+    assert "not_for_participants" in run, f"the last GPU run of {name} predates the scan: run it again"
+    assert run["not_for_participants"] == [], run["not_for_participants"]
+
+
+def test_the_scan_finds_what_is_not_for_participants():
+    planted = "On the cpu profile the stand-in trains; see bench/REPORT-gpu.md, run python bench/x.py in /tmp/x"
+    assert len(exercises.not_for_participants(planted)) == 6
+    assert exercises.not_for_participants("Arm(name='a', warmup_share=0.1)", printed=True)
+    assert exercises.not_for_participants("DATASET STAND-IN: stage Fashion-MNIST; your jobs in ~/course/jobs") == []
