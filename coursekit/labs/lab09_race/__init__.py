@@ -62,15 +62,13 @@ GPUS = 1  # GPUs the notebook needs at once in the gpu profile: the race is run 
 
 # Lab 09: the race. The baseline fixes the task (data, validation set, target, evaluation cadence); the
 # tuned entry is what the labs taught. gpu: a ResNet-18 on CIFAR-10 (or its stand-in) to 85 % on one GPU.
-# The target of each data set, in this one place. gpu on Fashion-MNIST: 85 % fell after ~250 steps (about one
-# epoch of 60,000 images; stops read 85.4-87.8 %), too soon for a schedule, a batch size or an epoch budget to
-# matter. So the gpu race trains on the first LAB09_FASHION_SAMPLES images and asks for 88 %: about 5 of those
-# epochs for the baseline (~400 steps of 256, 100,000 images). Time, from the recorded runs on one H100/H200
-# (baseline ~108 ms a step of 256 with 2 loader workers, 27 s for ~250 steps; tuned ~68 ms a step of 512; ~23 s
-# a run of start-up, warm-up and evaluations): baseline 3 x (~45 s timed + ~30 s) ~ 3.8 min, tuned entry
-# 3 x (~15 s + ~25 s) ~ 2 min, the rival's one short run ~0.4 min: ~6.5 min with the notebook's own cells.
-LAB09_TARGET = {"cpu": 0.6, "cpu-fashion": 0.65, "gpu": 0.85, "gpu-fashion": 0.88}
-LAB09_FASHION_SAMPLES = 20_000  # gpu on Fashion-MNIST: the first 20,000 training images (the test set stays whole)
+# The target of each data set, in this one place. gpu on Fashion-MNIST: 85 % falls after ~250 steps (about one
+# epoch of 60,000 images; stops read 85.4-87.8 %), too soon for a schedule or an epoch budget to matter. A harder
+# race was tried on one H200 (2026-11-28): the first 20,000 images to 88 % took the baseline 12 epochs (934 steps,
+# seeds at 0.880 / 0.873 / 0.880: one missed it) and the tuned entry of batch 512 never got there (0.833-0.851), so
+# the gpu race on Fashion-MNIST stays at 85 % on all 60,000 images until a target is measured that both reach.
+LAB09_TARGET = {"cpu": 0.6, "cpu-fashion": 0.65, "gpu": 0.85, "gpu-fashion": 0.85}
+LAB09_FASHION_SAMPLES = 60_000  # gpu on Fashion-MNIST: every training image (the test set stays whole)
 LAB09_MAX_PARAMETERS = {"cpu": 300_000, "gpu": 25_000_000}
 # Half the validation set is never read by the stopping evaluations; it confirms the accuracy at each stop.
 CONFIRM_FRACTION = 0.5
