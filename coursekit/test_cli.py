@@ -48,7 +48,7 @@ def test_doctor_local_site_is_all_well_without_slurm(course: Path, capsys: pytes
     assert cli.main(["doctor", "--site", "local"]) == 0
     out = capsys.readouterr().out
     assert "✓ Python" in out and "Slurm not needed" in out and out.splitlines()[-1].startswith("all is well")
-    assert "Fashion-MNIST (lab 09's race in the cpu profile) -> " in out  # what it is: test_doctor_data.py
+    assert "Fashion-MNIST (lab 09's small race on a CPU) -> " in out  # what it is: test_doctor_data.py
 
 
 def test_doctor_lists_staged_data_and_fails_on_a_leaderboard_nobody_can_write(

@@ -42,7 +42,7 @@ CIFAR10, FASHION_MNIST, GENERATED = "cifar10", "fashion-mnist", "generated"  # T
 COURSE_FOLDER, SYSTEM_COPY = "the course's data folder", "Debian's system copy"  # where real files came from
 # the data sets the labs ask for, and who asks (the doctor names them); lab 05's JPEG tree is written on first use
 WANTED = {CIFAR10: "CIFAR-10 (labs 02, 04, 07; 00 and 09 in the gpu profile)",
-          FASHION_MNIST: "Fashion-MNIST (lab 09's race in the cpu profile)"}
+          FASHION_MNIST: "Fashion-MNIST (lab 09's small race on a CPU)"}
 
 
 def cifar10_present(folder: str | Path) -> bool:

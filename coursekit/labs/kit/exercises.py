@@ -61,24 +61,24 @@ KIT_SCRIPT_GLOB = "*/scripts/*/*.py"  # <lab>/scripts/<folder>/<name>.py: <folde
 NOT_HANDED_OUT = frozenset({"src", "__pycache__", PARTICIPANT_SUBDIR})  # sources, caches, copies
 
 # What a participant must not read, in a markdown cell or in what the gpu profile prints: the kit's own jargon,
-# the developers' tools and machines (text for one profile goes through ``profile.explain``). Case matters:
-# the engine's "DATASET STAND-IN" warning is for the instructor who forgot to stage the data, and stays.
+# the developers' tools and reports (text for one profile goes through ``profile.explain``). Case matters: the
+# engine's "DATASET STAND-IN" warning is for the instructor who forgot to stage the data, and stays.
 NOT_FOR_PARTICIPANTS = {
     "the stand-in": re.compile(r"\bstand-in\b"),
     "the cpu profile": re.compile(r"\b[Cc]pu profile\b"),
     "this kernel's profile": re.compile(r"\bnot in this kernel\b"),
     "a bench script": re.compile(r"\bbench/\w|\bpython3? bench\b"),
     "a development report": re.compile(r"\bREPORT-[\w-]+\.md\b"),
-    "a machine's path": re.compile(r"(?<![\w~.])/(tmp|root|work|check|opt)/\S+"),
 }
-# printed only: a dataclass's repr (``Arm(name='a', warmup_share=0.1)``) is the code's view, not the lab's
-PRINTED_NOT_FOR_PARTICIPANTS = {"a dataclass's repr": re.compile(r"\b[A-Z][A-Za-z]+\((\w+)=[^)]*, (\w+)=")}
+# written text only: a path of the developers' machines (what a notebook prints of the participant's own machine,
+# their data folder or their Python, is theirs to see)
+WRITTEN_NOT_FOR_PARTICIPANTS = {"a machine's path": re.compile(r"(?<![\w~.])/(tmp|root|work|check|opt)/\S+")}
 
 
 def not_for_participants(text: str, printed: bool = False) -> list[str]:
-    """The words of ``text`` a participant should not read (``printed``: also those only printed text holds),
+    """The words of ``text`` (a markdown cell's; ``printed``: what a cell printed) a participant should not read,
     each as ``"<what>: <the words>"``."""
-    checks = {**NOT_FOR_PARTICIPANTS, **(PRINTED_NOT_FOR_PARTICIPANTS if printed else {})}
+    checks = {**NOT_FOR_PARTICIPANTS, **({} if printed else WRITTEN_NOT_FOR_PARTICIPANTS)}
     return [f"{what}: {match.group(0)[:60]!r}" for what, pattern in checks.items() for match in pattern.finditer(text)]
 
 
