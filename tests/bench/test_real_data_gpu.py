@@ -15,13 +15,15 @@ def test_the_runs_are_the_labs_gpu_settings():
 
     lab04, lab02 = lab_settings("04", "gpu").base, lab_settings("02", "gpu").base
     runs = {label: args for _, label, args in real_data_gpu.RUNS}
-    assert set(runs) == {"precision fp32", "precision bf16", "precision fp16", "batch 64", "batch 2048"}
+    assert set(runs) == {"precision fp32", "precision bf16", "precision fp16", "batch 128", "batch 2048"}
     for args, base in ((runs["precision bf16"], lab04), (runs["batch 2048"], lab02)):
         values = dict(zip(args[::2], args[1::2], strict=False))
         assert values["--model"] == base.model and float(values["--lr"]) == base.lr
         assert int(values["--epochs"]) == base.epochs
         assert values["--schedule"] == base.schedule
-    assert max(lab_settings("02", "gpu").batch_sizes) == 2048 and min(lab_settings("02", "gpu").batch_sizes) == 64
+        assert ("--device-data" in args) == base.device_data
+    batches = lab_settings("02", "gpu").batch_sizes
+    assert real_data_gpu.LAB02_BATCHES == (min(batches), max(batches))
 
 
 def test_the_report_quotes_the_committed_record():
