@@ -27,7 +27,6 @@ import json
 import os
 import platform
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -42,6 +41,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from robust import check_writable, save_text  # noqa: E402
+
+from coursekit.launch import held_ports  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 RECORDING = "ddp_gpu"  # --publish: coursekit/labs/recordings/ddp_gpu.json
@@ -86,12 +87,6 @@ CPU_SMOKE = Profile("cpu-smoke", "cpu", "airbench", 32, "fp32", 8, 6, 2, 2, (0.1
                     tuple(64 * 1024 * 4**k for k in range(3)), 2, ("--epochs", "2", "--data-size", "512"))
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def base_env(profile: Profile) -> dict[str, str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     for name, value in NCCL_ENV.items():
@@ -115,14 +110,14 @@ def launch(name: str, world: int, words: list[str], env: dict[str, str], logs: P
     with ``binding`` "node" (all GPUs visible) or "task" (CUDA_VISIBLE_DEVICES = its own GPU)."""
     log = logs / f"{name}.log"
     started = time.perf_counter()
-    with log.open("w") as out:
+    with log.open("w") as out, held_ports(1) as (port,):  # held until the ranks end
         if binding is None:
             command = torchrun(world, words)
             out.write(f"$ {' '.join(command)}\n")
             out.flush()
             processes = [subprocess.Popen(command, env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)]
         else:
-            port, processes = free_port(), []
+            processes = []
             visible = [d for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d] or [str(i) for i in range(world)]
             for rank in range(world):
                 rank_env = {**env, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world),

@@ -25,6 +25,7 @@ import itertools
 import os
 import re
 import signal
+import socket
 import sys
 import time
 from collections.abc import Iterator, Mapping
@@ -122,6 +123,24 @@ def tasks_on_node(tasks_per_node: str, node_id: int) -> int:
             raise ValueError(f"cannot read Slurm tasks per node {tasks_per_node!r}")
         counts += [int(match.group(1))] * int(match.group(2) or 1)
     return counts[min(node_id, len(counts) - 1)]
+
+
+# ---------------------------------------------------------------- ports held for a rendezvous
+
+
+@contextlib.contextmanager
+def held_ports(count: int) -> Iterator[list[int]]:
+    """`count` distinct free ports, held until the block ends: each stays bound (``SO_REUSEADDR``, never
+    listening), so no other process's ``bind`` or outgoing connection can take it meanwhile, while a rank's
+    store (c10d's ``TCPStore`` also sets ``SO_REUSEADDR``) can still listen on it. A port chosen, released and
+    used seconds later was taken by another test in CI (EADDRINUSE): hold it for as long as its runs last."""
+    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+    with contextlib.ExitStack() as stack:
+        for sock in sockets:
+            stack.enter_context(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(("", 0))
+        yield [sock.getsockname()[1] for sock in sockets]
 
 
 # ---------------------------------------------------------------- launcher detection

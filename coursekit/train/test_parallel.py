@@ -22,7 +22,6 @@ from coursekit.train.config import TrainConfig
 from coursekit.train.engine import main
 from coursekit.train.parallel import build_context, ddp
 from coursekit.train.parallel import process_group as pg
-from coursekit.train.parallel.test_process_group import free_port
 
 pytestmark = pytest.mark.slow  # processes of their own: left out of the fast tier (README)
 
@@ -132,25 +131,26 @@ sys.exit(engine.main(sys.argv[1:]))
 
 def test_engine_rank_failing_mid_run_fails_the_other_rank_promptly(tmp_path: Path) -> None:
     """Two processes with no launcher to stop them: gloo tells rank 0 that its peer has gone."""
-    port = free_port()
-    args = ["--device", "cpu", "--model", "mlp", "--dataset", "generated", "--num-samples", "400", "--image-size",
-            "8", "--batch-size", "8", "--epochs", "50", "--progress", "off", "--out", str(tmp_path / "run")]
-    processes = []
-    for rank in range(WORLD):
-        env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(WORLD),
-               "MASTER_ADDR": launch.LOCALHOST, "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1",
-               "PYTHONPATH": str(ROOT), pg.TIMEOUT_ENV: LONG_TIMEOUT_S}
-        processes.append(subprocess.Popen([sys.executable, "-c", FAIL_AT_STEP, *args], env=env,
-                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    try:
-        code_1 = processes[1].wait(timeout=STARTUP_ALLOWANCE_S)
-        rank_1_ended = time.monotonic()
-        code_0 = processes[0].wait(timeout=PROMPT_FAILURE_S)
-        gap = time.monotonic() - rank_1_ended
-    finally:
-        for p in processes:
-            if p.poll() is None:
-                p.kill()
+    with launch.held_ports(1) as (port,):  # held until the ranks end: no other test takes it
+        args = ["--device", "cpu", "--model", "mlp", "--dataset", "generated", "--num-samples", "400",
+                "--image-size", "8", "--batch-size", "8", "--epochs", "50", "--progress", "off",
+                "--out", str(tmp_path / "run")]
+        processes = []
+        for rank in range(WORLD):
+            env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(WORLD),
+                   "MASTER_ADDR": launch.LOCALHOST, "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1",
+                   "PYTHONPATH": str(ROOT), pg.TIMEOUT_ENV: LONG_TIMEOUT_S}
+            processes.append(subprocess.Popen([sys.executable, "-c", FAIL_AT_STEP, *args], env=env,
+                                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        try:
+            code_1 = processes[1].wait(timeout=STARTUP_ALLOWANCE_S)
+            rank_1_ended = time.monotonic()
+            code_0 = processes[0].wait(timeout=PROMPT_FAILURE_S)
+            gap = time.monotonic() - rank_1_ended
+        finally:
+            for p in processes:
+                if p.poll() is None:
+                    p.kill()
     outputs = [p.stdout.read() for p in processes]
     assert code_1 != 0 and "planted failure on rank 1" in outputs[1]
     assert code_0 != 0 and gap < PEER_NOTICE_S, (gap, outputs[0])

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import math
 import os
-import shutil
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +23,7 @@ import torch
 import torch._dynamo  # noqa: F401 - imported once here, the forked workers start at once
 import torch.multiprocessing as mp
 
-from coursekit.launch import LOCALHOST
+from coursekit.launch import LOCALHOST, held_ports
 from coursekit.metrics import epochs, of_kind, read_metrics, steps
 from coursekit.train.config import TrainConfig
 from coursekit.train.engine import train
@@ -37,7 +35,6 @@ pytestmark = pytest.mark.slow  # processes of their own: left out of the fast ti
 
 PER_RANK_BATCH = 8
 STEPS = 4
-PORT_ATTEMPTS = 3  # runs start again on new ports when another test took one of theirs
 WEIGHT_ATOL = 1e-5
 LOSS_RTOL = 1e-5
 STAGE_DELAY_MS = 200.0  # emulated stage compute per batch: forward 50 ms, backward 100 ms per micro-batch; long beside a
@@ -119,35 +116,13 @@ def _worker(rank: int, world: int, ports: list[int], root: str, runs: dict, resu
             pg.cleanup()
 
 
-def _free_ports(count: int) -> list[int]:
-    """``count`` distinct ports free right now (all bound at once, then released): one per run, since a port
-    just used by a run's store, or the next one up, may still be busy (EADDRINUSE seen in CI)."""
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind((LOCALHOST, 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
-
-
 def _launch(world: int, root: Path, runs: dict) -> dict:
-    """Every run of ``runs`` on ``world`` processes. The ports are chosen before the first run starts: another
-    test may take one meanwhile (seen on a loaded machine), and then the runs start again on new ports."""
-    for attempt in range(PORT_ATTEMPTS):
-        for name, (changes, _) in runs.items():  # a run that started on a taken port must not resume from there
-            shutil.rmtree(root / changes.get("out_name", name), ignore_errors=True)
-        try:
-            with mp.Manager() as manager:
-                results = manager.dict()
-                mp.start_processes(_worker, args=(world, _free_ports(len(runs) + 1), str(root), runs, results),
-                                   nprocs=world, join=True, start_method="fork")
-                return dict(results)
-        except mp.ProcessRaisedException as error:
-            if "EADDRINUSE" not in str(error) or attempt == PORT_ATTEMPTS - 1:
-                raise
-    raise AssertionError("unreachable")
+    """Every run of ``runs`` on ``world`` processes, each on a port held until the last run ends."""
+    with mp.Manager() as manager, held_ports(len(runs) + 1) as ports:
+        results = manager.dict()
+        mp.start_processes(_worker, args=(world, ports, str(root), runs, results), nprocs=world, join=True,
+                           start_method="fork")
+        return dict(results)
 
 
 @pytest.fixture(scope="module")

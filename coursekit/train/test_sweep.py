@@ -12,10 +12,9 @@ import torch._dynamo  # noqa: F401 - DDP imports it; imported once here, the for
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from coursekit.launch import LOCALHOST
+from coursekit.launch import LOCALHOST, held_ports
 from coursekit.metrics import read_metrics, summary
 from coursekit.train import sweep
-from coursekit.train.parallel.test_process_group import free_port
 
 WORLD = 2
 TINY = ["--dataset", "generated", "--model", "mlp", "--num-samples", "64", "--image-size", "4", "--num-classes", "2",
@@ -41,8 +40,9 @@ def _worker(rank: int, ports: tuple[int, int], root: str, results: Any) -> None:
 def test_two_processes_run_a_sweep_in_one_process_group_and_stop_at_a_refused_run(tmp_path: Path) -> None:
     with mp.Manager() as manager:
         results = manager.dict()
-        mp.start_processes(_worker, args=((free_port(), free_port()), str(tmp_path), results), nprocs=WORLD,
-                           join=True, start_method="fork")
+        with held_ports(2) as ports:
+            mp.start_processes(_worker, args=(tuple(ports), str(tmp_path), results), nprocs=WORLD, join=True,
+                               start_method="fork")
         results = dict(results)
     for rank in range(WORLD):  # exit code, group joins and leaves so far, still in a group
         assert results[(rank, "good")] == (0, 1, 1, False)

@@ -21,7 +21,6 @@ import contextlib
 import html
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -145,16 +144,6 @@ def last_own_lines(stderr: str, runner_name: str, lines: int = TAIL_LINES) -> st
 
 
 # ---------------------------------------------------------------- processes
-
-def free_ports(count: int) -> list[int]:
-    """`count` distinct ports free on this machine now (all held open until each is known)."""
-    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
-    with contextlib.ExitStack() as stack:
-        for sock in sockets:
-            stack.enter_context(sock)
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
-
 
 def launcher_free_env() -> dict[str, str]:
     """This process's environment without launcher variables (a checker runs inside a Slurm job too), on the

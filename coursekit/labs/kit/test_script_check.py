@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import sys
 import time
 from dataclasses import dataclass
@@ -10,6 +11,7 @@ import pytest
 
 from coursekit.labs.kit import script_check
 from coursekit.labs.kit.script_check import FAIL, PASS, SKIP, Check, CheckReport
+from coursekit.launch import held_ports
 
 QUESTIONS = {"run": "the script runs", "weights": "the weights are right", "printing": "rank 0 alone prints"}
 
@@ -74,9 +76,19 @@ def test_a_hanging_process_is_stopped_at_the_deadline(tmp_path):
     assert script_check.watch(hang, 0.3, poll_s=0.02) and hang[0].poll() is not None
 
 
-def test_free_ports_differ():
-    ports = script_check.free_ports(3)
-    assert len(set(ports)) == 3 and all(0 < p < 65536 for p in ports)
+def test_held_ports_differ_and_no_one_else_gets_them_until_released():
+    with held_ports(3) as ports:
+        assert len(set(ports)) == 3 and all(0 < p < 65536 for p in ports)
+        others = set()
+        for _ in range(300):  # the system hands out no held port to another bind
+            with socket.socket() as sock:
+                sock.bind(("127.0.0.1", 0))
+                others.add(sock.getsockname()[1])
+        assert not others & set(ports)
+        with socket.socket() as store:  # a rank's store (SO_REUSEADDR, as c10d's) can still listen on one
+            store.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            store.bind(("", ports[0]))
+            store.listen()
 
 
 def test_a_planted_mistake_and_a_typo(tmp_path):

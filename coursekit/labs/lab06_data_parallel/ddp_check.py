@@ -37,6 +37,7 @@ from coursekit.labs.kit.exercise import ScriptExercise
 from coursekit.labs.kit.script_check import CRASH_GRACE_S, FAIL, PASS, SKIP, Check, CheckReport, tail
 from coursekit.labs.kit.script_check import STOP_GRACE_S as STOP_GRACE_S  # the tests read it here
 from coursekit.labs.lab06_data_parallel import SCRIPTS, ddp_runner
+from coursekit.launch import held_ports
 
 SERIAL_NAME = "train_serial.py"
 SOLUTION = SCRIPTS / "train_ddp.py"  # participants get it as lab06_ddp/train_ddp.py, stripped
@@ -138,12 +139,13 @@ EXERCISE = ScriptExercise(SOLUTION, RUNNER, CHECK_QUESTIONS, PLANTED_MISTAKES, "
 def run_ranks(script: Path, args: list[str], nproc: int, workdir: Path,
               timeout_s: float) -> tuple[list[RankRun], bool]:
     """Run `script` as ranks 0..nproc-1 under the recording runner; the runs and whether time ran out."""
-    port, records = script_check.free_ports(1)[0], workdir / "records"
+    records = workdir / "records"
     records.mkdir(parents=True, exist_ok=True)
-    processes = script_check.start_ranks(
-        [sys.executable, "-u", str(RUNNER), str(records), str(script), *args], nproc, workdir,
-        lambda rank: {**script_check.rank_env(rank, nproc), "MASTER_PORT": str(port)})
-    timed_out = script_check.watch(processes, timeout_s, crash_grace_s=CRASH_GRACE_S)
+    with held_ports(1) as (port,):  # held until the ranks end: no other process takes it meanwhile
+        processes = script_check.start_ranks(
+            [sys.executable, "-u", str(RUNNER), str(records), str(script), *args], nproc, workdir,
+            lambda rank: {**script_check.rank_env(rank, nproc), "MASTER_PORT": str(port)})
+        timed_out = script_check.watch(processes, timeout_s, crash_grace_s=CRASH_GRACE_S)
     runs = []
     for rank, process in enumerate(processes):
         record_file = ddp_runner.record_path(records, rank)

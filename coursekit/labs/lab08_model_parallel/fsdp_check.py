@@ -37,6 +37,7 @@ from coursekit.labs.kit.script_check import CRASH_GRACE_S, FAIL, PASS, Check, re
 from coursekit.labs.kit.script_check import SKIP as SKIP  # the tests read it here
 from coursekit.labs.kit.script_check import STOP_GRACE_S as STOP_GRACE_S  # the tests read it here
 from coursekit.labs.lab08_model_parallel import STATE_PRECISION, STRATEGIES, fsdp_runner
+from coursekit.launch import held_ports
 from coursekit.train.memory import sharded_memory
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"  # lab08_fsdp/, lab08_pipeline/: the participants' are made from them
@@ -181,16 +182,16 @@ def run_ranks(scripts: list[Path], options: CheckOptions, nproc: int, workdir: P
     FSDP units (scripts without FSDP: the ranks start faster)."""
     records = workdir / "records"
     records.mkdir(parents=True, exist_ok=True)
-    plan = {"records": str(records), "runs": [
-        {"script": str(script), "args": options.argv(workdir / f"out{i}"), "port": port}
-        for i, (script, port) in enumerate(zip(scripts, script_check.free_ports(len(scripts)), strict=True))],
-        "fsdp": fsdp}
-    (workdir / "plan.json").write_text(json.dumps(plan))
-    processes = script_check.start_ranks([sys.executable, "-u", str(RUNNER), str(workdir / "plan.json")], nproc,
-                                         workdir, lambda rank: script_check.rank_env(rank, nproc))
-    start = time.monotonic()
-    timed_out = script_check.watch(processes, timeout_s, crash_grace_s=CRASH_GRACE_S)
-    seconds = time.monotonic() - start
+    with held_ports(len(scripts)) as ports:  # held until the last run ends: no other process takes one
+        plan = {"records": str(records), "runs": [
+            {"script": str(script), "args": options.argv(workdir / f"out{i}"), "port": port}
+            for i, (script, port) in enumerate(zip(scripts, ports, strict=True))], "fsdp": fsdp}
+        (workdir / "plan.json").write_text(json.dumps(plan))
+        processes = script_check.start_ranks([sys.executable, "-u", str(RUNNER), str(workdir / "plan.json")],
+                                             nproc, workdir, lambda rank: script_check.rank_env(rank, nproc))
+        start = time.monotonic()
+        timed_out = script_check.watch(processes, timeout_s, crash_grace_s=CRASH_GRACE_S)
+        seconds = time.monotonic() - start
     outs = [_split_runs(read_text(script_check.rank_output(workdir, r, "out")), len(scripts)) for r in range(nproc)]
     errs = [_split_runs(read_text(script_check.rank_output(workdir, r, "err")), len(scripts)) for r in range(nproc)]
     runs = []

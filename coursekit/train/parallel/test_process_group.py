@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 
 import pytest
 import torch
@@ -11,7 +10,7 @@ import torch._dynamo  # noqa: F401 - DDP imports it; imported here once, forked 
 import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel
 
-from coursekit.launch import LOCALHOST
+from coursekit.launch import LOCALHOST, held_ports
 from coursekit.train.parallel import process_group as pg
 
 
@@ -22,12 +21,6 @@ def test_single_process_context_and_cuda_request() -> None:
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="device='cuda'"):
             pg.init_distributed("cuda", env={})
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((LOCALHOST, 0))
-        return sock.getsockname()[1]
 
 
 def _collectives_worker(rank: int, world: int, port: int, results: dict) -> None:
@@ -51,8 +44,9 @@ def test_two_gloo_processes_reduce_and_broadcast() -> None:
     world = 2
     with mp.Manager() as manager:
         results = manager.dict()
-        mp.start_processes(_collectives_worker, args=(world, free_port(), results), nprocs=world, join=True,
-                           start_method="fork")
+        with held_ports(1) as (port,):
+            mp.start_processes(_collectives_worker, args=(world, port, results), nprocs=world, join=True,
+                               start_method="fork")
         results = dict(results)
     for rank in range(world):
         backend, owns, summed, mean, biggest, chosen, wrapper, inner = results[rank]
