@@ -327,6 +327,13 @@ def scancel(job_ids: Iterable[str], signal: str | None = None) -> None:
     run(["scancel", *([f"--signal={signal}"] if signal else []), *ids])
 
 
+def start_now(job_ids: Iterable[str]) -> None:
+    """``scontrol update JobId=... StartTime=now``: pending jobs submitted with a later ``--begin`` may start."""
+    ids = [str(j) for j in job_ids]
+    if ids:
+        run(["scontrol", "update", f"JobId={','.join(ids)}", "StartTime=now"])
+
+
 def gpus_in_gres(gres: str) -> int:
     """GPUs per node in a GRES string: ``gpu:4``, ``gpu:a100:8(S:0-1)``, ``gpu:v100:2,mps:100`` -> count."""
     total = 0

@@ -75,6 +75,10 @@ class LocalBackend:
         for job in jobs:
             job.cancel()
 
+    @staticmethod
+    def release(job_ids: Sequence[str]) -> None:
+        """Nothing to do: a local job starts after its folder is made."""
+
     # ------------------------------------------------------------ a job found by its folder alone
 
     @staticmethod

@@ -22,6 +22,7 @@ SIGNAL_DELAY_S = 90  # pre-timeout signal this long before the time limit (submi
 SIGNAL_DELAY_FRACTION = 0.25  # ... or this share of a short job's time limit, whichever is less
 SLURM_SIGNAL_RESOLUTION_S = 60  # Slurm may send --signal up to this much earlier than asked (sbatch(1))
 MAIL_TYPE = "ALL"
+BEGIN_AFTER_S = 60  # sbatch --begin=now+60: the job may start only once its folder exists (SlurmBackend.release)
 SRUN_ARGS = ("--kill-on-bad-exit=1",)  # one task failing ends the job's other tasks at once (srun(1))
 EXPECTED_WORLD_SIZE_ENV = "COURSEKIT_EXPECTED_WORLD_SIZE"  # processes the job was submitted with
 COMMANDS_VARIABLE = "COURSEKIT_COMMANDS"
@@ -184,6 +185,7 @@ def executor_parameters(shape: Shape, site: Site, options: Options, commands: Se
     if partition_info is not None and partition_info.select_by_constraint:
         partition = None
     extra: dict[str, Any] = dict(options.sbatch_options)
+    extra["begin"] = f"now+{BEGIN_AFTER_S}"
     if site.hint_nomultithread:
         extra.setdefault("hint", "nomultithread")
     optional = {

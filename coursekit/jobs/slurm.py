@@ -11,11 +11,13 @@ the site charges one, and a failed sweep is cancelled with one scancel.
 from __future__ import annotations
 
 import subprocess
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from coursekit import slurm_cli
+from coursekit.jobs import plan
 from coursekit.jobs.watcher import NOT_ASKED, UNREACHABLE, watcher
 from coursekit.slurm_cli import TERMINAL_STATES, SlurmError
 
@@ -78,6 +80,21 @@ class SlurmBackend:
     @staticmethod
     def cancel_all(jobs: Sequence[Job]) -> None:
         slurm_cli.scancel(sorted({job.job_id.split("_")[0] for job in jobs}))
+
+    @staticmethod
+    def release(job_ids: Sequence[str]) -> None:
+        """Let the jobs start now: they were submitted to begin later (``plan.executor_parameters``), because
+        submitit makes a job's folder only after sbatch answered, and an idle node starts a job within
+        milliseconds; slurmstepd then cannot open the job's log in a folder not yet made, and the job fails at
+        0 s (seen in CI on a busy machine). A later begin, unlike ``--hold``, keeps sbatch's refusal of a job
+        the cluster can never run. One ``scontrol update`` for every array of the call; should it fail, the
+        jobs start at their begin time anyway, and a warning says so."""
+        arrays = sorted({job_id.split("_")[0] for job_id in job_ids})
+        try:
+            slurm_cli.start_now(arrays)
+        except SlurmError as error:
+            warnings.warn(f"{error.message}: job(s) {', '.join(arrays)} start within {plan.BEGIN_AFTER_S} s, at "
+                          "the begin time they were submitted with", stacklevel=3)
 
     @staticmethod
     def ids_from_folder(folder: Path) -> dict[str, Any]:

@@ -123,8 +123,10 @@ def _executor(site: Site, folder: Path, params: dict[str, Any]) -> submitit.Auto
     return executor
 
 
-def _submit_group(executor: submitit.AutoExecutor, calls: Sequence[tuple[Callable[..., Any], tuple, dict]]) -> list:
-    """Submit calls sharing resources: one job array on Slurm (the local executor starts each)."""
+def _submit_group(executor: submitit.AutoExecutor, calls: Sequence[tuple[Callable[..., Any], tuple, dict]],
+                  backend: type[Backend]) -> list:
+    """Submit calls sharing resources: one job array on Slurm (the local executor starts each); on Slurm the
+    array is submitted to begin later and started once submitit has made the jobs' folders."""
     staging = JobPaths.get_first_id_independent_folder(executor.folder)
     before = set(staging.iterdir()) if staging.is_dir() else set()
     try:
@@ -137,6 +139,7 @@ def _submit_group(executor: submitit.AutoExecutor, calls: Sequence[tuple[Callabl
                 leftover.unlink()
         raise submission_error(error) from error
     _drop_placeholder_folder(Path(str(executor.folder)))
+    backend.release([str(job.job_id) for job in jobs])  # their folders exist now
     return jobs
 
 
@@ -202,7 +205,7 @@ def submit_jobs(srun_commands: str | Sequence[str], n_gpu: int | Sequence[int] =
         tasks = [_command_task(interpreter, rest, task_env, launcher, shape, image, bind, requeue)
                  for interpreter, rest in split]
         try:
-            submitted = _submit_group(executor, [(t, (), {}) for t in tasks])
+            submitted = _submit_group(executor, [(t, (), {}) for t in tasks], backend)
         except SlurmError as error:
             raise _cancel_submitted(error, the_site, handles) from error
         handles += [_handle(job, the_site, options, paths, commands[c], "command", shape)
@@ -276,5 +279,5 @@ def submit_function(fn: Callable[..., Any], *args: Any, n_gpu: int = 1, name: st
     task = FunctionTask(fn, {**extra_env, RUN_ROOT_ENV: str(root),
                              plan.EXPECTED_WORLD_SIZE_ENV: str(plan.world_size(shape)),
                              **_backend(the_site).task_env()})
-    submitted = _submit_group(executor, [(task, args, kwargs)])[0]
+    submitted = _submit_group(executor, [(task, args, kwargs)], _backend(the_site))[0]
     return _handle(submitted, the_site, options, paths, label, "function", shape)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from submitit.core.utils import DelayedSubmission
 
-from coursekit.jobs import registry
+from coursekit.jobs import plan, registry
 from coursekit.jobs.submit import gpu_jobs_submitter, submit_function, submit_jobs
 from coursekit.jobs.tasks import CommandTask
 from coursekit.sites import SITE_ENV
@@ -28,6 +28,15 @@ if [ -f "$state/refuse" ]; then cat "$state/refuse" >&2; exit 1; fi
 echo "Submitted batch job $n"
 """
 
+FAKE_SCONTROL = """#!/bin/bash
+state="$FAKE_SLURM_DIR"
+if [ "$1 $3" != "update StartTime=now" ]; then echo "fake scontrol: $* not faked" >&2; exit 1; fi
+if [ -f "$state/refuse_start" ]; then cat "$state/refuse_start" >&2; exit 1; fi
+for id in $(echo "${2#JobId=}" | tr , ' '); do  # with the number of the array's folders made by then
+    echo "$id:$(find "$COURSEKIT_COURSE_DIR/jobs" -mindepth 2 -maxdepth 2 -type d -name "${id}_*" | wc -l)"
+done >> "$state/started"
+"""
+
 
 class FakeSlurm:
     def __init__(self, folder: Path) -> None:
@@ -41,6 +50,11 @@ class FakeSlurm:
     @property
     def cancelled(self) -> list[str]:
         path = self.folder / "cancelled"
+        return path.read_text().split() if path.exists() else []
+
+    @property
+    def started(self) -> list[str]:
+        path = self.folder / "started"
         return path.read_text().split() if path.exists() else []
 
     def refuse(self, message: str) -> None:
@@ -75,7 +89,9 @@ def fake_slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, course: Path) ->
     bin_dir.mkdir()
     state.mkdir()
     scancel = '#!/bin/bash\necho "$@" >> "$FAKE_SLURM_DIR/cancelled"\n'
-    for name, text in (("sbatch", FAKE_SBATCH), ("srun", "#!/bin/bash\nexit 1\n"), ("scancel", scancel)):
+    scontrol = FAKE_SCONTROL
+    for name, text in (("sbatch", FAKE_SBATCH), ("srun", "#!/bin/bash\nexit 1\n"), ("scancel", scancel),
+                       ("scontrol", scontrol)):
         path = bin_dir / name
         path.write_text(text)
         path.chmod(path.stat().st_mode | stat.S_IXUSR)
@@ -97,11 +113,21 @@ def test_cartesian_product_gpu_counts_outer_like_idr_pytools(fake_slurm: FakeSlu
     first = FIRST_FAKE_JOB_ID  # idr_pytools: for n in n_gpu: for command in srun_commands: sbatch
     assert ids == [f"{first}_0", f"{first}_1", f"{first + 1}_0", f"{first + 1}_1", f"{first + 2}_0", f"{first + 2}_1"]
     assert len(fake_slurm.calls) == 3  # one sbatch per GPU count, each an array of both commands
+    # each array is submitted to begin later and started once both its jobs' folders exist (a job started
+    # before submitit made its folder cannot open its log and fails at 0 s)
+    assert fake_slurm.started == [f"{first}:2", f"{first + 1}:2", f"{first + 2}:2"]
     tasks = {i: submitted_task(course / "jobs" / "sweep" / i) for i in ids}
     assert [tasks[i].words for i in ids[:2]] == [["a.py", "--x", "1"], ["b.py"]]
     assert [tasks[i].nproc_per_node for i in ids] == [1, 1, 2, 2, 4, 4]
     assert {t.env["COURSEKIT_RUN_ROOT"] for t in tasks.values()} == {str(course / "jobs" / "sweep")}
     assert [tasks[i].env["COURSEKIT_EXPECTED_WORLD_SIZE"] for i in ids] == ["1", "1", "2", "2", "4", "4"]
+
+
+def test_jobs_not_started_at_once_start_at_their_begin_time_and_a_warning_says_so(fake_slurm: FakeSlurm) -> None:
+    (fake_slurm.folder / "refuse_start").write_text("slurm_update error: Access/permission denied")
+    with pytest.warns(UserWarning, match=f"job\\(s\\) {FIRST_FAKE_JOB_ID} start within {plan.BEGIN_AFTER_S} s"):
+        ids = gpu_jobs_submitter(["a.py", "b.py"], n_gpu=1, name="later", **JZ)
+    assert ids == [f"{FIRST_FAKE_JOB_ID}_0", f"{FIRST_FAKE_JOB_ID}_1"] and fake_slurm.cancelled == []
 
 
 def test_a_sweep_that_does_not_fit_the_profile_submits_nothing(fake_slurm: FakeSlurm) -> None:
