@@ -85,9 +85,9 @@ table = failures.completed(table)
 # A step has a fixed cost (launching operations, Python, the optimiser update) and a cost per image.
 # Small batches pay the fixed cost for few images; as the batch grows the fixed part is shared by more
 # images and the processor's parallel units fill up, until it is busy all the time: from then on twice
-# the batch takes twice as long, and images/s stop growing. Each point is the median over the run's
-# steps (the first one, which pays for allocations, left out); the error bars are their standard
-# deviation. Both axes are logarithmic: growth in proportion to the batch is a line of slope 1, and
+# the batch takes twice as long, and images/s stop growing. Each point is the median of the rates of the
+# run's measured windows (the first five steps, or the first quarter of a short run, which pay for
+# allocations and warm-up, left out); the error bars are their standard deviation. Both axes are logarithmic: growth in proportion to the batch is a line of slope 1, and
 # saturation is the line bending flat.
 
 # %%

@@ -145,7 +145,7 @@ print(f"ZeRO-3: {zero3_gpus} GPUs; DDP: {ddp_gpus} (a full copy of 1.1 TB never 
 
 # %% tags=["exact-arithmetic"]
 labs.ResultsTable([mp.in_flight_activations(s.base, s.bubble["stages"], m) for m in s.bubble["microbatches"]],
-                  title="activations held by one stage at its peak (MB)")
+                  title="activations held by one stage at its peak (MiB)")
 
 # %% [markdown]
 # ## 3. Tensor parallelism
@@ -359,7 +359,7 @@ summary
 # %% tags=["nbval-ignore-output"]
 figure, axes = plots.new_figure(ncols=2)
 names = table.column("strategy")
-plots.bars(names, [v or 0 for v in table.column("state_mb_per_rank")], ax=axes[0], ylabel="training state per rank (MB)",
+plots.bars(names, [v or 0 for v in table.column("state_mb_per_rank")], ax=axes[0], ylabel="training state per rank (MiB)",
            annotate="{:.2f}", title="memory per rank")
 plots.bars(names, [v or 0 for v in table.column("tokens_per_s")], ax=axes[1], ylabel="tokens/s",
            title="throughput")
@@ -407,8 +407,8 @@ verdicts = [
     labs.check_claim(
         "activation checkpointing cuts the activation memory (at least by half)",
         with_ckpt["activations_mb"] <= 0.5 * no_ckpt["activations_mb"],
-        f"{no_ckpt['activations_mb']:.2f} MB -> {with_ckpt['activations_mb']:.2f} MB; tokens/s "
-        f"{no_ckpt['tokens_per_s']} -> {with_ckpt['tokens_per_s']}"),
+        f"{no_ckpt['activations_mb']:.2f} MiB -> {with_ckpt['activations_mb']:.2f} MiB; tokens/s "
+        f"{no_ckpt['tokens_per_s']:,.0f} -> {with_ckpt['tokens_per_s']:,.0f}"),
 ]
 
 # %% [markdown]
@@ -430,9 +430,9 @@ ticket = labs.exit_ticket("08", {
     "checkpointing_cut": labs.Question("By how many times did activation checkpointing cut the activation memory?",
                                        no_ckpt["activations_mb"] / with_ckpt["activations_mb"], unit="×",
                                        rel_tol=0.1),
-    "zero3_state": labs.Question("How many MB of training state (weights, gradients, optimizer state) did a rank "
+    "zero3_state": labs.Question("How many MiB of training state (weights, gradients, optimizer state) did a rank "
                                  "of ZeRO-3 hold in section 4?",
-                                 zero3[0]["state_mb_per_rank"] if len(zero3) else None, unit="MB", rel_tol=0.05),
+                                 zero3[0]["state_mb_per_rank"] if len(zero3) else None, unit="MiB", rel_tol=0.05),
     "pipeline_rank0": labs.Question("In the check of your pipeline script, how many bytes of weights, gradients "
                                     "and momentum did rank 0 hold?",
                                     sum(rank0[k] for k in mp.STATE_KEYS) if rank0 else None, unit="bytes",

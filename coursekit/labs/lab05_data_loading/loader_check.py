@@ -6,8 +6,9 @@ to it) as the reference, a few steps each, and judges:
 - **run**: the script runs to its end, within the time limit;
 - **output**: it wrote its per-step times (waiting for data, whole step) to ``--out``;
 - **workers**: its DataLoader has worker processes (``num_workers``);
-- **pinning**: ``pin_memory=True`` and copies with ``non_blocking=True`` go together: one without the
-  other gains nothing;
+- **pinning**: ``pin_memory=True`` and copies with ``non_blocking=True``, both: pinned memory alone
+  shortens each copy but the process still waits for it; with ``non_blocking`` the copy overlaps the work
+  already queued (and ``non_blocking`` from pageable memory waits anyway);
 - **persistent**: the workers stay between epochs (``persistent_workers=True``);
 - **wait_share**: the share of step time spent waiting for data fell clearly below the starving script's.
 
