@@ -51,9 +51,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 CHILD_FLAG = "--engine-child"  # argv[1] of a run: the engine's main with the held-out evaluations
 UNREACHABLE = 1.0  # the highest target the engine accepts: never reached on Fashion-MNIST's 5,000 stopping images
-GPU_BUDGET_S = 330.0  # every run ends by then (the lead's call: 6 minutes on 4 GPUs, start and analysis included)
+GPU_BUDGET_S = 320.0  # runs are stopped by then (+ KILL_GRACE_S): 6 minutes on 4 GPUs, start and analysis included
 SMOKE_BUDGET_S = 150.0
-KILL_GRACE_S = 15.0  # after SIGINT (the engine exits cleanly on KeyboardInterrupt), then SIGKILL
+KILL_GRACE_S = 10.0  # a capped run: SIGINT (the engine exits on KeyboardInterrupt), SIGKILL after this
 GPU_TARGETS = [round(0.85 + 0.005 * i, 3) for i in range(19)]  # 0.850 ... 0.940
 SMOKE_SEEDS, SMOKE_EPOCHS = 2, 4  # --cpu-smoke: the code path in about a minute on 2 shared cores (flags change them)
 SMOKE_TARGETS = [round(0.60 + 0.02 * i, 2) for i in range(11)]  # the cpu race's MLP: 0.60 ... 0.80
@@ -92,13 +92,18 @@ def child_main(argv: list[str]) -> int:
         if cuda_state is not None:
             torch.cuda.set_rng_state(cuda_state, self.device)
         trainer.writer.write("event", event="held_out", step=self.evaluations[-1]["step"], confirm_acc=acc,
-                             confirm_samples=len(loader.dataset), val_samples=len(trainer.data.val_loader.dataset),
+                             confirm_samples=_size(loader), val_samples=_size(trainer.data.val_loader),
                              steps_per_epoch=self.steps_per_epoch, eval_s=time.perf_counter() - started)
         self.start()
         return result
 
     TargetRun.validate = validate
     return engine.main(argv)
+
+
+def _size(loader: Any) -> int | None:
+    dataset = getattr(loader, "dataset", None)
+    return len(dataset) if dataset is not None and hasattr(dataset, "__len__") else None
 
 
 # ---------------------------------------------------------------------------------------------- the runs
@@ -143,7 +148,7 @@ def run_all(jobs: list[dict[str, Any]], slots: list[str | None], budget_s: float
     pending, running, free = list(jobs), [], list(slots)
     while pending or running:
         now = time.monotonic()
-        while pending and free and now - started < budget_s - 5:
+        while pending and free and budget_s - (now - started) >= 0.5 * run_cap_s:  # else too short to be of use
             job, slot = pending.pop(0), free.pop(0)
             env = dict(os.environ)
             if cpu:
@@ -163,33 +168,33 @@ def run_all(jobs: list[dict[str, Any]], slots: list[str | None], budget_s: float
         time.sleep(0.5)
         for job in list(running):
             proc, age = job["_proc"], time.monotonic() - started - job["launched_s"]
-            if proc.poll() is None and age > job["cap_s"]:
-                stop(proc)
-                job["capped"] = True
+            if proc.poll() is None and age > job["cap_s"]:  # SIGINT first (the engine ends on KeyboardInterrupt)
+                if "_signalled" not in job:
+                    job["_signalled"], job["capped"] = time.monotonic(), True
+                    signal_group(proc, signal.SIGINT)
+                elif time.monotonic() - job["_signalled"] > KILL_GRACE_S:
+                    signal_group(proc, signal.SIGKILL)
             if proc.poll() is not None:
                 job.update(exit_code=proc.returncode, wall_s=time.monotonic() - started - job["launched_s"])
                 job.setdefault("capped", False)
                 job.pop("_log").close()
                 job.pop("_proc")
+                job.pop("_signalled", None)
                 running.remove(job)
                 free.append(job["slot"])
                 print(f"  end   {job['name']}: exit {job['exit_code']}, {job['wall_s']:.0f} s"
                       + (" (capped)" if job["capped"] else ""), flush=True)
-        if pending and time.monotonic() - started >= budget_s - 5 and not running:
+        if pending and budget_s - (time.monotonic() - started) < 0.5 * run_cap_s and not running:
             for job in pending:
                 job.update(skipped=True, capped=False, exit_code=None, wall_s=0.0)
                 print(f"  skip  {job['name']}: no time left", flush=True)
             pending.clear()
 
 
-def stop(proc: subprocess.Popen) -> None:
-    """SIGINT to the run's process group (the engine ends on KeyboardInterrupt), SIGKILL after a grace."""
+def signal_group(proc: subprocess.Popen, signum: int) -> None:
+    """``signum`` to the run's process group (the engine and its loader workers)."""
     try:
-        os.killpg(proc.pid, signal.SIGINT)
-        proc.wait(timeout=KILL_GRACE_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        os.killpg(proc.pid, signum)
     except ProcessLookupError:
         pass
 
@@ -218,7 +223,9 @@ def curve_of(job: dict[str, Any]) -> dict[str, Any]:
                        "wall_s": round(e["time"] - job["launched_unix"] - held_out_s, 2),
                        "val_acc": e["val_acc"], "held_out_acc": extra.get("confirm_acc")})
         held_out_s += extra.get("eval_s", 0.0)
-    epochs = [{"epoch": r["epoch"], "wall_s": round(r["time"] - job["launched_unix"], 2), "val_acc": r.get("val_acc")}
+    epochs = [{"epoch": r["epoch"], "step": r.get("step"), "val_acc": r.get("val_acc"),
+               "wall_s": round(r["time"] - job["launched_unix"] - sum(
+                   e.get("eval_s", 0.0) for e in held.values() if e["step"] <= (r.get("step") or 0)), 2)}
               for r in of_kind(records, "epoch")]
     sample = next(iter(held.values()), {})
     summary = of_kind(records, "summary")
@@ -281,7 +288,7 @@ def candidates(runs: list[dict[str, Any]], targets: list[float], rival_s: float 
         if b["all_reached"] and t["all_reached"]:
             se = math.sqrt(b["time_s_std"] ** 2 / b["reached"] + t["time_s_std"] ** 2 / t["reached"])
             gain = b["time_s_mean"] - t["time_s_mean"]
-            row["margin_se"] = gain / se if se > 0 else (math.inf if gain > 0 else -math.inf)
+            row["margin_se"] = gain / se if se > 0 else None  # one seed each: no spread to measure it by
             row["speedup"] = b["time_s_mean"] / t["time_s_mean"] if t["time_s_mean"] else None
             row["tuned_counts_faster"] = gain > FASTER_SE * se
             row["notebook_s"] = (b["notebook_runs_s"] + t["notebook_runs_s"] + (rival_s or 0.0) + OTHER_CELLS_S)
@@ -308,14 +315,17 @@ def line(row: dict[str, Any]) -> str:
     b, t = row["baseline"], row["tuned"]
 
     def part(x: dict[str, Any]) -> str:
+        unseen = sum(1 for p in x["per_seed"] if p.get("not_seen_within_cap"))
+        capped = f" ({unseen} capped before it)" if unseen else ""
         if not x["reached"]:
-            return "not reached"
-        return (f"{x['reached']}/{x['seeds']} at {x['time_s_mean']:.1f} ± {x['time_s_std']:.1f} s, epoch "
+            return "not reached" + capped
+        return (f"{x['reached']}/{x['seeds']}{capped} at {x['time_s_mean']:.1f} ± {x['time_s_std']:.1f} s, epoch "
                 f"{x['epoch_mean'] or 0:.2f} ± {x['epoch_std'] or 0:.2f} (earliest {x['earliest_epoch'] or 0:.2f})"
                 + (f", held-out {x['held_out_mean']:.3f}" if x["held_out_mean"] is not None else "")
                 + (" LUCK MARK" if x["luck_mark"] else ""))
 
-    margin = f"{row['margin_se']:.1f} SE, x{row['speedup']:.2f}" if row["margin_se"] is not None else "-"
+    margin = (f"{row['margin_se']:.1f} SE" if row["margin_se"] is not None else "-") + (
+        f", x{row['speedup']:.2f}" if row.get("speedup") else "")
     cost = f"{row['notebook_s']:.0f} s" if row["notebook_s"] is not None else "-"
     return f"{row['target']:.3f}: baseline {part(b)}; tuned {part(t)}; margin {margin}; notebook ~{cost}"
 
