@@ -13,10 +13,12 @@ standard errors of the difference (the notebook's claim: ``claims.FASTER_SE``), 
 mark it as evaluation luck (``verify.luck_mark``) and the notebook's projected wall time (3 baseline seeds and 3
 tuned seeds one at a time, the rival's one epoch, the other cells).
 
-Runs are capped (``--run-cap-s``, by default the ``--budget-s`` shared over the waves of runs): a capped run keeps
-its curve up to the cap (the 15-epoch cosine schedule is the lab's either way), and a target it has not reached by
-then is "not seen" rather than "missed". A baseline that needs longer than the cap per seed would not fit the
-notebook's 7 minutes anyway (3 seeds one at a time).
+Runs are capped to fit the budget (``--budget-s``, 320 s; ``plan``): on 4 GPUs each baseline seed has a GPU of its
+own for the whole budget and the tuned entry's seeds take turns on the fourth (about 95 s each: the tuned entry is
+the faster, its curve is needed up to the baseline's times, not beyond); with fewer GPUs the runs go in waves. A
+capped run keeps its curve up to the cap (the 15-epoch cosine schedule is the lab's either way), and a target it
+has not reached by then is "not seen" rather than "missed". A baseline seed that needs more than about 90 s of
+wall time would not fit the notebook's 7 minutes anyway (3 seeds of each recipe, one at a time).
 
 The held-out half: by default each run is the engine's ``main`` in a process of its own with one addition, an
 evaluation of the held-out half (``confirm_fraction``) after each stopping evaluation, off the clock, the random
@@ -140,16 +142,45 @@ def command(args: list[str], out: Path, plain: bool) -> list[str]:
     return [sys.executable, str(Path(__file__).resolve()), CHILD_FLAG, *args, "--out", str(out)]
 
 
-def run_all(jobs: list[dict[str, Any]], slots: list[str | None], budget_s: float, run_cap_s: float,
-            plain: bool, work: Path, cpu: bool) -> None:
-    """Run ``jobs`` (dicts with ``config``), at most one per slot (a GPU id; None on a CPU) at once, each capped at
-    ``run_cap_s`` and none past ``budget_s`` from now; fills in each job's process record."""
+def plan(jobs: list[dict[str, Any]], slots: list[str | None], budget_s: float, run_cap_s: float | None) -> str:
+    """Give each job its ``lane`` (the slots it may run on) and ``cap_s``. With a slot for every baseline seed and
+    at least one more, each baseline seed has a slot of its own for the whole budget and the tuned entry's seeds
+    take turns on the others (the tuned entry is the faster: its curve is needed up to the baseline's times, not
+    beyond); else every run takes the next free slot, the budget shared over the waves. Returns the plan in words."""
+    base = [j for j in jobs if j["recipe"] == "baseline"]
+    tuned = [j for j in jobs if j["recipe"] != "baseline"]
+    if len(slots) > len(base) and tuned:  # lanes are slot indices (on a CPU every slot is None)
+        rest = list(range(len(base), len(slots)))
+        turns = math.ceil(len(tuned) / len(rest))
+        for index, job in enumerate(base):
+            job.update(lane=[index], cap_s=run_cap_s or budget_s - 5)
+        for job in tuned:
+            job.update(lane=list(rest), cap_s=run_cap_s or (budget_s - 5) / turns - KILL_GRACE_S)
+        return (f"each baseline seed on a slot of its own (cap {base[0]['cap_s']:.0f} s), the tuned seeds in "
+                f"{turns} turn(s) on {len(rest)} slot(s) (cap {tuned[0]['cap_s']:.0f} s)")
+    waves = math.ceil(len(jobs) / len(slots))
+    for job in jobs:
+        job.update(lane=list(range(len(slots))), cap_s=run_cap_s or (budget_s - 5) / waves - KILL_GRACE_S)
+    return f"{waves} wave(s) on {len(slots)} slot(s), cap {jobs[0]['cap_s']:.0f} s a run"
+
+
+def run_all(jobs: list[dict[str, Any]], slots: list[str | None], budget_s: float, plain: bool, work: Path,
+            cpu: bool) -> None:
+    """Run ``jobs`` (dicts with ``config``, ``lane`` and ``cap_s``: ``plan``), one per slot (a GPU id; None on a
+    CPU) at once, each on a free slot of its lane, capped at its ``cap_s`` and none past ``budget_s`` from now
+    (a run with less than half its cap left is skipped); fills in each job's process record."""
     started = time.monotonic()
-    pending, running, free = list(jobs), [], list(slots)
+    pending, running, free = list(jobs), [], list(range(len(slots)))  # slot indices: on a CPU they are all None
     while pending or running:
         now = time.monotonic()
-        while pending and free and budget_s - (now - started) >= 0.5 * run_cap_s:  # else too short to be of use
-            job, slot = pending.pop(0), free.pop(0)
+        left = budget_s - (now - started)
+        for job in list(pending):
+            index = next((i for i in free if i in job["lane"]), None)
+            if index is None or left < 0.5 * job["cap_s"]:
+                continue
+            pending.remove(job)
+            free.remove(index)
+            slot = slots[index]
             env = dict(os.environ)
             if cpu:
                 env.update(OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
@@ -158,13 +189,13 @@ def run_all(jobs: list[dict[str, Any]], slots: list[str | None], budget_s: float
             out = work / job["name"]
             argv = command(job["config"].replace(target_acc=UNREACHABLE).to_args(), out, plain)
             log = open(work / f"{job['name']}.log", "w", encoding="utf-8")
-            job.update(out=out, slot=slot, argv=argv, cap_s=min(run_cap_s, budget_s - (now - started)),
+            job.update(out=out, slot=slot, _index=index, argv=argv, cap_s=min(job["cap_s"], left),
                        launched_unix=time.time(), launched_s=now - started, _log=log)
             job["_proc"] = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                                             start_new_session=True)
             running.append(job)
-            print(f"  start {job['name']} on {'cpu' if cpu else 'GPU ' + str(slot)} (cap {job['cap_s']:.0f} s)",
-                  flush=True)
+            print(f"  start {job['name']} on {'cpu ' + str(index) if cpu else 'GPU ' + str(slot)} at "
+                  f"{now - started:.0f} s (cap {job['cap_s']:.0f} s)", flush=True)
         time.sleep(0.5)
         for job in list(running):
             proc, age = job["_proc"], time.monotonic() - started - job["launched_s"]
@@ -181,10 +212,11 @@ def run_all(jobs: list[dict[str, Any]], slots: list[str | None], budget_s: float
                 job.pop("_proc")
                 job.pop("_signalled", None)
                 running.remove(job)
-                free.append(job["slot"])
+                free.append(job.pop("_index"))
                 print(f"  end   {job['name']}: exit {job['exit_code']}, {job['wall_s']:.0f} s"
                       + (" (capped)" if job["capped"] else ""), flush=True)
-        if pending and budget_s - (time.monotonic() - started) < 0.5 * run_cap_s and not running:
+        left = budget_s - (time.monotonic() - started)
+        if pending and all(left < 0.5 * job["cap_s"] for job in pending) and not running:
             for job in pending:
                 job.update(skipped=True, capped=False, exit_code=None, wall_s=0.0)
                 print(f"  skip  {job['name']}: no time left", flush=True)
@@ -233,6 +265,7 @@ def curve_of(job: dict[str, Any]) -> dict[str, Any]:
             "command": " ".join(job.get("argv", [])[1:]), "exit_code": job.get("exit_code"),
             "capped": job.get("capped", False), "skipped": job.get("skipped", False),
             "launched_s": round(job.get("launched_s", 0.0), 1), "wall_s": round(job.get("wall_s", 0.0), 1),
+            "cap_s": round(job.get("cap_s", 0.0), 1),
             "steps_per_epoch": steps_per_epoch, "val_samples": sample.get("val_samples"),
             "confirm_samples": sample.get("confirm_samples"), "held_out_eval_s": round(held_out_s, 2),
             "status": summary[-1].get("status") if summary else None,
@@ -340,9 +373,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float, default=None,
                         help=f"every run ends by then (default {GPU_BUDGET_S:.0f}; --cpu-smoke {SMOKE_BUDGET_S:.0f})")
     parser.add_argument("--run-cap-s", type=float, default=None,
-                        help="a run's wall-time cap (default: the budget over the waves of runs)")
+                        help="every run's wall-time cap (default: from the budget and the plan, see plan())")
     parser.add_argument("--slots", type=int, default=None,
-                        help="runs at once (default: the visible GPUs; --cpu-smoke: 2)")
+                        help="runs at once (default: the visible GPUs; --cpu-smoke: the seeds + 1, as on 4 GPUs)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="change the lab's baseline (the tuned entry inherits it), e.g. num_samples=30000")
     parser.add_argument("--plain-engine", action="store_true",
@@ -359,6 +392,7 @@ def main(argv: list[str] | None = None) -> int:
         overrides = {"epochs": SMOKE_EPOCHS, **overrides}
     s, configs = lab_configs(profile, overrides)
     dataset = configs["baseline"].dataset
+    seeds = args.seeds or (SMOKE_SEEDS if args.cpu_smoke else s.seeds)
     if not args.cpu_smoke:
         gpus = cuda_devices()
         if gpus == 0:
@@ -374,18 +408,16 @@ def main(argv: list[str] | None = None) -> int:
         ids = [g.strip() for g in visible.split(",") if g.strip()] if visible else [str(i) for i in range(gpus)]
         slots: list[str | None] = list(ids[: args.slots or len(ids)])
     else:
-        slots = [None] * (args.slots or 2)
-    seeds = args.seeds or (SMOKE_SEEDS if args.cpu_smoke else s.seeds)
+        slots = [None] * (args.slots or seeds + 1)
     budget = args.budget_s or (SMOKE_BUDGET_S if args.cpu_smoke else GPU_BUDGET_S)
     jobs = [{"name": f"{recipe}-{seed}", "recipe": recipe, "seed": seed, "config": configs[recipe].replace(seed=seed)}
             for seed in range(seeds) for recipe in ("baseline", "tuned")]  # b0 t0 b1 t1 ...: both in each wave
-    waves = math.ceil(len(jobs) / len(slots))
-    run_cap = args.run_cap_s or (budget - 5) / waves
-    print(f"lab 09 ({profile}): {len(jobs)} runs on {len(slots)} slot(s), {waves} wave(s), cap {run_cap:.0f} s a run, "
-          f"budget {budget:.0f} s; data {dataset}, {configs['baseline'].num_samples} training images", flush=True)
+    how = plan(jobs, slots, budget, args.run_cap_s)
+    print(f"lab 09 ({profile}): {len(jobs)} runs, {how}, budget {budget:.0f} s; data {dataset}, "
+          f"{configs['baseline'].num_samples} training images", flush=True)
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="coursekit-race-target-") as work:
-        run_all(jobs, slots, budget, run_cap, args.plain_engine, Path(work), args.cpu_smoke)
+        run_all(jobs, slots, budget, args.plain_engine, Path(work), args.cpu_smoke)
         runs = [curve_of(job) for job in jobs]
         logs = {job["name"]: (Path(work) / f"{job['name']}.log").read_text(errors="replace")[-1500:]
                 for job in jobs if (Path(work) / f"{job['name']}.log").exists()}
@@ -403,7 +435,7 @@ def main(argv: list[str] | None = None) -> int:
         "overrides": overrides, "held_out_curve": not args.plain_engine,
         "configs": {k: {"args": c.to_args(), "epochs": c.epochs, "batch_size": c.batch_size,
                         "num_samples": c.num_samples} for k, c in configs.items()},
-        "target_disabled_as": UNREACHABLE, "seeds": seeds, "slots": len(slots), "run_cap_s": run_cap,
+        "target_disabled_as": UNREACHABLE, "seeds": seeds, "slots": len(slots), "plan": how,
         "budget_s": budget,
         "notebook_model": {"baseline_seeds": seeds, "tuned_seeds": seeds, "rival_s": rival,
                            "other_cells_s": OTHER_CELLS_S, "job_overhead_s": JOB_OVERHEAD_S,

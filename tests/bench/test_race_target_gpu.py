@@ -50,3 +50,18 @@ def test_candidates_time_epoch_margin_and_selection() -> None:
     assert rows[0.9]["notebook_s"] > rows[0.85]["notebook_s"] > probe.OTHER_CELLS_S
     assert [r["target"] for r in probe.selected(list(rows.values()), 5.0)] == [0.9]
     assert [r["target"] for r in probe.selected(list(rows.values()), 3.0)] == [0.85, 0.9]
+
+
+def test_the_plan_gives_each_baseline_seed_a_gpu_and_the_tuned_seeds_turns_on_the_rest() -> None:
+    def jobs() -> list[dict]:
+        return [{"name": f"{r}-{s}", "recipe": r, "seed": s} for s in range(3) for r in ("baseline", "tuned")]
+
+    four = jobs()
+    probe.plan(four, ["0", "1", "2", "3"], probe.GPU_BUDGET_S, None)
+    base, tuned = [j for j in four if j["recipe"] == "baseline"], [j for j in four if j["recipe"] == "tuned"]
+    assert [j["lane"] for j in base] == [[0], [1], [2]] and {j["cap_s"] for j in base} == {probe.GPU_BUDGET_S - 5}
+    assert all(j["lane"] == [3] for j in tuned)
+    assert 3 * (tuned[0]["cap_s"] + probe.KILL_GRACE_S) <= probe.GPU_BUDGET_S  # three turns fit the budget
+    two = jobs()
+    probe.plan(two, ["0", "1"], 300.0, None)  # too few GPUs for lanes: waves of 2
+    assert all(j["lane"] == [0, 1] for j in two) and two[0]["cap_s"] == pytest.approx(295 / 3 - probe.KILL_GRACE_S)
