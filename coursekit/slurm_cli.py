@@ -327,6 +327,9 @@ def scancel(job_ids: Iterable[str], signal: str | None = None) -> None:
     run(["scancel", *([f"--signal={signal}"] if signal else []), *ids])
 
 
+BEGIN_AFTER_S = 60  # sbatch --begin=now+60; started at once by start_now when the job's folder exists
+
+
 def start_now(job_ids: Iterable[str]) -> None:
     """``scontrol update JobId=... StartTime=now``: pending jobs submitted with a later ``--begin`` may start."""
     ids = [str(j) for j in job_ids]

@@ -17,12 +17,12 @@ from typing import Any
 
 from coursekit.jobs import validate
 from coursekit.sites import NodeShape, Site
+from coursekit.slurm_cli import BEGIN_AFTER_S
 
 SIGNAL_DELAY_S = 90  # pre-timeout signal this long before the time limit (submitit's default) ...
 SIGNAL_DELAY_FRACTION = 0.25  # ... or this share of a short job's time limit, whichever is less
 SLURM_SIGNAL_RESOLUTION_S = 60  # Slurm may send --signal up to this much earlier than asked (sbatch(1))
 MAIL_TYPE = "ALL"
-BEGIN_AFTER_S = 60  # sbatch --begin=now+60: the job may start only once its folder exists (SlurmBackend.release)
 SRUN_ARGS = ("--kill-on-bad-exit=1",)  # one task failing ends the job's other tasks at once (srun(1))
 EXPECTED_WORLD_SIZE_ENV = "COURSEKIT_EXPECTED_WORLD_SIZE"  # processes the job was submitted with
 COMMANDS_VARIABLE = "COURSEKIT_COMMANDS"
@@ -185,7 +185,7 @@ def executor_parameters(shape: Shape, site: Site, options: Options, commands: Se
     if partition_info is not None and partition_info.select_by_constraint:
         partition = None
     extra: dict[str, Any] = dict(options.sbatch_options)
-    extra["begin"] = f"now+{BEGIN_AFTER_S}"
+    extra["begin"] = f"now+{BEGIN_AFTER_S}"  # started at once when its folder exists (SlurmBackend.release)
     if site.hint_nomultithread:
         extra.setdefault("hint", "nomultithread")
     optional = {

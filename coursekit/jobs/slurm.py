@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from coursekit import slurm_cli
-from coursekit.jobs import plan
 from coursekit.jobs.watcher import NOT_ASKED, UNREACHABLE, watcher
 from coursekit.slurm_cli import TERMINAL_STATES, SlurmError
 
@@ -83,7 +82,7 @@ class SlurmBackend:
 
     @staticmethod
     def release(job_ids: Sequence[str]) -> None:
-        """Let the jobs start now: they were submitted to begin later (``plan.executor_parameters``), because
+        """Let the jobs start now: they were submitted to begin later (``--begin``, ``jobs/plan.py``), because
         submitit makes a job's folder only after sbatch answered, and an idle node starts a job within
         milliseconds; slurmstepd then cannot open the job's log in a folder not yet made, and the job fails at
         0 s (seen in CI on a busy machine). A later begin, unlike ``--hold``, keeps sbatch's refusal of a job
@@ -93,7 +92,7 @@ class SlurmBackend:
         try:
             slurm_cli.start_now(arrays)
         except SlurmError as error:
-            warnings.warn(f"{error.message}: job(s) {', '.join(arrays)} start within {plan.BEGIN_AFTER_S} s, at "
+            warnings.warn(f"{error.message}: job(s) {', '.join(arrays)} start within {slurm_cli.BEGIN_AFTER_S} s, at "
                           "the begin time they were submitted with", stacklevel=3)
 
     @staticmethod

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from submitit.core.utils import DelayedSubmission
 
-from coursekit.jobs import plan, registry
+from coursekit import slurm_cli
+from coursekit.jobs import registry
 from coursekit.jobs.submit import gpu_jobs_submitter, submit_function, submit_jobs
 from coursekit.jobs.tasks import CommandTask
 from coursekit.sites import SITE_ENV
@@ -125,7 +126,7 @@ def test_cartesian_product_gpu_counts_outer_like_idr_pytools(fake_slurm: FakeSlu
 
 def test_jobs_not_started_at_once_start_at_their_begin_time_and_a_warning_says_so(fake_slurm: FakeSlurm) -> None:
     (fake_slurm.folder / "refuse_start").write_text("slurm_update error: Access/permission denied")
-    with pytest.warns(UserWarning, match=f"job\\(s\\) {FIRST_FAKE_JOB_ID} start within {plan.BEGIN_AFTER_S} s"):
+    with pytest.warns(UserWarning, match=f"job\\(s\\) {FIRST_FAKE_JOB_ID} start within {slurm_cli.BEGIN_AFTER_S} s"):
         ids = gpu_jobs_submitter(["a.py", "b.py"], n_gpu=1, name="later", **JZ)
     assert ids == [f"{FIRST_FAKE_JOB_ID}_0", f"{FIRST_FAKE_JOB_ID}_1"] and fake_slurm.cancelled == []
 

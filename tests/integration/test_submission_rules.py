@@ -92,7 +92,7 @@ def test_sbatch_does_not_read_script_addon_as_options(course: Path) -> None:
     executor = submitit.AutoExecutor(folder=course / "jobs" / "addonpos" / "%j", cluster="slurm")
     executor.update_parameters(**params)
     job = executor.submit(print, "from the job")
-    slurm_cli.start_now([job.job_id])  # submitted to begin later (plan.BEGIN_AFTER_S): its folder exists now
+    slurm_cli.start_now([job.job_id])  # submitted to begin later (slurm_cli.BEGIN_AFTER_S): its folder exists now
     try:
         assert time_limit(job.job_id) == "3:00"  # not 16:39:00
         assert [r["name"] for r in slurm_cli.squeue([job.job_id])] == ["addonpos"]
