@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 
@@ -46,15 +48,17 @@ def test_report_of_a_full_cpu_smoke_run() -> None:
     assert f"| weak | 2 | {weak_2['batch_per_gpu']} |" in text and "≥ 0.93" in text
 
 
-def test_cpu_smoke_runs_one_process_per_device_with_both_bindings(tmp_path: Path) -> None:
+def test_cpu_smoke_runs_one_process_per_device_with_both_bindings(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     """One process per device with node and task binding: bus bandwidth (with its NCCL log), and the engine under
     task binding (each process given its own devices).
-    (The torchrun launch of part "busbw" is left out here: the multi-node Slurm test runs torchrun.)"""
+    (The torchrun launch of part "busbw" is left out here: the multi-node Slurm test runs torchrun.)
+    The bench's main runs in this process (its ranks are processes of their own, each launch bounded by
+    ddp_gpu.RUN_TIMEOUT_S): a process of its own cost CI another import of torch; the command line itself is
+    test_the_command_line_refuses_publishing_a_smoke's."""
     out, report = tmp_path / "ddp.json", tmp_path / "REPORT.md"
-    run = subprocess.run([sys.executable, str(ROOT / "bench" / "ddp_gpu.py"), "--cpu-smoke", "--parts", "binding",
-                          "--out", str(out), "--report", str(report)], capture_output=True, text=True,
-                         timeout=SMOKE_TIMEOUT_S, cwd=ROOT)
-    assert run.returncode == 0, run.stdout + run.stderr
+    code = ddp_gpu.main(["--cpu-smoke", "--parts", "binding", "--out", str(out), "--report", str(report)])
+    assert code == 0, capsys.readouterr()
     result = json.loads(out.read_text())
     assert set(result) >= {"machine", "command", "binding"} and "scaling" not in result
     task_busbw = result["binding"]["task"]["busbw"]
@@ -73,3 +77,10 @@ def test_cpu_smoke_runs_one_process_per_device_with_both_bindings(tmp_path: Path
 def test_the_participant_script_it_times_is_lab_06s() -> None:
     """The script row is skipped when the file is missing: a moved script must fail here, not vanish there."""
     assert ddp_gpu.SCRIPT.is_file(), ddp_gpu.SCRIPT
+
+
+def test_the_command_line_refuses_publishing_a_smoke() -> None:
+    """``python bench/ddp_gpu.py`` as a command (argparse only: no torch, no ranks)."""
+    run = subprocess.run([sys.executable, str(ROOT / "bench" / "ddp_gpu.py"), "--cpu-smoke", "--publish"],
+                         capture_output=True, text=True, timeout=SMOKE_TIMEOUT_S, cwd=ROOT)
+    assert run.returncode == 2 and "--publish writes the labs' recording" in run.stderr, run.stdout + run.stderr

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-import multiprocessing
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ DRY = TrainConfig(model="mlp", dataset="generated", num_samples=2000, num_classe
                   device="cpu")
 RULES = race.Rules("dry", DRY, models=("mlp",), max_parameters=300_000)
 WRITERS, LINES_EACH = 4, 250
-WRITER_JOIN_S = 600  # an end, not a margin: 4 spawned interpreters import torch, slow on a busy 2-core machine
+WRITER_JOIN_S = 600  # an end, not a margin: 4 interpreters start at once on a busy 2-core machine
 
 
 def run_submission(config: TrainConfig, tmp: Path, tag: str) -> list[dict]:
@@ -118,9 +119,30 @@ def test_rules_are_printed_and_refuse_a_race_without_a_fixed_task() -> None:
         RULES.submission(DRY, seeds=[1, 1, 2])
 
 
-def _write_lines(path: str, writer: int) -> None:
-    for index in range(LINES_EACH):
-        lb.append_run({"participant": f"p{writer}", "submission": "s", "seed": index, "pad": "x" * 3000}, Path(path))
+# A writer: lb.append_run's own call (pool.append_record into the race folder, with the race's reserved names),
+# LINES_EACH times, in a fresh interpreter that imports the pool alone: a process spawned with a function of this
+# module imported the race, hence torch and matplotlib (~3 s of CPU each, four at once, on CI's two cores)
+WRITER = """
+import json, sys
+from pathlib import Path
+from coursekit.labs.kit import pool
+folder, owners, writer, lines = Path(sys.argv[1]), json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+for index in range(lines):
+    pool.append_record({"participant": f"p{writer}", "submission": "s", "seed": index, "pad": "x" * 3000}, folder,
+                       owners)
+"""
+
+
+def test_a_writer_appends_as_the_leaderboard_does(tmp_path: Path) -> None:
+    """WRITER's call is append_run's: the same line lands in the same file (so that the concurrent test below
+    tests the leaderboard's writes)."""
+    path = tmp_path / "board.jsonl"
+    lb.append_run({"participant": "p0", "submission": "s", "seed": 0, "pad": "x"}, path)
+    ours = lb.own_runs_path(path).read_text()
+    lb.own_runs_path(path).unlink()
+    subprocess.run([sys.executable, "-c", WRITER, str(lb.own_runs_path(path).parent), json.dumps(lb.reserved_names()),
+                    "0", "1"], check=True, timeout=WRITER_JOIN_S)
+    assert lb.own_runs_path(path).read_text() == ours.replace('"pad": "x"', '"pad": "' + "x" * 3000 + '"')
 
 
 @pytest.mark.slow
@@ -128,13 +150,11 @@ def test_leaderboard_survives_concurrent_writers(tmp_path: Path) -> None:
     """WRITERS processes append at once: every line is whole and none is lost (lines longer than a pipe
     buffer, so that an unlocked writer would interleave)."""
     path = tmp_path / "board.jsonl"
-    context = multiprocessing.get_context("spawn")
-    workers = [context.Process(target=_write_lines, args=(str(path), w)) for w in range(WRITERS)]
+    folder, owners = str(lb.own_runs_path(path).parent), json.dumps(lb.reserved_names())  # as append_run's call
+    workers = [subprocess.Popen([sys.executable, "-c", WRITER, folder, owners, str(w), str(LINES_EACH)])
+               for w in range(WRITERS)]
     for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join(WRITER_JOIN_S)
-        assert worker.exitcode == 0
+        assert worker.wait(WRITER_JOIN_S) == 0
     lines = lb.own_runs_path(path).read_text().splitlines()  # one Unix user: every writer's lines in its file
     assert len(lines) == WRITERS * LINES_EACH
     runs = lb.read_runs(path)
