@@ -29,8 +29,8 @@ lb.plan(s)``):
 - ``analysis``: from the results table to numbers: cells, paired differences, LR grids, B's early loss,
   C's curve and ``fit_critical_batch``, D's noise scale;
 - ``figures``: the five figures; ``claims``: ``check_claims`` and the sentences worded by a measurement;
-- ``room`` (a room's pooled seeds), ``rules_check`` and ``rules_runner`` (the code exercise) and ``scripts/``;
-  the tests beside them (``test_*.py``).
+- ``room`` (a room's pooled seeds); ``rules_check``, ``rules_report`` and ``rules_runner`` (the code exercise)
+  and ``scripts/``; the tests beside them (``test_*.py``).
 
 The module ``settings`` is shadowed here by its function ``settings`` (every lab's ``settings(profile)``): import
 the module's other names from ``coursekit.labs.lab07_large_batch.settings`` or from here."""

@@ -198,6 +198,7 @@ def _arms(b0: int, mid: int, large: int, lr0: float, reference_steps: int) -> di
     return {"arms": arms, "claim_arms": {role: arm.name for role, arm in roles.items()}, "optimizer_grid": grid,
             "grid_centres": centres, "ghost_batch": b0}
 
+
 def typed_settings(profile: str) -> LargeBatchSettings:
     """Lab 07's numbers in ``profile`` ("cpu" or "gpu")."""
     return _cpu_settings() if profile == "cpu" else _gpu_settings()
