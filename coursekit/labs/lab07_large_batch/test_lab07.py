@@ -1,11 +1,13 @@
 """Lab 07: the plan follows the design, the analysis recovers planted numbers, every claim can fail."""
 
+import dataclasses
 import math
 
 import pytest
 
 from coursekit.labs import lab07_large_batch as lb
 from coursekit.labs.kit.results import ResultsTable
+from coursekit.train.config import TrainConfig
 
 
 class S(dict):
@@ -81,6 +83,19 @@ def test_submit_names_bad_input():
         lb.submit(lb.plan(gpu_settings()), name="x", jobs=0)
     with pytest.raises(ValueError, match="runs"):
         lb.submit([], name="x")
+
+
+@pytest.mark.parametrize("profile", ["gpu", "cpu"])
+def test_the_settings_are_one_frozen_dataclass_and_its_dict_keeps_their_order(profile):
+    typed = lb.typed_settings(profile)
+    assert isinstance(typed, lb.LargeBatchSettings)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        typed.base_batch = 1
+    names = [f.name for f in dataclasses.fields(typed)]
+    values = lb.settings(profile)
+    assert list(values) == [n for n in names if n != "budget" or profile == "gpu"]  # cpu: no budget to show
+    assert all(values[n] == getattr(typed, n) for n in values)
+    assert all(isinstance(arm, lb.Arm) for arm in typed.arms) and isinstance(typed.base, TrainConfig)
 
 
 # ----------------------------------------------------------------------------- planted tables
