@@ -45,8 +45,9 @@ step() {
         # {left_s} / {left_min} in the arguments: the step's own time left, less a minute to write its results
         local args=() a; for a in "$@"; do
             a=${a//\{left_s\}/$(( secs - 60 ))}; args+=("${a//\{left_min\}/$(( (secs - 60) / 60 ))}"); done
-        CUDA_VISIBLE_DEVICES=$ids timeout -k 10 "$secs" python3 "bench/$script" "${args[@]}" > "$R/run_${script%.py}.txt" 2>&1
-        echo "exit $?" >> "$R/run_${script%.py}.txt"
+        local log; log="$R/run_$(basename "${script%.py}").txt"  # probes/x.py logs to run_x.txt
+        CUDA_VISIBLE_DEVICES=$ids timeout -k 10 "$secs" python3 "bench/$script" "${args[@]}" > "$log" 2>&1
+        echo "exit $?" >> "$log"
     fi
 }
 for lane in "$@"; do

@@ -133,8 +133,8 @@ if not race.has_baseline():
 
 # %%
 profile.explain(
-    gpu=f"The baseline needs several epochs of its {s.baseline.num_samples or 50_000:,} training images to reach "
-        f"{s.baseline.target_acc:.0%}: time enough for the schedule and the epoch budget to matter, beside "
+    gpu=f"The baseline needs about five epochs of its {s.baseline.num_samples or 50_000:,} training images to "
+        f"reach {s.baseline.target_acc:.0%}: time enough for the schedule and the epoch budget to matter, beside "
         "the speed of each step.",
     cpu="Most of these are **GPU** tips. Here the race's model is a small MLP on a CPU: it has no convolutions, "
         "so `channels_last` does not apply (the engine refuses it), and bf16 on a CPU is slower than fp32. "
