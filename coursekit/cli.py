@@ -6,7 +6,7 @@
     coursekit logs JOB [-n N] [--err] [--task K]
     coursekit cancel JOB... | --name N
     coursekit sites                          the site profiles, the chosen one marked
-    coursekit instructor ACTION              setup, data, jobs, cancel, results (coursekit/instructor.py)
+    coursekit instructor ACTION              setup, data, jobs, cancel, results (coursekit/instructor/)
 """
 
 from __future__ import annotations

@@ -327,7 +327,7 @@ def test_an_unreadable_participant_folder_is_a_warning_or_one_sentence(course: P
     def denied(prefix: str, finished: bool, notes: list | None = None) -> list:
         raise PermissionError(13, "Permission denied", "/home/ada/dl-course/jobs")
 
-    monkeypatch.setattr(instructor, "course_jobs", denied)
+    monkeypatch.setattr(instructor.commands, "course_jobs", denied)  # where `instructor jobs` looks it up
     assert cli.main(["instructor", "jobs"]) == 1
     said = one_sentence(capsys.readouterr().err)
     assert said.startswith("coursekit instructor jobs: error: /home/ada/dl-course/jobs: Permission denied;")
