@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterable, Sequence
 
 COMMAND_TIMEOUT_S = 30
+BEGIN_AFTER_S = 60  # sbatch --begin=now+60; started at once by start_now when the job's folder exists
 ACCOUNTING_CACHE_S = 60.0
 VIEWER_CACHE_S = 600.0  # who sacct shows everything to: a site's settings, read again every 10 minutes
 FIELD_SEPARATOR = "|"
@@ -325,9 +326,6 @@ def scancel(job_ids: Iterable[str], signal: str | None = None) -> None:
     if not ids:
         return
     run(["scancel", *([f"--signal={signal}"] if signal else []), *ids])
-
-
-BEGIN_AFTER_S = 60  # sbatch --begin=now+60; started at once by start_now when the job's folder exists
 
 
 def start_now(job_ids: Iterable[str]) -> None:
