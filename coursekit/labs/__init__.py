@@ -5,7 +5,7 @@
 
 Each lab module also holds the lab's numbers: ``settings(profile)`` (what every experiment runs in the ``cpu``
 and ``gpu`` profiles, its workshop budget) and ``GPUS`` (how many GPUs its notebook needs at once in the gpu
-profile). ``LABS`` maps "00" ... "09" to those modules, imported when first used (most import torch);
+profile). ``LABS`` maps "00" ... "10" to those modules, imported when first used (most import torch);
 ``lab_settings("02", "cpu")`` is what ``profile.settings("02")`` returns.
 """
 
@@ -43,7 +43,7 @@ from coursekit.labs.lab06_data_parallel.horovod import horovod_table
 
 __all__ = ["LABS", "Profile", "Question", "ResultsTable", "Sweep", "check_amp_script", "check_claim",
            "check_ddp_script", "check_fsdp_script", "check_large_batch_rules", "check_loader_script",
-           "check_pipeline_script", "choose_profile", "choose_pseudonym", "collect", "energy_columns", "energy_note",
+           "check_pipeline_script", "check_resume_script", "choose_profile", "choose_pseudonym", "collect", "energy_columns", "energy_note",
            "engine_command", "exit_ticket", "horovod_table", "is_oom", "job_name", "lab_gpus",
            "lab_settings", "load_recording", "loglog_slope", "on_standin", "predict", "reveal", "run_sweep",
            "saturates", "share_of_increases", "submit_sweep", "summarize_run", "time_to_target", "wait_all",
@@ -77,7 +77,7 @@ def _check_lab(lab: str) -> str:
 
 
 def lab_settings(lab: str, profile: str) -> Settings:
-    """The settings of ``lab`` ("00" ... "09") in ``profile`` ("cpu" or "gpu"). Every notebook asks for its
+    """The settings of ``lab`` ("00" ... "10") in ``profile`` ("cpu" or "gpu"). Every notebook asks for its
     lab's settings first: the jobs this kernel submits from then on record that lab (the instructor's room
     view shows who is at which lab)."""
     _check_lab(lab)
@@ -91,7 +91,7 @@ register_lab_settings(lab_settings)
 
 
 def lab_gpus(lab: str) -> int:
-    """GPUs the notebook of ``lab`` ("00" ... "09") needs at once in the gpu profile."""
+    """GPUs the notebook of ``lab`` ("00" ... "10") needs at once in the gpu profile."""
     return int(LABS[_check_lab(lab)].GPUS)
 
 
@@ -100,7 +100,8 @@ _LAZY = {"check_ddp_script": "coursekit.labs.lab06_data_parallel.ddp_check",  # 
          "check_loader_script": "coursekit.labs.lab05_data_loading.loader_check",
          "check_large_batch_rules": "coursekit.labs.lab07_large_batch.rules_check",
          "check_fsdp_script": "coursekit.labs.lab08_model_parallel.fsdp_check",
-         "check_pipeline_script": "coursekit.labs.lab08_model_parallel.pipeline_check"}
+         "check_pipeline_script": "coursekit.labs.lab08_model_parallel.pipeline_check",
+         "check_resume_script": "coursekit.labs.lab10_resilience.resume_check"}
 
 
 def __getattr__(name: str) -> object:
