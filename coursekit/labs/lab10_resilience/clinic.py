@@ -1,0 +1,465 @@
+"""Lab 10's failure clinic: submit four broken 2-rank jobs, read their symptoms with the kit's tools, type in a
+diagnosis for each, and check the claims on what they measured.
+
+``submit_cases(pseudonym, s.clinic, **s.job)`` submits the jobs of ``clinic_jobs`` labelled A-D in an order dealt
+per pseudonym (``clinic_jobs.case_order``: a neighbour's answers are not yours); ``symptoms(cases, "A")`` shows
+what the kit shows (state, exit codes, each rank's last lines and when it ended, ``search_log``'s paths and the
+error lines found in every rank's log); ``diagnose(cases, "A", cause="...", rank=1)`` says right or not yet, and
+after ``MAX_TRIES`` wrong tries (or ``reveal=True``) gives the answer; a right answer comes with the explanation
+(symptom -> cause -> fix). ``clinic_claims(cases)`` checks, on the jobs just run, that the launcher stopped the
+surviving rank, that the hang ended at the short timeout, that the rendezvous error names the world size or the
+port, and that only rank 1 ran out of memory.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from coursekit.labs.kit.claims import ClaimResult, check_claim
+from coursekit.labs.lab10_resilience.clinic_jobs import (
+    CASES,
+    FAULTY_RANK,
+    LABELS,
+    case_order,
+)
+
+MODULE = "-m coursekit.labs.lab10_resilience.clinic_jobs"
+N_PROCESSES = 2  # every clinic job: two ranks (2 GPUs, or 2 gloo processes on a CPU)
+MAX_TRIES = 3  # wrong diagnoses of one job before its answer is shown
+ALL_RANKS = "all"  # the rank answer of a fault every rank shares
+LAST_LINES = 4  # each rank's last own lines shown among the symptoms
+MAX_HITS_PER_RANK = 4  # error lines shown per rank
+LINE = re.compile(r"^\[clinic rank (?P<rank>\d+) t=(?P<t>\d+(?:\.\d+)?)\] (?P<text>.*)$")
+EXIT_LINE = re.compile(r"^coursekit: (?P<text>.*)$")
+EXIT_CODE = re.compile(r"exited with code (\d+)")
+ERROR_PATTERNS = re.compile(  # what search in a log for: errors, timeouts, NCCL's warnings, torch's mismatch report
+    r"Error|error:|Timed out|timed out|timeout after|Detected mismatch|out of memory|can't allocate|"
+    r"clients joined|NCCL WARN|Connection closed|Connection reset|watchdog|Watchdog")
+OOM_PATTERNS = re.compile(r"OutOfMemoryError|out of memory|can't allocate memory", re.IGNORECASE)
+CLIENTS_JOINED = re.compile(r"(\d+)/(\d+) clients joined")
+DIALLED = re.compile(r"\(([\w.\-]+), (\d+)\)|(?:host|to) [\w.\-]+:(\d+)")
+FORMED = "process group formed"  # clinic_jobs' line once init_process_group returned
+ASKED_WORLD = re.compile(r"of world size (\d+) joins .* at tcp://[\w.\-]+:(\d+)")
+
+CAUSES: dict[str, str] = {
+    "exception": "one rank raised an exception (a bug or bad data on that rank)",
+    "collective_mismatch": "the ranks called different collectives (one skipped or added one)",
+    "rendezvous": "the process group never formed (wrong world size, address or port)",
+    "out_of_memory": "one rank ran out of memory",
+    "time_limit": "the job reached its Slurm time limit",
+    "network": "the network between the nodes failed",
+}
+CASE_CAUSE = {"rank_raises": "exception", "mismatched_collectives": "collective_mismatch",
+              "rendezvous_fails": "rendezvous", "oom_one_rank": "out_of_memory"}
+CASE_RANK: dict[str, int | str] = {"rank_raises": FAULTY_RANK, "mismatched_collectives": FAULTY_RANK,
+                                   "rendezvous_fails": ALL_RANKS, "oom_one_rank": FAULTY_RANK}
+EXPLANATIONS = {
+    "rank_raises": (
+        "symptom: rank 1's log ends with a Python traceback (ValueError: a corrupt record) at step 2; rank 0's "
+        "ends a moment later, in its next all-reduce (gloo: 'Connection closed by peer'; NCCL would wait there "
+        "until the process group's timeout) or stopped by the launcher ('another task of it failed').",
+        "cause: an exception on one rank; the other rank's error is only the echo of it. Read the rank whose "
+        "error came first.",
+        "fix: the bug on that rank (here: validate the data). The kit already keeps the others from hanging: "
+        "srun --kill-on-bad-exit on Slurm, coursekit.launch.stop_local_peer_tasks on the local site."),
+    "mismatched_collectives": (
+        "symptom: no traceback at first, the job just stops progressing; after the process group's timeout "
+        "both ranks fail with 'Timed out waiting ... for recv' (NCCL: the watchdog's 'collective operation "
+        "timeout'). Rank 1's log says its batch was empty and the step was skipped; rank 0 did one more all-reduce.",
+        "cause: the ranks called different collectives: rank 1 skipped an all-reduce, so rank 0's last all-reduce "
+        "met rank 1's barrier. With TORCH_DISTRIBUTED_DEBUG=DETAIL torch compares the calls and names them "
+        "('Detected mismatch between collectives ... ALLREDUCE vs BARRIER').",
+        "fix: every rank calls the same collectives in the same order (no collective under `if rank == 0` or a "
+        "data-dependent `continue`; uneven shards: DistributedSampler(drop_last=True) or DDP's join()); set a "
+        "short timeout while debugging (init_process_group(timeout=...)) instead of torch's 30 minutes."),
+    "rendezvous_fails": (
+        "symptom: no training line at all; after the rendezvous timeout rank 0 says '2/3 clients joined' (or a "
+        "rank says it cannot connect to host:port) and both ranks fail in init_process_group.",
+        "cause: the process group never formed: the script asked for a world size of 3 in a job of 2 processes "
+        "(or dialled another port than rank 0 listens on). Every rank carries the same mistake.",
+        "fix: take RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT from the launcher (env://, as the kit sets them "
+        "for srun and torchrun) instead of hard-coding them; coursekit's init_distributed checks the world size "
+        "against the job's (COURSEKIT_EXPECTED_WORLD_SIZE) before any rendezvous."),
+    "oom_one_rank": (
+        "symptom: rank 1's traceback ends in an allocation error (GPU: torch.OutOfMemoryError 'CUDA out of "
+        "memory. Tried to allocate ...'; CPU: 'DefaultCPUAllocator: can't allocate memory'); rank 0 has none and "
+        "ends right after, in its next all-reduce or stopped by the launcher.",
+        "cause: out of memory on one rank only (on a CPU the lab caps rank 1's address space to make it so): "
+        "a larger batch or sequence on that rank, another process on its GPU, a leak on that rank only.",
+        "fix: look at that rank's memory (torch.cuda.max_memory_allocated per rank, nvidia-smi on its GPU): "
+        "smaller batch, activation checkpointing, mixed precision, sharding (FSDP); check nothing else shares the "
+        "GPU. Slurm reports a host-memory OOM as OUT_OF_MEMORY (oom-kill) instead of a traceback."),
+}
+
+
+@dataclass(frozen=True)
+class ClinicSettings:
+    """The clinic's numbers in one profile (``s.clinic`` as a dict: ``ClinicSettings(**s.clinic)``)."""
+
+    device: str  # "cpu" or "auto" (the GPU of each rank)
+    stop_timeout_s: float  # rank_raises, oom_one_rank: process-group timeout, far above stop_bound_s
+    hang_timeout_s: float  # mismatched_collectives: the short timeout (torch's default: 30 min)
+    rendezvous_timeout_s: float  # rendezvous_fails
+    stop_bound_s: float  # the survivor must end this soon after the failing rank
+    hang_margin_s: float  # the hang ends within [timeout, timeout + margin]
+    nccl_debug: bool  # NCCL_DEBUG=INFO in the jobs' environment (GPUs)
+
+
+def clinic_settings(profile: str) -> dict[str, Any]:
+    """The clinic's defaults in ``profile`` ("cpu" or "gpu"), as the dict a lab's settings hold."""
+    if profile == "cpu":
+        # 2 shared cores: a rank's teardown and the launcher's stop (PEER_STOP_GRACE_S + the task's own grace)
+        # take seconds; the hang's timeout must also outlast torch's import by the slower rank (~2-6 s measured)
+        values = ClinicSettings(device="cpu", stop_timeout_s=60, hang_timeout_s=8, rendezvous_timeout_s=5,
+                                stop_bound_s=15, hang_margin_s=10, nccl_debug=False)
+    elif profile == "gpu":
+        # NCCL's watchdog notices a timed-out collective within its heartbeat and then tears the process down
+        values = ClinicSettings(device="auto", stop_timeout_s=120, hang_timeout_s=20, rendezvous_timeout_s=20,
+                                stop_bound_s=30, hang_margin_s=45, nccl_debug=True)
+    else:
+        raise ValueError(f"profile={profile!r}: use 'cpu' or 'gpu'")
+    return dict(values.__dict__)
+
+
+def _settings(settings: Mapping[str, Any] | ClinicSettings) -> ClinicSettings:
+    if isinstance(settings, ClinicSettings):
+        return settings
+    try:
+        return ClinicSettings(**dict(settings))
+    except TypeError as error:
+        raise ValueError(f"settings={dict(settings)!r}: give s.clinic, the fields of ClinicSettings ({error})") \
+            from None
+
+
+# ---------------------------------------------------------------- submitting
+
+
+def case_command(label: str, seed: str, settings: ClinicSettings) -> str:
+    """The command of clinic job ``label``: it names the label and the seed, not the fault."""
+    case = case_order(seed)[label]
+    timeout = {"rank_raises": settings.stop_timeout_s, "mismatched_collectives": settings.hang_timeout_s,
+               "rendezvous_fails": settings.rendezvous_timeout_s, "oom_one_rank": settings.stop_timeout_s}[case]
+    return f"{MODULE} --label {label} --seed {seed} --device {settings.device} --timeout-s {timeout:g}"
+
+
+@dataclass
+class ClinicCases:
+    """The four clinic jobs of one participant, by label, and what was answered for each."""
+
+    pseudonym: str
+    settings: ClinicSettings
+    jobs: dict[str, Any]  # label -> coursekit Job
+    debug: bool = False
+    tries: dict[str, int] = field(default_factory=dict)
+    solved: dict[str, bool] = field(default_factory=dict)
+
+    @property
+    def labels(self) -> list[str]:
+        return sorted(self.jobs)
+
+    def case(self, label: str) -> str:
+        """The case dealt as ``label`` (the answer: the claims need it; a diagnosis should not)."""
+        return case_order(self.pseudonym)[_check_label(label)]
+
+    def label_of(self, case: str) -> str:
+        """The label the case ``case`` was dealt (the answer)."""
+        if case not in CASES:
+            raise ValueError(f"case={case!r}: use one of {', '.join(CASES)}")
+        return next(label for label, dealt in case_order(self.pseudonym).items() if dealt == case)
+
+    def wait(self, timeout_s: float) -> dict[str, str]:
+        """Wait until every job ended (``TimeoutError`` after ``timeout_s`` in all); their states by label."""
+        deadline = time.monotonic() + timeout_s
+        return {label: job.wait(max(1.0, deadline - time.monotonic())) for label, job in sorted(self.jobs.items())}
+
+
+def _check_label(label: Any) -> str:
+    if label not in LABELS:
+        raise ValueError(f"label={label!r}: use one of {', '.join(LABELS)}")
+    return label
+
+
+def submit_cases(pseudonym: str, settings: Mapping[str, Any] | ClinicSettings, *, labels: Sequence[str] = LABELS,
+                 debug: bool = False, name: str = "clinic", **job_options: Any) -> ClinicCases:
+    """Submit the clinic's jobs (``labels``, all four by default) on 2 processes each; ``debug``: with
+    TORCH_DISTRIBUTED_DEBUG=DETAIL. ``job_options``: the lab's ``s.job`` (time_max, env, site ...)."""
+    import coursekit
+    from coursekit.labs.kit.participant import job_name
+
+    the_settings = _settings(settings)
+    if not isinstance(debug, bool):
+        raise ValueError(f"debug={debug!r}: use True (TORCH_DISTRIBUTED_DEBUG=DETAIL) or False")
+    wanted = [_check_label(label) for label in labels]
+    env = dict(job_options.pop("env", None) or {})
+    if the_settings.nccl_debug:
+        env["NCCL_DEBUG"] = "INFO"
+    if debug:
+        env["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"
+    jobs = {}
+    for label in wanted:
+        suffix = f"{name}{label.lower()}{'d' if debug else ''}"
+        (jobs[label],) = coursekit.submit_jobs(case_command(label, pseudonym, the_settings), n_gpu=N_PROCESSES,
+                                               name=job_name(pseudonym, suffix), env=env, **job_options)
+    return ClinicCases(pseudonym, the_settings, jobs, debug)
+
+
+# ---------------------------------------------------------------- symptoms
+
+
+@dataclass
+class RankLog:
+    """What one rank's logs tell."""
+
+    rank: int
+    events: list[tuple[float, str]]  # the job's own stamped lines (time, text)
+    exit_line: str  # the task's last "coursekit: ..." line ("" when it ended cleanly)
+    exit_code: int | None
+    ended_at: float | None  # when its logs were last written (the task's end)
+    last_lines: list[str]
+    hits: list[str]  # error lines (ERROR_PATTERNS) of its stderr and stdout
+
+    @property
+    def failed_at(self) -> float | None:
+        """When it wrote its own ``failed:`` line (None: it did not, e.g. killed)."""
+        return next((t for t, text in reversed(self.events) if text.startswith("failed:")), None)
+
+    @property
+    def end(self) -> float | None:
+        """When it ended: its ``failed:`` line, else its logs' last write."""
+        return self.failed_at if self.failed_at is not None else self.ended_at
+
+    @property
+    def waited_s(self) -> float | None:
+        """How long it sat in its last call before failing: its end minus its last line before that."""
+        before = [t for t, text in self.events if not text.startswith("failed:")]
+        return None if self.end is None or not before else self.end - before[-1]
+
+
+def read_rank_log(rank: int, out_text: str, err_text: str, ended_at: float | None) -> RankLog:
+    """A rank's :class:`RankLog` from its stdout and stderr text (planted text in the tests)."""
+    lines = out_text.splitlines() + err_text.splitlines()
+    events = sorted((float(m["t"]), m["text"]) for m in map(LINE.match, lines) if m and int(m["rank"]) == rank)
+    exits = [m["text"] for m in map(EXIT_LINE.match, err_text.splitlines()) if m]
+    exit_line = exits[-1] if exits else ""
+    code = EXIT_CODE.search(exit_line)
+    exit_code = int(code.group(1)) if code else (130 if "another task" in exit_line or "cancelled" in exit_line
+                                                 else (None if exit_line else 0))
+    hits = [line.strip() for line in err_text.splitlines() + out_text.splitlines()
+            if ERROR_PATTERNS.search(line) and not line.lstrip().startswith(("File ", "^"))]
+    own = [line for line in out_text.splitlines() if line.strip()]
+    return RankLog(rank, events, exit_line, exit_code, ended_at, own[-LAST_LINES:], hits)
+
+
+@dataclass
+class Symptoms:
+    """What the kit shows of one clinic job."""
+
+    label: str
+    job_id: str
+    state: str
+    exit_code: int | None
+    ranks: list[RankLog]
+    log_paths: list[str]
+
+    @property
+    def start(self) -> float | None:
+        times = [t for r in self.ranks for t, _ in r.events[:1]]
+        return min(times) if times else None
+
+    def __str__(self) -> str:
+        start = self.start or 0.0
+        lines = [f"job {self.label} ({self.job_id}): {self.state}, exit code {self.exit_code}",
+                 "  search_log(..., all_tasks=True, with_err=True):", *[f"    {p}" for p in self.log_paths]]
+        for r in self.ranks:
+            end = f"t+{r.end - start:.1f} s" if r.end is not None and self.start else "?"
+            lines.append(f"  rank {r.rank}: ended at {end}, exit code {r.exit_code}"
+                         + (f" — {r.exit_line}" if r.exit_line else ""))
+            for t, text in r.events[-LAST_LINES:]:
+                lines.append(f"    t+{t - start:5.1f} s  {text[:160]}")
+            for hit in _distinct(r.hits)[:MAX_HITS_PER_RANK]:
+                lines.append(f"    error line: {hit[:200]}")
+        return "\n".join(lines)
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(str(self))
+
+
+def _distinct(lines: list[str]) -> list[str]:
+    seen: dict[str, None] = {}
+    for line in lines:
+        seen.setdefault(line, None)
+    return list(seen)
+
+
+def _read(path: Any) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def _mtime(paths: Sequence[Any]) -> float | None:
+    stamps = []
+    for path in paths:
+        try:
+            stamps.append(path.stat().st_mtime)
+        except OSError:
+            pass
+    return max(stamps) if stamps else None
+
+
+def job_symptoms(job: Any, label: str = "?") -> Symptoms:
+    """The symptoms of a clinic job (any coursekit Job of 2 tasks): what its logs and the kit tell."""
+    from coursekit import search_log
+
+    ranks = [read_rank_log(entry["rank"], _read(entry["out"]), _read(entry["err"]),
+                           _mtime([entry["out"], entry["err"]])) for entry in job.log_paths()]
+    found = search_log(job.name, contains=job.job_id, with_err=True, all_tasks=True)
+    paths = [*found["stdout"], *found["stderr"]]
+    return Symptoms(label, job.job_id, job.state, job.exit_code, ranks, paths)
+
+
+def symptoms(cases: ClinicCases, label: str) -> Symptoms:
+    """What the kit shows of clinic job ``label``."""
+    return job_symptoms(cases.jobs[_check_label(label)], label)
+
+
+# ---------------------------------------------------------------- diagnoses
+
+
+def _check_answer(cause: Any, rank: Any) -> None:
+    if cause not in CAUSES:
+        raise ValueError(f"cause={cause!r}: choose one of {', '.join(repr(c) for c in CAUSES)}")
+    if rank != ALL_RANKS and (isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < N_PROCESSES):
+        raise ValueError(f"rank={rank!r}: give the rank whose log shows the cause (0 or 1), or {ALL_RANKS!r} when "
+                         "every rank has it")
+
+
+def explanation(case: str) -> str:
+    """Symptom -> cause -> fix of ``case``."""
+    return "\n".join(f"    {part}" for part in EXPLANATIONS[case])
+
+
+def diagnose(cases: ClinicCases, label: str, cause: str | None = None, rank: int | str | None = None, *,
+             reveal: bool = False) -> bool:
+    """Check the diagnosis of job ``label``: ``cause`` (a key of CAUSES) and the faulty ``rank`` (0, 1 or "all").
+    Prints right (with the explanation) or not yet (what is wrong, not what is right); the answer after
+    MAX_TRIES wrong tries or with ``reveal=True``. True when right."""
+    label = _check_label(label)
+    case = cases.case(label)
+    if reveal:
+        print(f"job {label}: the answer — cause {CASE_CAUSE[case]!r} ({CAUSES[CASE_CAUSE[case]]}), rank "
+              f"{CASE_RANK[case]!r}\n{explanation(case)}")
+        return False
+    if cause is None and rank is None:
+        print(f"job {label}: no diagnosis yet: diagnose(cases, {label!r}, cause=..., rank=...) with a cause among "
+              f"{', '.join(CAUSES)}")
+        return False
+    _check_answer(cause, rank)
+    cause_right, rank_right = cause == CASE_CAUSE[case], rank == CASE_RANK[case]
+    if cause_right and rank_right:
+        cases.solved[label] = True
+        print(f"job {label}: right — {CAUSES[cause]}, rank {rank!r}\n{explanation(case)}")
+        return True
+    cases.tries[label] = cases.tries.get(label, 0) + 1
+    what = ("the cause is right, the rank is not" if cause_right
+            else "the rank is right, the cause is not" if rank_right else "neither the cause nor the rank")
+    left = MAX_TRIES - cases.tries[label]
+    if left > 0:
+        print(f"job {label}: not yet ({what}); {left} more tr{'y' if left == 1 else 'ies'} before the answer is "
+              "shown. Look again at which rank failed first and at its last error line.")
+    else:
+        print(f"job {label}: not yet ({what}). The answer, after {MAX_TRIES} tries:")
+        diagnose(cases, label, reveal=True)
+    return False
+
+
+def solution(pseudonym: str) -> dict[str, dict[str, Any]]:
+    """The right answers of ``pseudonym``'s deal (the solved notebook's): ``{label: {"cause": ..., "rank": ...}}``."""
+    return {label: {"cause": CASE_CAUSE[case], "rank": CASE_RANK[case]}
+            for label, case in case_order(pseudonym).items()}
+
+
+# ---------------------------------------------------------------- claims
+
+
+def stop_claim(failed: RankLog, survivor: RankLog, bound_s: float, timeout_s: float, what: str) -> ClaimResult:
+    """The surviving rank ended at most ``bound_s`` after the failing rank (not at the process-group timeout)."""
+    gap = None if failed.end is None or survivor.end is None else survivor.end - failed.end
+    how = survivor.exit_line or (survivor.hits[-1] if survivor.hits else "no line")
+    return check_claim(
+        f"{what}: rank {survivor.rank} did not hang — it ended within {bound_s:g} s of rank {failed.rank}'s failure "
+        f"(its process group would have waited {timeout_s:g} s)",
+        gap is not None and gap <= bound_s,
+        f"rank {survivor.rank} ended {'?' if gap is None else f'{gap:.1f}'} s after rank {failed.rank} failed; it "
+        f"ended with: {how[:160]}")
+
+
+def hang_claim(ranks: Sequence[RankLog], timeout_s: float, margin_s: float) -> ClaimResult:
+    """The mismatched collective hung until the short timeout: every rank's wait in its last call lies in
+    ``[timeout_s, timeout_s + margin_s]``."""
+    waits = [r.waited_s for r in ranks]
+    formed = all(any(text == FORMED for _, text in r.events) for r in ranks)  # the wait was not the rendezvous
+    holds = bool(waits) and formed and all(w is not None and timeout_s <= w <= timeout_s + margin_s for w in waits)
+    shown = ", ".join(f"rank {r.rank}: {'?' if w is None else f'{w:.1f}'} s" for r, w in zip(ranks, waits,
+                                                                                           strict=True))
+    return check_claim(
+        f"the mismatched collective hung until the process group's timeout ({timeout_s:g} s, within "
+        f"+{margin_s:g} s), not torch's default 30 min",
+        holds, f"waited in the last call: {shown}" + ("" if formed else "; the process group never formed"))
+
+
+def rendezvous_claim(ranks: Sequence[RankLog]) -> ClaimResult:
+    """torch's rendezvous error names the world size the script asked for, or the port a rank dialled."""
+    asked = [(int(m[1]), int(m[2])) for r in ranks for _, text in r.events if (m := ASKED_WORLD.search(text))]
+    errors = [hit for r in ranks for hit in r.hits if "clinic rank" not in hit]
+    named = []
+    for world, port in set(asked):
+        for hit in errors:
+            joined = CLIENTS_JOINED.search(hit)
+            dialled = DIALLED.search(hit)
+            if joined and int(joined.group(2)) == world:
+                named.append(f"world size {world}: {hit[:120]}")
+            elif dialled and port != int(next(g for g in dialled.groups()[1:] if g)):
+                named.append(f"port {next(g for g in dialled.groups()[1:] if g)} (rank 0 listens on {port}): "
+                             f"{hit[:100]}")
+    return check_claim(
+        "the rendezvous failure names what was wrong: the world size asked for, or the port dialled",
+        bool(named) and bool(asked),
+        named[0] if named else f"asked {asked or 'nothing'}; no error line names them ({len(errors)} error lines)")
+
+
+def oom_claim(ranks: Sequence[RankLog], faulty_rank: int = FAULTY_RANK) -> ClaimResult:
+    """Out of memory on ``faulty_rank`` only: its log has an allocation error, no other rank's has."""
+    oom = {r.rank: any(OOM_PATTERNS.search(h) for h in r.hits) for r in ranks}
+    holds = oom.get(faulty_rank, False) and not any(v for k, v in oom.items() if k != faulty_rank)
+    return check_claim(
+        f"out of memory on rank {faulty_rank} only",
+        holds, ", ".join(f"rank {k}: {'out of memory' if v else 'no allocation error'}" for k, v in sorted(oom.items())))
+
+
+def clinic_claims(cases: ClinicCases) -> list[ClaimResult]:
+    """The clinic's four claims on the jobs of ``cases`` (each job's case looked up: call after the diagnoses)."""
+    s = cases.settings
+    by_case = {cases.case(label): job_symptoms(job, label) for label, job in cases.jobs.items()}
+    missing = [c for c in CASES if c not in by_case]
+    if missing:
+        raise ValueError(f"cases: no job of {', '.join(missing)}; submit all four labels")
+    survivor = 1 - FAULTY_RANK
+    results = []
+    for case, what in (("rank_raises", "a rank that raises"), ("oom_one_rank", "a rank out of memory")):
+        ranks = by_case[case].ranks
+        results.append(stop_claim(ranks[FAULTY_RANK], ranks[survivor], s.stop_bound_s, s.stop_timeout_s, what))
+    results.append(hang_claim(by_case["mismatched_collectives"].ranks, s.hang_timeout_s, s.hang_margin_s))
+    results.append(rendezvous_claim(by_case["rendezvous_fails"].ranks))
+    results.append(oom_claim(by_case["oom_one_rank"].ranks))
+    return results
+
+
+__all__ = ["ALL_RANKS", "CAUSES", "ClinicCases", "ClinicSettings", "MAX_TRIES", "RankLog", "Symptoms",
+           "clinic_claims", "clinic_settings", "diagnose", "explanation", "hang_claim", "job_symptoms",
+           "oom_claim", "read_rank_log", "rendezvous_claim", "solution", "stop_claim", "submit_cases", "symptoms"]

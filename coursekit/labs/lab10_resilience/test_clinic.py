@@ -1,0 +1,216 @@
+"""Lab 10's failure clinic: the deal, the log reading, the diagnoses and each claim failing on planted logs; a
+slow test runs the four jobs (and the hang again with TORCH_DISTRIBUTED_DEBUG=DETAIL) on the local site."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from coursekit.labs.lab10_resilience import clinic, clinic_jobs
+from coursekit.labs.lab10_resilience.clinic import ClinicCases, ClinicSettings, RankLog
+
+T0 = 1_000_000.0
+CPU = ClinicSettings(**clinic.clinic_settings("cpu"))
+
+
+def stamped(rank: int, *events: tuple[float, str]) -> str:
+    return "".join(f"[clinic rank {rank} t={T0 + t:.3f}] {text}\n" for t, text in events)
+
+
+def rank_log(rank: int, *events: tuple[float, str], err: str = "", ended: float | None = None) -> RankLog:
+    return clinic.read_rank_log(rank, stamped(rank, *events), err, None if ended is None else T0 + ended)
+
+
+def raised_pair(survivor_end: float) -> tuple[RankLog, RankLog]:
+    failed = rank_log(1, (0.0, "process group formed"), (0.1, "step 1: loss 1, all-reducing the gradients"),
+                      (0.2, "failed: ValueError: step 2: corrupt"),
+                      err="ValueError: step 2: corrupt\ncoursekit: the command exited with code 1: -m x\n")
+    survivor = rank_log(0, (0.0, "process group formed"), (0.2, "step 2: loss 1, all-reducing the gradients"),
+                        err="coursekit: the job reached its time limit, or another task of it failed\n",
+                        ended=survivor_end)
+    return failed, survivor
+
+
+# ---------------------------------------------------------------- the deal and the command
+
+
+def test_the_deal_is_a_shuffle_fixed_per_pseudonym_and_different_between_neighbours() -> None:
+    deal = clinic_jobs.case_order("kim")
+    assert deal == clinic_jobs.case_order("kim") and sorted(deal) == list(clinic_jobs.LABELS)
+    assert sorted(deal.values()) == sorted(clinic_jobs.CASES)
+    others = {tuple(clinic_jobs.case_order(name).values()) for name in ("ada", "bob", "lea", "max", "zoe")}
+    assert len(others | {tuple(deal.values())}) > 1
+    with pytest.raises(ValueError, match="seed"):
+        clinic_jobs.case_order("")
+
+
+def test_a_job_command_names_its_label_not_its_fault() -> None:
+    for label, case in clinic_jobs.case_order("kim").items():
+        command = clinic.case_command(label, "kim", CPU)
+        assert f"--label {label} --seed kim" in command and case not in command
+        assert clinic_jobs.parse_args(command.split()[2:]).label == label
+
+
+def test_the_command_line_refuses_what_cannot_fail_as_planned() -> None:
+    with pytest.raises(SystemExit):
+        clinic_jobs.parse_args([])  # neither a case nor --label/--seed
+    with pytest.raises(SystemExit):
+        clinic_jobs.parse_args(["oom_one_rank", "--request-mb", "10", "--headroom-mb", "20"])
+    with pytest.raises(ValueError, match="n_gpu=2"):
+        clinic_jobs.run_case("rank_raises", rank=0, world_size=1, local_rank=0, addr="127.0.0.1", port=1)
+    with pytest.raises(ValueError, match="case="):
+        clinic_jobs.run_case("nope", rank=0, world_size=2, local_rank=0, addr="127.0.0.1", port=1)
+
+
+def test_settings_per_profile_keep_the_hang_short_and_the_stop_bound_below_the_timeout() -> None:
+    for profile in ("cpu", "gpu"):
+        s = ClinicSettings(**clinic.clinic_settings(profile))
+        assert s.hang_timeout_s < 60 and s.stop_bound_s < s.stop_timeout_s
+    with pytest.raises(ValueError, match="profile"):
+        clinic.clinic_settings("tpu")
+    with pytest.raises(ValueError, match="s.clinic"):
+        clinic._settings({"device": "cpu"})
+
+
+# ---------------------------------------------------------------- reading a rank's logs
+
+
+def test_a_rank_log_gives_its_events_exit_code_end_and_error_lines() -> None:
+    failed, survivor = raised_pair(survivor_end=1.5)
+    assert failed.exit_code == 1 and failed.failed_at == pytest.approx(T0 + 0.2) and failed.end == failed.failed_at
+    assert any("ValueError" in hit for hit in failed.hits)
+    assert survivor.exit_code == 130 and survivor.failed_at is None and survivor.end == pytest.approx(T0 + 1.5)
+    assert survivor.waited_s == pytest.approx(1.3)
+    assert clinic.read_rank_log(0, "", "", None).exit_code == 0
+
+
+# ---------------------------------------------------------------- each claim fails on planted logs
+
+
+def test_stop_claim_holds_when_the_survivor_ends_soon_and_fails_when_it_hangs() -> None:
+    clinic.stop_claim(*raised_pair(survivor_end=1.5), bound_s=CPU.stop_bound_s, timeout_s=60, what="raises")
+    with pytest.raises(AssertionError, match="did not hang"):  # it waited for the process group's timeout
+        clinic.stop_claim(*raised_pair(survivor_end=60.3), bound_s=CPU.stop_bound_s, timeout_s=60, what="raises")
+
+
+def hang_ranks(waited: float, formed: bool = True) -> list[RankLog]:
+    first = (0.0, "process group formed" if formed else "rank 0 of world size 2 joins the process group")
+    timeout = f"Timed out waiting {waited * 1000:.0f}ms for recv operation to complete"
+    return [rank_log(r, first, (1.0, "step 4: all-reducing"), (1.0 + waited, f"failed: RuntimeError: {timeout}"),
+                     err=f"RuntimeError: {timeout}\n") for r in (0, 1)]
+
+
+def test_hang_claim_holds_at_the_short_timeout_and_fails_at_the_default_or_too_early() -> None:
+    clinic.hang_claim(hang_ranks(CPU.hang_timeout_s + 0.1), CPU.hang_timeout_s, CPU.hang_margin_s)
+    for waited in (1800.0, CPU.hang_timeout_s / 2):  # torch's 30 min; ended before the timeout (not a hang)
+        with pytest.raises(AssertionError, match="hung until"):
+            clinic.hang_claim(hang_ranks(waited), CPU.hang_timeout_s, CPU.hang_margin_s)
+    with pytest.raises(AssertionError, match="never formed"):  # it timed out in the rendezvous instead
+        clinic.hang_claim(hang_ranks(CPU.hang_timeout_s, formed=False), CPU.hang_timeout_s, CPU.hang_margin_s)
+
+
+def rendezvous_ranks(error: str) -> list[RankLog]:
+    joins = "rank 0 of world size 3 joins the process group (gloo) at tcp://127.0.0.1:23424, timeout 5 s"
+    return [rank_log(0, (0.0, joins), (6.0, "failed: DistStoreError: ..."), err=error)]
+
+
+def test_rendezvous_claim_needs_the_error_to_name_the_world_size_or_the_port() -> None:
+    clinic.rendezvous_claim(rendezvous_ranks(
+        "torch.distributed.DistStoreError: Timed out after 6 seconds waiting for clients. 2/3 clients joined.\n"))
+    clinic.rendezvous_claim(rendezvous_ranks(
+        "[E socket.cpp:1028] [c10d] The client socket has timed out after 4000ms while trying to connect to "
+        "(127.0.0.1, 23425).\n"))
+    with pytest.raises(AssertionError, match="names what was wrong"):
+        clinic.rendezvous_claim(rendezvous_ranks("RuntimeError: something went wrong\n"))
+    with pytest.raises(AssertionError, match="names what was wrong"):  # 2/2: not the world size asked for
+        clinic.rendezvous_claim(rendezvous_ranks("DistStoreError: Timed out ... 2/2 clients joined.\n"))
+
+
+def test_oom_claim_fails_unless_rank_1_alone_ran_out_of_memory() -> None:
+    oom = "RuntimeError: DefaultCPUAllocator: can't allocate memory: you tried to allocate 1073741824 bytes\n"
+    echo = "RuntimeError: Connection closed by peer\n"
+    clinic.oom_claim([rank_log(0, err=echo), rank_log(1, err=oom)])
+    for errors in ((oom, oom), (oom, echo), (echo, echo)):
+        with pytest.raises(AssertionError, match="rank 1 only"):
+            clinic.oom_claim([rank_log(0, err=errors[0]), rank_log(1, err=errors[1])])
+
+
+# ---------------------------------------------------------------- diagnoses
+
+
+def cases_of(pseudonym: str = "kim") -> ClinicCases:
+    return ClinicCases(pseudonym, CPU, {label: None for label in clinic_jobs.LABELS})
+
+
+def test_a_wrong_diagnosis_says_not_yet_without_the_answer_then_reveals_after_max_tries(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    cases = cases_of()
+    label = cases.label_of("oom_one_rank")
+    for attempt in range(1, clinic.MAX_TRIES):
+        assert not clinic.diagnose(cases, label, cause="network", rank=0)
+        said = capsys.readouterr().out
+        assert "not yet" in said and "out_of_memory" not in said and "symptom:" not in said, attempt
+    assert not clinic.diagnose(cases, label, cause="exception", rank=1)  # the last try: the answer
+    said = capsys.readouterr().out
+    assert "the rank is right, the cause is not" in said and "'out_of_memory'" in said and "fix:" in said
+
+
+def test_a_right_diagnosis_gives_the_explanation_and_the_rank_is_checked(capsys: pytest.CaptureFixture[str]) -> None:
+    cases = cases_of()
+    label = cases.label_of("rendezvous_fails")
+    assert not clinic.diagnose(cases, label, cause="rendezvous", rank=0)
+    assert "the cause is right, the rank is not" in capsys.readouterr().out
+    assert clinic.diagnose(cases, label, cause="rendezvous", rank="all")
+    said = capsys.readouterr().out
+    assert "right" in said and "symptom:" in said and "cause:" in said and "fix:" in said
+    for label, answer in clinic.solution("kim").items():
+        assert clinic.diagnose(cases, label, **answer)
+
+
+def test_reveal_on_request_and_clear_errors_for_bad_answers(capsys: pytest.CaptureFixture[str]) -> None:
+    cases = cases_of()
+    label = cases.label_of("mismatched_collectives")
+    clinic.diagnose(cases, label, reveal=True)
+    assert "collective_mismatch" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="cause='deadlock': choose one of"):
+        clinic.diagnose(cases, label, cause="deadlock", rank=1)
+    with pytest.raises(ValueError, match="rank=2"):
+        clinic.diagnose(cases, label, cause="exception", rank=2)
+    with pytest.raises(ValueError, match="label='E'"):
+        clinic.diagnose(cases, "E", cause="exception", rank=1)
+    assert not clinic.diagnose(cases, label)
+    assert "no diagnosis yet" in capsys.readouterr().out
+
+
+def test_neighbours_answers_are_not_yours() -> None:
+    kim, bob = clinic.solution("kim"), clinic.solution("bob")
+    assert kim != bob  # both deals are fixed: these two pseudonyms were dealt differently
+
+
+# ---------------------------------------------------------------- the four jobs, for real
+
+
+@pytest.mark.slow
+def test_the_four_jobs_fail_within_seconds_on_the_local_site_and_every_claim_holds(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from coursekit.labs.kit.settings import job_options
+
+    monkeypatch.setenv("COURSEKIT_COURSE_DIR", str(tmp_path))
+    monkeypatch.setenv("COURSEKIT_SITE", "local")
+    monkeypatch.delenv("TORCH_DISTRIBUTED_DEBUG", raising=False)
+    started = time.monotonic()
+    cases = clinic.submit_cases("kim", CPU, **job_options("cpu", "00:05:00"))
+    hang = cases.label_of("mismatched_collectives")
+    detail = clinic.submit_cases("kim", CPU, labels=[hang], debug=True, **job_options("cpu", "00:05:00"))
+    states = {**cases.wait(240), "detail": detail.wait(60)[hang]}
+    assert set(states.values()) == {"FAILED"}, states
+    assert time.monotonic() - started < 240
+    for label in cases.labels:
+        shown = str(clinic.symptoms(cases, label))
+        assert "rank 0:" in shown and "rank 1:" in shown and f"{cases.jobs[label].job_id}_1_log.err" in shown
+    results = clinic.clinic_claims(cases)
+    assert [r.holds for r in results] == [True] * 5
+    assert "Detected mismatch between collectives" in str(clinic.symptoms(detail, hang))
+    capsys.readouterr()
