@@ -43,6 +43,8 @@ OOM_PATTERNS = re.compile(r"OutOfMemoryError|out of memory|can't allocate memory
 CLIENTS_JOINED = re.compile(r"(\d+)/(\d+) clients joined")
 DIALLED = re.compile(r"\(([\w.\-]+), (\d+)\)|(?:host|to) [\w.\-]+:(\d+)")
 FORMED = "process group formed"  # clinic_jobs' line once init_process_group returned
+RANK_PREFIX = re.compile(r"^\[rank\d+\]: ")
+SOURCE_LINE = re.compile(r"^(\s{2,}|\s*File \"|\s*\^)")  # a traceback's frame and source lines: not errors
 ASKED_WORLD = re.compile(r"of world size (\d+) joins .* at tcp://[\w.\-]+:(\d+)")
 
 CAUSES: dict[str, str] = {
@@ -248,10 +250,15 @@ def read_rank_log(rank: int, out_text: str, err_text: str, ended_at: float | Non
     code = EXIT_CODE.search(exit_line)
     exit_code = int(code.group(1)) if code else (130 if "another task" in exit_line or "cancelled" in exit_line
                                                  else (None if exit_line else 0))
-    hits = [line.strip() for line in err_text.splitlines() + out_text.splitlines()
-            if ERROR_PATTERNS.search(line) and not line.lstrip().startswith(("File ", "^"))]
+    hits = [line.strip() for line in map(_without_rank_prefix, err_text.splitlines() + out_text.splitlines())
+            if ERROR_PATTERNS.search(line) and not LINE.match(line) and not SOURCE_LINE.match(line)]
     own = [line for line in out_text.splitlines() if line.strip()]
     return RankLog(rank, events, exit_line, exit_code, ended_at, own[-LAST_LINES:], hits)
+
+
+def _without_rank_prefix(line: str) -> str:
+    """A traceback line without torch's ``[rank1]: `` prefix (torch adds it to an uncaught error's lines)."""
+    return RANK_PREFIX.sub("", line, count=1)
 
 
 @dataclass
@@ -400,11 +407,13 @@ def stop_claim(failed: RankLog, survivor: RankLog, bound_s: float, timeout_s: fl
 
 
 def hang_claim(ranks: Sequence[RankLog], timeout_s: float, margin_s: float) -> ClaimResult:
-    """The mismatched collective hung until the short timeout: every rank's wait in its last call lies in
-    ``[timeout_s, timeout_s + margin_s]``."""
+    """The mismatched collective hung until the short timeout: the longest wait of a rank in its last call lies
+    in ``[timeout_s, timeout_s + margin_s]`` (NCCL may let one rank through a mismatched call: the job ends when
+    the other's times out), after the process group had formed (not a rendezvous that timed out)."""
     waits = [r.waited_s for r in ranks]
-    formed = all(any(text == FORMED for _, text in r.events) for r in ranks)  # the wait was not the rendezvous
-    holds = bool(waits) and formed and all(w is not None and timeout_s <= w <= timeout_s + margin_s for w in waits)
+    longest = max((w for w in waits if w is not None), default=None)
+    formed = bool(ranks) and all(any(text == FORMED for _, text in r.events) for r in ranks)
+    holds = formed and longest is not None and timeout_s <= longest <= timeout_s + margin_s
     shown = ", ".join(f"rank {r.rank}: {'?' if w is None else f'{w:.1f}'} s" for r, w in zip(ranks, waits,
                                                                                            strict=True))
     return check_claim(

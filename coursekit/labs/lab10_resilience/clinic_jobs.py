@@ -172,10 +172,12 @@ def _oom_at(rank: int, device: Any, request_mb: int, headroom_mb: int) -> Callab
             return False
         if device.type == "cuda":
             total = torch.cuda.get_device_properties(device).total_memory
-            torch.empty(GPU_OOM_FACTOR * total, dtype=torch.uint8, device=device)  # torch.OutOfMemoryError
+            # torch.OutOfMemoryError; no comment on the line itself: the traceback shows that line
+            torch.empty(GPU_OOM_FACTOR * total, dtype=torch.uint8, device=device)
         else:
             cap_address_space(headroom_mb)  # after the process group formed: gloo's threads are there already
-            torch.empty(request_mb * MIB, dtype=torch.uint8)  # DefaultCPUAllocator: can't allocate memory
+            # torch's "DefaultCPUAllocator: can't allocate memory" (no comment on the line the traceback shows)
+            torch.empty(request_mb * MIB, dtype=torch.uint8)
         return False
     return fault
 

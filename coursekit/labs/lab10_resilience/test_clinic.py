@@ -3,6 +3,10 @@ slow test runs the four jobs (and the hang again with TORCH_DISTRIBUTED_DEBUG=DE
 
 from __future__ import annotations
 
+import os
+import resource
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -84,6 +88,23 @@ def test_a_rank_log_gives_its_events_exit_code_end_and_error_lines() -> None:
     assert survivor.exit_code == 130 and survivor.failed_at is None and survivor.end == pytest.approx(T0 + 1.5)
     assert survivor.waited_s == pytest.approx(1.3)
     assert clinic.read_rank_log(0, "", "", None).exit_code == 0
+    traceback = ('[rank1]:   File "x.py", line 3, in fault\n[rank1]:     torch.empty(n)  # can\'t allocate memory\n'
+                 "[rank1]: RuntimeError: DefaultCPUAllocator: can't allocate memory\n")
+    assert rank_log(1, (0.0, "failed: RuntimeError: can't allocate memory"), err=traceback).hits == [
+        "RuntimeError: DefaultCPUAllocator: can't allocate memory"]  # no frame, no source line, no own line
+
+
+def test_the_address_space_cap_binds_only_the_process_that_sets_it() -> None:
+    code = ("import resource\n"
+            "from coursekit.labs.lab10_resilience.clinic_jobs import cap_address_space, MIB\n"
+            "cap_address_space(64)\n"
+            "small = bytearray(8 * MIB)\n"
+            "try:\n    bytearray(512 * MIB)\nexcept MemoryError:\n    print('refused')\n")
+    before = resource.getrlimit(resource.RLIMIT_AS)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])})
+    assert done.stdout.strip() == "refused", done.stderr
+    assert resource.getrlimit(resource.RLIMIT_AS) == before
 
 
 # ---------------------------------------------------------------- each claim fails on planted logs
@@ -104,6 +125,8 @@ def hang_ranks(waited: float, formed: bool = True) -> list[RankLog]:
 
 def test_hang_claim_holds_at_the_short_timeout_and_fails_at_the_default_or_too_early() -> None:
     clinic.hang_claim(hang_ranks(CPU.hang_timeout_s + 0.1), CPU.hang_timeout_s, CPU.hang_margin_s)
+    one_through = [hang_ranks(0.2)[0], hang_ranks(CPU.hang_timeout_s + 0.1)[1]]  # NCCL let rank 0 through
+    clinic.hang_claim(one_through, CPU.hang_timeout_s, CPU.hang_margin_s)
     for waited in (1800.0, CPU.hang_timeout_s / 2):  # torch's 30 min; ended before the timeout (not a hang)
         with pytest.raises(AssertionError, match="hung until"):
             clinic.hang_claim(hang_ranks(waited), CPU.hang_timeout_s, CPU.hang_margin_s)
