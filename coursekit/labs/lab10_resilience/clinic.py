@@ -33,6 +33,7 @@ MAX_TRIES = 3  # wrong diagnoses of one job before its answer is shown
 ALL_RANKS = "all"  # the rank answer of a fault every rank shares
 LAST_LINES = 4  # each rank's last own lines shown among the symptoms
 MAX_HITS_PER_RANK = 4  # error lines shown per rank
+HIT_CHARS = 600  # an error line shown up to this length (torch's mismatch report runs to ~550 characters)
 LINE = re.compile(r"^\[clinic rank (?P<rank>\d+) t=(?P<t>\d+(?:\.\d+)?)\] (?P<text>.*)$")
 EXIT_LINE = re.compile(r"^coursekit: (?P<text>.*)$")
 EXIT_CODE = re.compile(r"exited with code (\d+)")
@@ -288,7 +289,7 @@ class Symptoms:
             for t, text in r.events[-LAST_LINES:]:
                 lines.append(f"    t+{t - start:5.1f} s  {text[:160]}")
             for hit in _distinct(r.hits)[:MAX_HITS_PER_RANK]:
-                lines.append(f"    error line: {hit[:200]}")
+                lines.append(f"    error line: {hit[:HIT_CHARS]}")
         return "\n".join(lines)
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
