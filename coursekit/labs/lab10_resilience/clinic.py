@@ -136,11 +136,11 @@ def _settings(settings: Mapping[str, Any] | ClinicSettings) -> ClinicSettings:
 
 
 def case_command(label: str, seed: str, settings: ClinicSettings) -> str:
-    """The command of clinic job ``label``: it names the label and the seed, not the fault."""
-    case = case_order(seed)[label]
-    timeout = {"rank_raises": settings.stop_timeout_s, "mismatched_collectives": settings.hang_timeout_s,
-               "rendezvous_fails": settings.rendezvous_timeout_s, "oom_one_rank": settings.stop_timeout_s}[case]
-    return f"{MODULE} --label {label} --seed {seed} --device {settings.device} --timeout-s {timeout:g}"
+    """The command of clinic job ``label``: the label, the seed and every case's timeout; nothing that tells the
+    fault (the four commands differ only by their label)."""
+    return (f"{MODULE} --label {_check_label(label)} --seed {seed} --device {settings.device} "
+            f"--stop-timeout-s {settings.stop_timeout_s:g} --hang-timeout-s {settings.hang_timeout_s:g} "
+            f"--rendezvous-timeout-s {settings.rendezvous_timeout_s:g}")
 
 
 @dataclass
@@ -202,7 +202,6 @@ def submit_cases(pseudonym: str, settings: Mapping[str, Any] | ClinicSettings, *
         (jobs[label],) = submit_jobs(case_command(label, pseudonym, the_settings), n_gpu=N_PROCESSES,
                                      name=job_name(pseudonym, suffix), env=env, **job_options)
     return ClinicCases(pseudonym, the_settings, jobs, debug)
-
 
 
 def symptoms(cases: ClinicCases, label: str) -> Symptoms:

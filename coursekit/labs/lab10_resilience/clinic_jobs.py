@@ -184,8 +184,10 @@ def _oom_at(rank: int, device: Any, request_mb: int, headroom_mb: int) -> Callab
 
 def run_case(case: str, *, rank: int, world_size: int, local_rank: int, addr: str, port: int, device: str = "auto",
              timeout_s: float | None = None, wrong: str = "world_size", request_mb: int = CPU_OOM_REQUEST_MB,
-             headroom_mb: int = CPU_OOM_HEADROOM_MB) -> None:
-    """Run rank ``rank`` of ``case`` (see the module docstring); it raises where the case fails."""
+             headroom_mb: int = CPU_OOM_HEADROOM_MB, stop_timeout_s: float = STOP_TIMEOUT_S,
+             hang_timeout_s: float = HANG_TIMEOUT_S, rendezvous_timeout_s: float = RENDEZVOUS_TIMEOUT_S) -> None:
+    """Run rank ``rank`` of ``case`` (see the module docstring); it raises where the case fails. The process
+    group's timeout: ``timeout_s`` if given, else the case's own (``stop_``, ``hang_``, ``rendezvous_timeout_s``)."""
     if case not in CASES:
         raise ValueError(f"case={case!r}: use one of {', '.join(CASES)}")
     if wrong not in WRONG_CHOICES:
@@ -194,8 +196,8 @@ def run_case(case: str, *, rank: int, world_size: int, local_rank: int, addr: st
         raise ValueError(f"world_size={world_size}: a clinic job needs 2 processes (submit it with n_gpu=2)")
     import torch.distributed as dist
 
-    default_timeout = {"rank_raises": STOP_TIMEOUT_S, "mismatched_collectives": HANG_TIMEOUT_S,
-                       "rendezvous_fails": RENDEZVOUS_TIMEOUT_S, "oom_one_rank": STOP_TIMEOUT_S}[case]
+    default_timeout = {"rank_raises": stop_timeout_s, "mismatched_collectives": hang_timeout_s,
+                       "rendezvous_fails": rendezvous_timeout_s, "oom_one_rank": stop_timeout_s}[case]
     timeout = float(timeout_s) if timeout_s is not None else default_timeout
     the_device = _device(device, local_rank)
     prepared = _prepare(rank, the_device)
@@ -226,7 +228,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", help="the participant's pseudonym (with --label)")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     parser.add_argument("--timeout-s", type=float, default=None,
-                        help="the process group's timeout (default: the case's own, see the module)")
+                        help="the process group's timeout, whatever the case (default: the case's own, below)")
+    parser.add_argument("--stop-timeout-s", type=float, default=STOP_TIMEOUT_S, help="rank_raises, oom_one_rank")
+    parser.add_argument("--hang-timeout-s", type=float, default=HANG_TIMEOUT_S, help="mismatched_collectives")
+    parser.add_argument("--rendezvous-timeout-s", type=float, default=RENDEZVOUS_TIMEOUT_S, help="rendezvous_fails")
     parser.add_argument("--wrong", choices=WRONG_CHOICES, default="world_size",
                         help="rendezvous_fails: a hard-coded world size or a wrong port")
     parser.add_argument("--request-mb", type=int, default=CPU_OOM_REQUEST_MB, help="oom_one_rank on a CPU")
@@ -234,8 +239,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if (args.case is None) == (args.label is None or args.seed is None):
         parser.error("give a case, or --label and --seed (not both)")
-    if args.timeout_s is not None and not args.timeout_s > 0:
-        parser.error(f"--timeout-s {args.timeout_s}: give a positive number of seconds")
+    for option in ("timeout_s", "stop_timeout_s", "hang_timeout_s", "rendezvous_timeout_s"):
+        value = getattr(args, option)
+        if value is not None and not value > 0:
+            parser.error(f"--{option.replace('_', '-')} {value}: give a positive number of seconds")
     if not 0 < args.headroom_mb < args.request_mb:
         parser.error(f"--headroom-mb {args.headroom_mb} --request-mb {args.request_mb}: the request must exceed "
                      "a positive headroom, or nothing runs out of memory")
@@ -251,7 +258,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         run_case(case, rank=info.rank, world_size=info.world_size, local_rank=info.local_rank,
                  addr=info.master_addr, port=info.master_port, device=args.device, timeout_s=args.timeout_s,
-                 wrong=args.wrong, request_mb=args.request_mb, headroom_mb=args.headroom_mb)
+                 wrong=args.wrong, request_mb=args.request_mb, headroom_mb=args.headroom_mb,
+                 stop_timeout_s=args.stop_timeout_s, hang_timeout_s=args.hang_timeout_s,
+                 rendezvous_timeout_s=args.rendezvous_timeout_s)
     except BaseException as error:
         first = (str(error).strip().splitlines() or [""])[0]
         say(info.rank, f"failed: {type(error).__name__}: {first}")

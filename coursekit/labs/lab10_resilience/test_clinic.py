@@ -51,10 +51,12 @@ def test_the_deal_is_a_shuffle_fixed_per_pseudonym_and_different_between_neighbo
 
 
 def test_a_job_command_names_its_label_not_its_fault() -> None:
+    commands = {label: clinic.case_command(label, "kim", CPU) for label in clinic_jobs.LABELS}
     for label, case in clinic_jobs.case_order("kim").items():
-        command = clinic.case_command(label, "kim", CPU)
-        assert f"--label {label} --seed kim" in command and case not in command
-        assert clinic_jobs.parse_args(command.split()[2:]).label == label
+        assert f"--label {label} --seed kim" in commands[label] and case not in commands[label]
+        assert commands[label].replace(f"--label {label}", "--label X") == commands["A"].replace("--label A", "--label X")
+        args = clinic_jobs.parse_args(commands[label].split()[2:])
+        assert (args.label, args.hang_timeout_s, args.timeout_s) == (label, CPU.hang_timeout_s, None)
 
 
 def test_the_command_line_refuses_what_cannot_fail_as_planned() -> None:
