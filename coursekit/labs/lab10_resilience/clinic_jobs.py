@@ -9,10 +9,12 @@ starts one process per task (``submit_jobs(..., n_gpu=2)``: ``RANK``, ``WORLD_SI
   group's timeout is long (``--stop-timeout-s``): what ends rank 0 early is the kit's launcher (Slurm: ``srun
   --kill-on-bad-exit``; the local site: ``coursekit.launch.stop_local_peer_tasks``) or, on gloo, the closed socket;
 - ``mismatched_collectives``: rank 1 skips one all-reduce ("its batch was empty"), so at the end rank 0's last
-  all-reduce meets rank 1's barrier: both wait until the process group's timeout, set short (``--hang-timeout-s``: seconds, not
-  torch's 30 minutes); with ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` torch compares the collectives and names the mismatch;
+  all-reduce meets rank 1's barrier: both wait until the process group's timeout, set short
+  (``--hang-timeout-s``: seconds, not torch's 30 minutes); with ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` torch compares
+  the collectives and names the mismatch;
 - ``rendezvous_fails``: the script hard-codes a world size of 3 for a job of 2 processes (``--wrong world_size``)
-  or rank 1 dials another port (``--wrong port``): the rendezvous never forms and fails at its own timeout (``--rendezvous-timeout-s``);
+  or rank 1 dials another port (``--wrong port``): the rendezvous never forms and fails at its own timeout
+  (``--rendezvous-timeout-s``);
 - ``oom_one_rank``: rank 1 alone asks for too much memory at step ``FAIL_AT_STEP``. GPU: more than the GPU holds
   (``torch.OutOfMemoryError``). CPU: rank 1's address space is first capped (``RLIMIT_AS``, its own process
   only, ``CPU_OOM_HEADROOM_MB`` above what it maps) and the request is larger, so torch's CPU allocator refuses it;
