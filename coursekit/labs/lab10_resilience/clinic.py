@@ -322,7 +322,8 @@ def oom_claim(ranks: Sequence[RankLog], faulty_rank: int = FAULTY_RANK) -> Claim
     holds = oom.get(faulty_rank, False) and not any(v for k, v in oom.items() if k != faulty_rank)
     return check_claim(
         f"out of memory on rank {faulty_rank} only",
-        holds, ", ".join(f"rank {k}: {'out of memory' if v else 'no allocation error'}" for k, v in sorted(oom.items())))
+        holds, ", ".join(f"rank {k}: {'out of memory' if v else 'no allocation error'}"
+                         for k, v in sorted(oom.items())))
 
 
 def clinic_claims(cases: ClinicCases) -> list[ClaimResult]:
