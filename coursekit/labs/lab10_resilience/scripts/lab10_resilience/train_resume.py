@@ -73,9 +73,9 @@ def make_dataset(size: int, seed: int) -> TensorDataset:
     return TensorDataset(features, labels, torch.arange(size))
 
 
-def make_model() -> nn.Module:
-    return nn.Sequential(nn.Linear(FEATURES, HIDDEN), nn.ReLU(), nn.Dropout(DROPOUT),
-                         nn.Linear(HIDDEN, HIDDEN), nn.ReLU(), nn.Dropout(DROPOUT), nn.Linear(HIDDEN, N_CLASSES))
+def make_model(hidden: int = HIDDEN) -> nn.Module:
+    return nn.Sequential(nn.Linear(FEATURES, hidden), nn.ReLU(), nn.Dropout(DROPOUT),
+                         nn.Linear(hidden, hidden), nn.ReLU(), nn.Dropout(DROPOUT), nn.Linear(hidden, N_CLASSES))
 
 
 def make_scheduler(optimizer: torch.optim.Optimizer, steps: int) -> torch.optim.lr_scheduler.LRScheduler:
@@ -161,6 +161,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--checkpoint-every", type=int, default=10, help="save every this many steps")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--data-size", type=int, default=320, help="training samples (an epoch: size/batch steps)")
+    parser.add_argument("--hidden", type=int, default=HIDDEN, help="width of the model's hidden layers")
     parser.add_argument("--lr", type=float, default=0.1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cpu", help="cpu, cuda or auto")
@@ -169,7 +170,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--step-time", type=float, default=0.0,
                         help="make each step last at least this many seconds (a larger job's pace)")
     args = parser.parse_args(argv)
-    for name in ("steps", "checkpoint_every", "batch_size", "data_size"):
+    for name in ("steps", "checkpoint_every", "batch_size", "data_size", "hidden"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.data_size < args.batch_size:
@@ -186,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(args.seed)
     dataset = make_dataset(args.data_size, args.seed)
-    model = make_model().to(device)
+    model = make_model(args.hidden).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY)
     scheduler = make_scheduler(optimizer, args.steps)
     # one process here; the same sampler deals each rank its share under DDP. set_epoch(e) picks epoch e's order
