@@ -39,7 +39,7 @@ from coursekit import slurm_cli
 from coursekit.jobs import local_process
 from coursekit.labs.kit.claims import ClaimResult, check_claim
 from coursekit.labs.kit.results import ResultsTable
-from coursekit.labs.lab10_resilience.resume_check import (
+from coursekit.labs.lab10_resilience.records import (
     CHECKPOINT,
     WEIGHT_TOLERANCE,
     checkpoint_parts,

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from coursekit.labs.kit.script_check import SKIP
-from coursekit.labs.lab10_resilience import resume_check
-from coursekit.labs.lab10_resilience.resume_check import Divergence, compare_steps
+from coursekit.labs.lab10_resilience import records, resume_check
+from coursekit.labs.lab10_resilience.records import Divergence, compare_steps
 
 # planted mistake -> the checks that must fail, and words their detail must hold (what the resume forgot)
 EXPECTED_FAILURES = {
@@ -126,7 +126,7 @@ def test_checkpoint_parts_are_found_by_their_shape():
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
     saved = {"weights": model.state_dict(), "opt": optimizer.state_dict(), "sched": scheduler.state_dict(),
              "generators": {"cpu": torch.get_rng_state()}, "progress": {"epoch": 1, "position": 2, "step": 12}}
-    parts = resume_check.checkpoint_parts(saved)
+    parts = records.checkpoint_parts(saved)
     assert set(parts) == {"model", "optimizer", "scheduler", "rng", "epoch", "position", "step"}
-    assert set(resume_check.checkpoint_parts(model.state_dict())) == {"model"}
-    assert resume_check.max_abs_diff(model.state_dict(), model.state_dict()) == 0.0
+    assert set(records.checkpoint_parts(model.state_dict())) == {"model"}
+    assert records.max_abs_diff(model.state_dict(), model.state_dict()) == 0.0
