@@ -15,6 +15,7 @@ PARTICIPANT_SCRIPTS = [
     "lab06_ddp/show_ranks.py", "lab06_ddp/train_ddp.py", "lab06_ddp/train_serial.py",
     "lab07_rules/my_rules.py",
     "lab08_fsdp/train_fsdp.py", "lab08_pipeline/train_pipeline.py",
+    "lab10_resilience/train_resume.py",
 ]
 
 
