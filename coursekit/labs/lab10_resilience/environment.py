@@ -72,17 +72,21 @@ def environment_note(runtime: str | None, image: Path | None, wanted: str | os.P
 
 
 def run_environments(config: TrainConfig, *, image: str | os.PathLike | None = None, name: str = "env",
-                     timeout_s: float = 600.0, **submit_options: Any) -> dict[str, Any]:
+                     timeout_s: float = 600.0, venv_job: Any = None, **submit_options: Any) -> dict[str, Any]:
     """Submit ``config``'s engine job from this Python, then (where a runtime and the image exist) the same job in
-    the container, one after the other; wait for each. Returns {label: job}. ``submit_options``: the lab's
-    ``s.job`` (time_max, env)."""
+    the container, one after the other; wait for each. Returns {label: job}. ``venv_job``: a job of ``config`` from
+    this Python that has run already (the GPU view's fed job), used instead of submitting another.
+    ``submit_options``: the lab's ``s.job`` (time_max, env)."""
     from coursekit.jobs import submit_jobs
 
     if "singularity" in submit_options:
         raise ValueError("singularity=...: give the image as image=, the container job is this function's own")
     command = engine_command(config)
     jobs: dict[str, Any] = {}
-    (jobs[VENV],) = submit_jobs(command, n_gpu=1, name=f"{name}-venv", **submit_options)
+    if venv_job is not None:
+        jobs[VENV] = venv_job
+    else:
+        (jobs[VENV],) = submit_jobs(command, n_gpu=1, name=f"{name}-venv", **submit_options)
     wait_all([jobs[VENV]], timeout_s)
     found = container_image(image)
     if container_runtime() is not None and found is not None:

@@ -144,6 +144,10 @@ def test_the_container_job_is_submitted_only_where_it_can_run(course: Path, monk
         assert calls[1]["singularity"] == str(image) and calls[1]["command"] == calls[0]["command"]
     with pytest.raises(ValueError, match="image="):
         ev.run_environments(CONFIG, singularity=str(image))
+    calls.clear()
+    earlier = _Job(course / "gpu-view-fed")
+    assert ev.run_environments(CONFIG, image=image, venv_job=earlier)[ev.VENV] is earlier  # reused, not submitted
+    assert [c["name"] for c in calls] == (["env-container"] if with_runtime else [])
 
 
 @pytest.mark.slow  # one engine job through submitit's local executor: ~10 s on 2 busy cores
