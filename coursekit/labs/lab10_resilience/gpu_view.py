@@ -211,8 +211,9 @@ def render_view(watched: Sequence[WatchedJob], states: Mapping[str, str] | None 
             start = runs[0]["time"] if runs else 0.0
             series.append((item.label, [(s["time"] - start, float(s[key]) * scale) for s in runs
                                         if isinstance(s.get(key), (int, float))]))
-        top = 100.0 if key == "util_pct" else _memory_top(samples) if key == "mem_used_mib" else None
-        charts.append(_chart(series, title, top))
+        total = _memory_total_gib(samples) if key == "mem_used_mib" else None
+        charts.append(_chart(series, f"{title[:-1]} of {total:.0f})" if total else title,
+                             100.0 if key == "util_pct" else None))
     legend = []
     for index, item in enumerate(watched):
         runs = samples[item.label]
@@ -227,7 +228,7 @@ def render_view(watched: Sequence[WatchedJob], states: Mapping[str, str] | None 
     return "<div><b>GPU view</b> (NVML inside each job, every 0.5 s)</div>" + "".join(charts) + "".join(legend)
 
 
-def _memory_top(samples: Mapping[str, list[dict[str, Any]]]) -> float | None:
+def _memory_total_gib(samples: Mapping[str, list[dict[str, Any]]]) -> float | None:
     totals = [s["mem_total_mib"] for runs in samples.values() for s in runs if s.get("mem_total_mib")]
     return max(totals) / MIB_PER_GIB if totals else None
 
