@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,8 @@ RUNTIME = "singularity"  # what CommandTask runs (coursekit/jobs/tasks.py SINGUL
 APPTAINER = "apptainer"
 IMAGE_ENV = "COURSEKIT_CONTAINER_IMAGE"  # a room's image (.sif), when the settings name none
 REFERENCE_SITE = "jean-zay"  # whose sbatch script is shown on a machine without Slurm (idr_pytools' cluster)
+# submitit's generic parameter names -> sbatch's (submitit's SlurmExecutor._equivalence_dict); slurm_* lose the prefix
+SUBMITIT_NAMES = {"name": "job_name", "timeout_min": "time", "tasks_per_node": "ntasks_per_node"}
 SHOWN_PYTHON = "PYTHON"  # the submitting Python's path in a shown script (it differs from machine to machine)
 VERSION_COLUMNS = ("job", "status", "python_executable", "python_version", "torch_version", "cuda_version",
                    "cudnn_version", "container", "device_name")
@@ -139,7 +140,7 @@ def sbatch_script(config: TrainConfig, *, image: str | os.PathLike | None = None
     """The sbatch script the kit would submit for ``config``'s job (in ``image`` when given): rendered by submitit
     from ``coursekit.jobs.plan``'s parameters for ``site`` (default: the course's site, or ``REFERENCE_SITE``
     where it runs jobs on this machine). The submitting Python's path reads ``PYTHON``."""
-    import submitit
+    from submitit.slurm.slurm import _make_sbatch_string
 
     from coursekit.jobs import plan, validate
     from coursekit.sites import load_site
@@ -154,11 +155,12 @@ def sbatch_script(config: TrainConfig, *, image: str | os.PathLike | None = None
     shape = plan.job_shape(1, chosen.node_shape(options.partition), chosen, 1, "srun")
     shown = [plan.display_command(shlex.split(engine_command(config)), validate.check_singularity(
         None if image is None else str(image)))]
-    executor = submitit.AutoExecutor(folder=chosen.paths().job_folder(name), cluster="slurm")
-    executor.update_parameters(**plan.executor_parameters(shape, chosen, options, shown, "srun"))
-    inner = executor._executor  # submitit renders the script it would submit (tests/golden does the same)
-    text = inner._make_submission_file_text(inner._submitit_command_str, "preview")
-    return text.replace(shlex.quote(sys.executable), SHOWN_PYTHON)
+    params = plan.executor_parameters(shape, chosen, options, shown, "srun")
+    # submitit's own renderer, as its SlurmExecutor calls it (which needs srun here; a preview must not)
+    sbatch = {SUBMITIT_NAMES.get(key, key.removeprefix("slurm_")): value for key, value in params.items()}
+    folder = chosen.paths().job_folder(name)
+    command = " ".join([SHOWN_PYTHON, "-u -m submitit.core._submit", shlex.quote(str(folder))])
+    return _make_sbatch_string(command=command, folder=folder, **sbatch)
 
 
 def container_lines(script: str) -> list[str]:

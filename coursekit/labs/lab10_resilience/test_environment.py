@@ -88,6 +88,32 @@ def test_the_shown_script_runs_the_engine_in_the_image(course: Path) -> None:
         ev.sbatch_script(CONFIG, name="two words")
 
 
+def test_the_shown_script_is_submitits_own_rendering_and_needs_no_srun(course: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The preview equals what submitit's SlurmExecutor writes for the same parameters (with srun), and renders
+    where no srun exists (the notebook on a laptop, the GPU machine of the gpu profile)."""
+    import shlex
+
+    import submitit
+
+    from coursekit.jobs import plan, validate
+    from coursekit.sites import load_site
+
+    monkeypatch.setenv("PATH", str(course / "empty"))
+    shown = ev.sbatch_script(CONFIG, image="/images/coursekit.sif", name="env", time_max="00:10:00")
+    monkeypatch.setattr("submitit.slurm.slurm.shutil.which", lambda name: f"/usr/bin/{name}")
+    site = load_site(ev.REFERENCE_SITE)
+    options = plan.Options(name="env", time_min=10, signal_delay_s=plan.signal_delay(10, None, warn=False))
+    shape = plan.job_shape(1, site.node_shape(None), site, 1, "srun")
+    command = [plan.display_command(shlex.split(ev.engine_command(CONFIG)), "/images/coursekit.sif")]
+    executor = submitit.AutoExecutor(folder=site.paths().job_folder("env"), cluster="slurm")
+    executor.update_parameters(**plan.executor_parameters(shape, site, options, command, "srun"))
+    inner = executor._executor
+    expected = inner._make_submission_file_text(inner._submitit_command_str, "x")
+    assert shown == expected.replace(shlex.quote(sys.executable), ev.SHOWN_PYTHON)
+    assert validate.parse_time("00:10:00") == 10
+
+
 def test_versions_and_claims_hold_where_each_job_ran_where_it_was_sent(tmp_path: Path) -> None:
     jobs = {ev.VENV: _run(tmp_path / "v", python_executable=VENV_PYTHON, container=None),
             ev.CONTAINER: _run(tmp_path / "c", python_executable=IMAGE_PYTHON, container="/images/coursekit.sif")}
