@@ -202,7 +202,7 @@ def render_view(watched: Sequence[WatchedJob], states: Mapping[str, str] | None 
     if not any(samples.values()):
         started = [item.label for item in watched if item.job is not None]
         ended = all(states.get(label) for label in started) and len(started) == len(watched)
-        head = "both jobs have ended." if ended else "waiting for the jobs' samples..."
+        head = "the jobs have ended." if ended else "waiting for the jobs' samples..."
         return f"<p><b>GPU view</b>: {html.escape(head)}</p><p>{html.escape(NO_GPU_TEXT)}</p>"
     charts = []
     for key, title, scale in CHARTS:

@@ -107,7 +107,7 @@ def test_on_a_cpu_the_claims_are_not_checked_and_the_view_says_what_it_would_sho
     results = gv.gpu_claims(gv.gpu_table(watched))
     assert all(isinstance(r, ClaimResult) and r.holds is None for r in results.values())
     done = gv.render_view(watched, {gv.STARVING: "COMPLETED", gv.FED: "COMPLETED"})
-    assert "both jobs have ended" in done and "GPU&#x27;s utilisation" in done and "<svg" not in done
+    assert "the jobs have ended" in done and "GPU&#x27;s utilisation" in done and "<svg" not in done
     assert gv.render_text(watched) == gv.NO_GPU_TEXT
 
 
