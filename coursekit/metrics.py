@@ -24,6 +24,11 @@ A run directory holds ``metrics.jsonl``: one JSON object per line, each with a `
 
 Every record also has ``time`` (Unix seconds). Only rank 0 writes.
 
+Beside it, on a GPU with NVML, ``gpu_samples.jsonl`` (``GPU_SAMPLES_FILE``): the GPU of the rank that writes the
+metrics, sampled every 0.5 s while the run trains, one JSON object a line: ``time``, ``util_pct``, ``mem_used_mib``,
+``mem_total_mib`` (the board's memory in use, every process's, as nvidia-smi and nvitop show it) and ``power_w``
+(None where the board lacks a counter). :func:`read_gpu_samples` reads it, a running job's too. No file on CPUs.
+
 Throughput and the data share (one definition, :func:`step_figures`; the engine's summary, the labs' tables,
 the demo and the benchmarks all use it):
 
@@ -54,6 +59,7 @@ from pathlib import Path
 from typing import Any
 
 METRICS_FILE = "metrics.jsonl"
+GPU_SAMPLES_FILE = "gpu_samples.jsonl"  # the engine's NVML samples (train/profiling.py GpuMonitor)
 RUN_ROOT_ENV = "COURSEKIT_RUN_ROOT"
 RECORD_KINDS = ("start", "step", "epoch", "summary", "event")
 _RAISE = object()
@@ -114,7 +120,16 @@ def metrics_path(run_dir_or_file: str | os.PathLike) -> Path:
 
 def read_metrics(run_dir_or_file: str | os.PathLike) -> list[dict[str, Any]]:
     """All complete records of a run; a half-written last line (job still running) is skipped."""
-    path = metrics_path(run_dir_or_file)
+    return _read_lines(metrics_path(run_dir_or_file))
+
+
+def read_gpu_samples(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
+    """The GPU samples of a run (module docstring), a running one's so far; [] where there are none (a CPU run)."""
+    return _read_lines(Path(run_dir) / GPU_SAMPLES_FILE)
+
+
+def _read_lines(path: Path) -> list[dict[str, Any]]:
+    """The JSON objects of a JSON-lines file, a half-written last line skipped; [] when there is no file."""
     if not path.exists():
         return []
     records = []

@@ -52,3 +52,11 @@ def test_a_run_shorter_than_the_warm_up_drops_its_first_record_only():
     assert [w["step"] for w in measured_windows(short)] == [2, 3]
     assert step_figures(short)["images_per_s"] == pytest.approx(20 / 1.0)
     assert step_figures([])["images_per_s"] is None and step_figures([])["data_fraction"] is None
+
+
+def test_read_gpu_samples_skips_a_half_written_line_and_a_missing_file(tmp_path):
+    from coursekit.metrics import GPU_SAMPLES_FILE, read_gpu_samples
+
+    assert read_gpu_samples(tmp_path) == []  # a CPU run: no file
+    (tmp_path / GPU_SAMPLES_FILE).write_text('{"time": 1.0, "util_pct": 50.0}\n{"time": 1.5, "util')
+    assert read_gpu_samples(tmp_path) == [{"time": 1.0, "util_pct": 50.0}]

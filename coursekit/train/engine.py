@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from coursekit.metrics import MetricsWriter, default_run_dir, step_figures
+from coursekit.metrics import GPU_SAMPLES_FILE, MetricsWriter, default_run_dir, step_figures
 from coursekit.train.checkpoint import load_checkpoint
 from coursekit.train.checks import validate
 from coursekit.train.config import TrainConfig, parse_args
@@ -135,6 +135,8 @@ def _run(cfg: TrainConfig, ctx: DistContext) -> dict[str, Any]:
         console.print(_start_line(cfg, ctx, parts))
         if ctx.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(ctx.device)
+        if pctx.holds_value:  # its GPU's samples, for a notebook following the run (metrics.GPU_SAMPLES_FILE)
+            monitor.samples_path = run_dir / GPU_SAMPLES_FILE
         monitor.start()
         trainer.gpu_monitor = monitor  # energy and utilisation in the step records where NVML is present
         with warnings.catch_warnings():  # fp16's skipped first steps make torch warn about the LR scheduler order

@@ -8,6 +8,7 @@ never waits for the GPU; on a CPU it reads the clock.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -27,6 +28,7 @@ NVML_SAMPLE_INTERVAL_S = 0.5
 MILLIWATTS_PER_WATT = 1000.0
 MILLIJOULES_PER_JOULE = 1000.0
 MS_PER_S = 1000.0
+MIB = 2**20
 KINETO_QUIET = "5"
 
 
@@ -179,7 +181,10 @@ class TraceRecorder:
 class GpuMonitor:
     """Samples this rank's GPU utilisation and power in a thread; energy from the board's counter.
 
-    Does nothing (``summary()`` returns {}) without CUDA or without ``pynvml`` (package nvidia-ml-py).
+    Does nothing (``summary()`` returns {}) without CUDA or without ``pynvml`` (package nvidia-ml-py). With
+    ``samples_path`` set before ``start()``, every sample is also appended there as one JSON line (``time``,
+    ``util_pct``, ``mem_used_mib``, ``mem_total_mib``, ``power_w``: the board's, as nvitop shows them), so that a
+    notebook can follow a running job (``coursekit.metrics.read_gpu_samples``, lab 10).
     """
 
     def __init__(self, device: torch.device, interval_s: float = NVML_SAMPLE_INTERVAL_S) -> None:
@@ -191,6 +196,8 @@ class GpuMonitor:
         self._energy_start: float | None = None
         self._latest_util: float | None = None  # the last sample, for the step records (the live queue view)
         self._interval_s = interval_s
+        self.samples_path: Path | None = None  # where each sample goes as a JSON line (None: kept in memory only)
+        self._samples_file: Any = None
         if device.type != "cuda":
             return
         try:
@@ -224,6 +231,8 @@ class GpuMonitor:
             return self
         nvml, handle = self._nvml, self._handle
         self._energy_start = self._read(lambda: nvml.nvmlDeviceGetTotalEnergyConsumption(handle))
+        if self.samples_path is not None:
+            self._samples_file = open(self.samples_path, "a", encoding="utf-8", buffering=1)
 
         def sample() -> None:
             while not self._stop.wait(self._interval_s):
@@ -233,10 +242,23 @@ class GpuMonitor:
                     self._latest_util = float(util)
                 if util is not None and power is not None:
                     self._samples.append((float(util), power / MILLIWATTS_PER_WATT))
+                if self._samples_file is not None:
+                    self._write_sample(util, power, self._read(lambda: nvml.nvmlDeviceGetMemoryInfo(handle)))
 
         self._thread = threading.Thread(target=sample, name="coursekit-nvml", daemon=True)
         self._thread.start()
         return self
+
+    def _write_sample(self, util: Any, power: Any, memory: Any) -> None:
+        """One line of ``samples_path``: what NVML answered now (None for a counter the board lacks)."""
+        record = {"time": time.time(), "util_pct": None if util is None else float(util),
+                  "mem_used_mib": None if memory is None else memory.used / MIB,
+                  "mem_total_mib": None if memory is None else memory.total / MIB,
+                  "power_w": None if power is None else power / MILLIWATTS_PER_WATT}
+        try:
+            self._samples_file.write(json.dumps(record) + "\n")
+        except (OSError, ValueError):  # the disk is full, or the file was closed: the run goes on without it
+            self._samples_file = None
 
     def latest_util_pct(self) -> float | None:
         """The GPU's utilisation (%) at the last sample; None without NVML or before the first sample."""
@@ -256,6 +278,9 @@ class GpuMonitor:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
+        if self._samples_file is not None:
+            self._samples_file.close()
+            self._samples_file = None
         result: dict[str, float] = {}
         if self._samples:
             utils, powers = zip(*self._samples, strict=True)

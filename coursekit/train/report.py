@@ -12,13 +12,16 @@ from typing import Any, TextIO
 import torch
 
 PROGRESS_MIN_INTERVAL_S = 0.5
+CONTAINER_ENVS = ("APPTAINER_CONTAINER", "SINGULARITY_CONTAINER")  # set by apptainer/singularity exec: the image
 
 
 def system_info(device: torch.device) -> dict[str, Any]:
-    """Device name and the versions that explain a measurement."""
+    """Device name and the versions that explain a measurement; the Python that ran and the container image it ran
+    in (None outside one): which environment a job had (lab 10)."""
     info: dict[str, Any] = {"torch_version": torch.__version__, "cuda_version": torch.version.cuda,
                             "cudnn_version": None, "python_version": platform.python_version(),
-                            "hostname": platform.node()}
+                            "hostname": platform.node(), "python_executable": sys.executable,
+                            "container": next((os.environ[k] for k in CONTAINER_ENVS if os.environ.get(k)), None)}
     if device.type == "cuda":
         info["device_name"] = torch.cuda.get_device_name(device)
         info["cudnn_version"] = torch.backends.cudnn.version()
