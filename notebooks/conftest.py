@@ -33,10 +33,10 @@ Scripts: the notebooks open the participants' scripts beside them (``lab07_rules
 copy is the package's; ``pytest_configure`` links them into this folder (``exercises.link_kit_scripts``,
 git-ignored), so that a fresh clone runs the notebooks with no build step.
 
-Five notebooks run in CI as a participant meets them instead (``RUN_ELSEWHERE``): 00 in a JupyterHub server
+Six notebooks run in CI as a participant meets them instead (``RUN_ELSEWHERE``): 00 in a JupyterHub server
 on the real Slurm, 09 as a participant's copy in another server of that hub (the instructor's baseline
 posted first), 06 as a participant's copy in the browser on the real Slurm (these fail when Slurm is not
-up), 04 and 05 as participants' copies in the browser on the local site, their scripts completed in the
+up), 04, 05 and 10 as participants' copies in the browser on the local site, their scripts completed in the
 editor. A run of the whole folder on the local site leaves them to those tests rather than execute them twice
 (CI's budget). Named on the command line, they run here too.
 """
@@ -70,6 +70,7 @@ RUN_ELSEWHERE = {
     "06_data_parallelism.ipynb": "tests/browser/test_participant_ddp.py",  # the participant's copy, on Slurm
     "04_mixed_precision.ipynb": "tests/browser/test_participant_exercises.py",  # the participant's copy
     "05_data_loading_profiler.ipynb": "tests/browser/test_participant_exercises.py",
+    "10_resilience.ipynb": "tests/browser/test_participant_exercises.py",
     "09_race.ipynb": "tests/hub/test_hub_browser.py",  # bob's copy on the hub, the instructor's baseline
 }
 CANCEL_GRACE_S = 3.0  # after Job.cancel: how long the jobs' processes have to end by themselves

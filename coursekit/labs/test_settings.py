@@ -98,7 +98,7 @@ def test_every_lab_module_declares_its_numbers_and_gpus():
     for lab, module in LAB_MODULES.items():
         assert module.startswith(f"lab{lab}_") and LABS[lab].__name__ == f"coursekit.labs.{module}"
         assert callable(LABS[lab].settings) and lab_gpus(lab) >= 1
-    assert {lab: lab_gpus(lab) for lab in LABS if lab_gpus(lab) > 1} == {"06": 2, "08": 2}
+    assert {lab: lab_gpus(lab) for lab in LABS if lab_gpus(lab) > 1} == {"06": 2, "08": 2, "10": 2}
 
 
 def test_profile_settings_are_the_labs():

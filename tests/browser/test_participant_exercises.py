@@ -1,4 +1,4 @@
-"""Labs 04 and 05 as a participant meets them, on the local site: the stripped copy (no solutions, no outputs)
+"""Labs 04, 05 and 10 as a participant meets them, on the local site: the stripped copy (no solutions, no outputs)
 opened in JupyterLab, the lab's script completed in JupyterLab's editor, spelled differently from the
 solution (what a participant who reads the TODOs may write), the notebook's exercises answered by typing,
 Run All.
@@ -84,7 +84,30 @@ return images, labels""",
     passed="all checks pass")
 
 
-@pytest.mark.parametrize("exercise", [AMP, LOADER], ids=["lab04", "lab05"])
+RESUME = Exercise(
+    notebook="10_resilience.ipynb", script="lab10_resilience/train_resume.py",
+    solution_mark='scheduler.load_state_dict(state["scheduler"])',
+    script_answers=(
+        """checkpoint = dict(model=model.state_dict(), optimizer=optimizer.state_dict(),
+                  scheduler=scheduler.state_dict(), rng=rng_states(), epoch=progress["epoch"],
+                  position=progress["position"], step=progress["step"])
+partial = path.with_name(path.name + ".partial")
+torch.save(checkpoint, partial)
+os.replace(partial, path)""",
+        """saved = torch.load(path, map_location="cpu", weights_only=True)
+model.load_state_dict(saved["model"])
+optimizer.load_state_dict(saved["optimizer"])
+scheduler.load_state_dict(saved["scheduler"])
+set_rng_states(saved["rng"])
+return {key: saved[key] for key in ("epoch", "position", "step")}""",
+    ),
+    answers={"labs.check_resume_script(": 'my_script = "lab10_resilience/train_resume.py"',
+             "clinic.diagnose(": "my_diagnoses = clinic.solution(pseudo)",
+             "ticket.grade(": 'answers = {"starts": comparison.starts, "steps_redone": 3940 - 3750}'},
+    passed="all checks pass")
+
+
+@pytest.mark.parametrize("exercise", [AMP, LOADER, RESUME], ids=["lab04", "lab05", "lab10"])
 def test_participant_copy_runs_with_a_script_of_its_own(page, jupyter_lab, exercise: Exercise):
     exercises.strip_folder(NOTEBOOKS, jupyter_lab.root)
     path = jupyter_lab.root / exercise.script

@@ -1,4 +1,4 @@
-"""The local nbval run leaves four notebooks to tests that run them as a participant does
+"""The local nbval run leaves six notebooks to tests that run them as a participant does
 (notebooks/conftest.py, RUN_ELSEWHERE): each of those tests must really open that notebook."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ def test_every_notebook_left_out_of_nbval_is_run_by_the_test_named_for_it() -> N
         del sys.modules[spec.name]
     assert set(conftest.RUN_ELSEWHERE) == {"00_cluster_from_the_notebook.ipynb", "04_mixed_precision.ipynb",
                                            "05_data_loading_profiler.ipynb", "06_data_parallelism.ipynb",
-                                           "09_race.ipynb"}
+                                           "09_race.ipynb", "10_resilience.ipynb"}
     for notebook, test in conftest.RUN_ELSEWHERE.items():
         assert f'"{notebook}"' in (ROOT / test).read_text(), f"{test} does not open {notebook}"
     # 06's kernels send their jobs to the real Slurm (00's server is a Slurm job of the hub's batchspawner)

@@ -11,15 +11,20 @@ One module per part, every public name re-exported here (``from coursekit.labs i
 - ``clinic``: four broken distributed jobs to submit, read and diagnose;
 - ``gpu_view``: a running job's GPU utilisation, memory and power, sampled inside the job, and the energy per image;
 - ``environment``: the same job from the participants' Python and from a container, and the versions each ran;
-- ``claims``: the lab's claims, each able to fail on planted rows (``test_*.py`` beside them).
+- ``transfer``: the exit ticket's question, computed from the lab's idea (the steps a job redoes after an end
+  without warning).
+
+Each part's claims are in its module and fail on planted rows in its test (``test_*.py`` beside them). The parts
+import torch; this package imports only the settings (``from coursekit.labs.lab10_resilience import clinic``).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from coursekit.labs.lab10_resilience.settings import GPUS, ResilienceSettings, settings
+from coursekit.labs.lab10_resilience.settings import GPUS, SCRIPT_PATHS, ResilienceSettings, settings
+from coursekit.labs.lab10_resilience.transfer import minutes_lost, steps_redone
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts" / "lab10_resilience"  # the participants' lab10_resilience/
 
-__all__ = ["GPUS", "SCRIPTS", "ResilienceSettings", "settings"]
+__all__ = ["GPUS", "SCRIPTS", "SCRIPT_PATHS", "ResilienceSettings", "minutes_lost", "settings", "steps_redone"]

@@ -136,15 +136,16 @@ def loader_text(config: TrainConfig) -> str:
 # ----------------------------------------------------------------- the claims
 
 
-def gpu_claims(table: ResultsTable, starving: str = STARVING, fed: str = FED) -> dict[str, ClaimResult]:
+def gpu_claims(table: ResultsTable | None, starving: str = STARVING, fed: str = FED) -> dict[str, ClaimResult]:
     """The fed job keeps the GPU busier and spends less energy per image than the starving one (thresholds above);
-    not checked where a job has no GPU samples or no energy counter (a CPU)."""
-    rows = {row["job"]: row for row in table}
-    for label in (starving, fed):
+    not checked where a job has no GPU samples or no energy counter (a CPU), or where no job ran (``table`` None)."""
+    rows = {row["job"]: row for row in table} if table is not None else {}
+    for label in (starving, fed) if table is not None else ():
         if label not in rows:
             raise ValueError(f"table has no job {label!r}; its jobs are {sorted(rows)}: pass starving= and fed=")
-    slow, quick = rows[starving], rows[fed]
-    measured = all(r.get(k) is not None for r in (slow, quick) for k in ("util_mean_pct", "energy_per_image_j"))
+    slow, quick = rows.get(starving, {}), rows.get(fed, {})
+    measured = table is not None and all(r.get(k) is not None for r in (slow, quick)
+                                         for k in ("util_mean_pct", "energy_per_image_j"))
     results: dict[str, ClaimResult] = {}
     if not measured:
         for name, statement in (("busier", busier_statement()), ("energy", energy_statement())):

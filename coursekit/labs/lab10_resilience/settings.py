@@ -7,19 +7,38 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from coursekit.labs.kit.settings import job_options, workshop_budget
+from coursekit.labs.kit.settings import QUIET, job_options, on_cifar10, workshop_budget
+from coursekit.labs.lab10_resilience.clinic import clinic_settings
+from coursekit.train.config import TrainConfig
 
 GPUS = 2  # GPUs the notebook needs at once in the gpu profile (the clinic's two ranks)
 SCRIPT_PATHS = {"resume": "lab10_resilience/train_resume.py"}
+STARVING = {"workers": 0}  # lab 05's lesson: the loader in the training process, the GPU waits
+FED = {"workers": 8, "pin_memory": True, "non_blocking": True, "persistent_workers": True, "prefetch_factor": 4}
 
 
 @dataclass(frozen=True)
 class ResilienceSettings:
     """Lab 10's settings in one profile, field by field in the order they print."""
 
+    resume_steps: int  # the resumable script's steps (the uninterrupted reference runs as many)
+    resume_checkpoint_every: int  # it saves every so many steps (and when it is signalled)
+    resume_time_max: str | int  # the interrupted job's time limit: less than the run needs
+    resume_step_time_s: float  # the interrupted job's pace: a step lasts at least this long
+    resume_signal_after_s: float | None  # the notebook signals the job itself after so long (None: the site's clock)
+    resume_device: str  # "cpu" or "cuda"
+    resume_args: list[str]  # more options of the script (a larger model on a GPU)
+    clinic: dict[str, Any]  # the failure clinic's timeouts and bounds (``clinic.ClinicSettings``)
+    gpu_view_base: TrainConfig  # the GPU view's training job; its two loaders differ
+    gpu_view_loaders: dict[str, dict[str, Any]]  # {"starving": ..., "fed": ...}
+    gpu_view_refresh_s: float  # the view redraws this often
+    env_config: TrainConfig  # the environment part's job (the same from your Python and from a container)
+    container_image: str | None  # the room's container image (.sif); None: $COURSEKIT_CONTAINER_IMAGE
+    env_module: str | None  # the module a site's sbatch script loads (shown where no runtime exists)
     job: dict[str, Any]  # options of every submission (``submit(..., **s.job)``)
     timeout_s: int  # how long a cell waits for its jobs
     scripts: dict[str, str]  # the participant's scripts, relative to the notebook folder
+    dataset_notice: str | None  # where CIFAR-10 is not staged: what the GPU view's jobs train on instead
     budget: dict[str, Any] | None  # the workshop's GPU budget (gpu profile; None: not shown)
 
     def as_dict(self) -> dict[str, Any]:
@@ -30,10 +49,38 @@ class ResilienceSettings:
 def typed_settings(profile: str) -> ResilienceSettings:
     """Lab 10's settings in ``profile`` ("cpu" or "gpu")."""
     if profile == "cpu":
-        return ResilienceSettings(job=job_options(profile, "00:10:00"), timeout_s=300, scripts=SCRIPT_PATHS,
-                                  budget=None)
-    return ResilienceSettings(job=job_options(profile, "00:20:00"), timeout_s=1200, scripts=SCRIPT_PATHS,
-                              budget=workshop_budget({"all of the lab's jobs": (1, 1.0)}))
+        # two cores: 48 steps of a small MLP, signalled by the notebook 2 s in (the local site's clock would signal
+        # 30 s before a 1-minute limit at the earliest, test_resume.py); the GPU view has nothing to sample here,
+        # so only the environment job runs: a tiny engine job
+        base = TrainConfig(model="mlp", dataset="generated", num_samples=256, num_classes=4, image_size=8,
+                           batch_size=32, epochs=1, test_steps=2, **QUIET)
+        return ResilienceSettings(
+            resume_steps=48, resume_checkpoint_every=10, resume_time_max=1, resume_step_time_s=0.1,
+            resume_signal_after_s=2.0, resume_device="cpu", resume_args=[], clinic=clinic_settings(profile),
+            gpu_view_base=base, gpu_view_loaders={"starving": dict(STARVING), "fed": {"workers": 1}},
+            gpu_view_refresh_s=0.5, env_config=base, container_image=None, env_module=None,
+            job=job_options(profile, "00:10:00"), timeout_s=300, scripts=SCRIPT_PATHS, dataset_notice=None,
+            budget=None)
+    # gpu: the resumable MLP (width 4096, batch 4096: 51 ms a step on an H200) paced to 0.15 s a step, so that its
+    # 800 steps outlast the site's signal (a 2-minute limit: the local site signals at 90 s, Slurm 60 s before the
+    # end); the GPU view: ResNet-50 at 224 px, bf16, 300 steps a job (H200, Fashion-MNIST: workers=0 28 % busy,
+    # 0.181 J/image; the fed loader 50 %, 0.142 J/image; 73 s and 45 s)
+    values: dict[str, Any] = {
+        "gpu_view_base": TrainConfig(model="resnet50", dataset="cifar10", image_size=224, batch_size=256, epochs=1,
+                                     precision="bf16", channels_last=True, test_steps=300, **QUIET)}
+    on_cifar10(values, "gpu_view_base", image_size=224)
+    base = values["gpu_view_base"]
+    budget = workshop_budget({"the resumed job and its uninterrupted reference": (2, 2.0),
+                              "the clinic's broken jobs (2 GPUs each) and the DETAIL re-run": (5, 1.0),
+                              "the GPU view's starving and fed jobs": (2, 1.5)})
+    return ResilienceSettings(
+        resume_steps=800, resume_checkpoint_every=200, resume_time_max="00:02:00", resume_step_time_s=0.15,
+        resume_signal_after_s=None, resume_device="cuda",
+        resume_args=["--hidden", "4096", "--batch-size", "4096", "--data-size", "65536"],
+        clinic=clinic_settings(profile), gpu_view_base=base, gpu_view_loaders={"starving": dict(STARVING), "fed": dict(FED)},
+        gpu_view_refresh_s=1.0, env_config=base, container_image=None, env_module=None,
+        job=job_options(profile, "00:20:00"), timeout_s=1200, scripts=SCRIPT_PATHS,
+        dataset_notice=values["dataset_notice"], budget=budget)
 
 
 def settings(profile: str) -> dict[str, Any]:
