@@ -21,6 +21,7 @@ from coursekit import slurm_cli
 from coursekit.jobs import handle
 from coursekit.jobs.handle import JobFailedError
 from coursekit.jobs.watcher import watcher
+from coursekit.labs.lab10_resilience import resume, resume_check
 from coursekit.slurm_cli import SlurmError
 
 # jobs cannot import the test files: send their functions by value
@@ -34,6 +35,9 @@ REQUEUE_END_S = 210
 REQUEUE_TIME_MIN = 10  # never reached: the test sends the pre-timeout signal itself (see the test)
 REQUEUE_RESTART_S = 5  # a requeued job may start again this long after the requeue (Slurm: 120 s)
 REBUMP_AFTER_S = 3 * REQUEUE_RESTART_S  # a job still held this long after its hold was shortened: a new hold
+RESUME_STEPS, RESUME_EVERY = 40, 10  # lab 10's resumable script: 4 epochs of 10 steps, a checkpoint each epoch
+RESUME_STEP_TIME_S = 0.2  # its pace in the signalled job: 8 s of steps, so that the signal finds it training
+RESUME_FIRST_STEPS = 3  # signalled once it logged this many steps (mid-epoch, between two checkpoints)
 SHOW_ENV = ("-c 'import json, os; print(json.dumps({k: os.environ.get(k) for k in "
             "(\"CUDA_VISIBLE_DEVICES\", \"SLURM_PROCID\", \"SLURM_LOCALID\", \"COURSEKIT_RUN_ROOT\", \"TAG\")}))'")
 
@@ -148,39 +152,64 @@ def test_cancel_ends_the_job_promptly(course: Path) -> None:
         job.result()
 
 
-def test_the_pre_timeout_signal_requeues_a_checkpointable_job_which_resumes(course: Path) -> None:
+def test_the_pre_timeout_signal_requeues_checkpointable_jobs_which_resume(course: Path) -> None:
     """Slurm's pre-timeout signal (USR2, what ``--signal`` asks for: tests/golden check the directive) makes
-    submitit checkpoint the job and requeue it; Slurm runs it again and it resumes. The test sends USR2
-    itself once the job runs: Slurm's own timer sends it up to a minute early or ~30 s late, which made a
-    1- or 2-minute limit fail either way on a loaded machine (the signal before Python had its handler,
-    or the time limit during the requeue)."""
+    submitit checkpoint the job and requeue it; Slurm runs it again and it resumes. Two jobs at once (one wait for
+    both): a checkpointable function (submitit's ``checkpoint``) and lab 10's resumable script as a command
+    (``requeue=True``: the script saves at the end of its step), whose final state must equal an uninterrupted
+    run's (``resume.compare_runs`` and both of lab 10's claims). The test sends USR2 itself once each job runs:
+    Slurm's own timer sends it up to a minute early or ~30 s late, which made a 1- or 2-minute limit fail either
+    way on a loaded machine (the signal before Python had its handler, or the time limit during the requeue)."""
     state_file = course / "runs.txt"
-    job = coursekit.submit_function(slurm_helpers.CountRuns(), str(state_file), time_max=REQUEUE_TIME_MIN,
-                                    name="requeue")
+    counted = coursekit.submit_function(slurm_helpers.CountRuns(), str(state_file), time_max=REQUEUE_TIME_MIN,
+                                        name="requeue")
+    runs = resume.start_resume_runs(resume_check.SOLUTION, steps=RESUME_STEPS, checkpoint_every=RESUME_EVERY,
+                                    time_max=REQUEUE_TIME_MIN, step_time=RESUME_STEP_TIME_S, name="resume")
+    jobs = {"function": counted, "script": runs.interrupted}
+    started = {"function": state_file.exists,  # written inside the function: submitit's handlers are installed
+               "script": lambda: len(resume_check.step_records(resume_check.read_steps(runs.interrupted_out)))
+               >= RESUME_FIRST_STEPS}
     deadline = time.monotonic() + REQUEUE_END_S
-    while not state_file.exists():  # written inside the function: submitit's handlers are installed
-        assert time.monotonic() < deadline, f"job {job.job_id} never started its function ({job.state})"
-        time.sleep(0.3)
-    subprocess.run(["scancel", "--signal=USR2", job.job_id], check=True, capture_output=True, timeout=30)
-    seen, deadline, last_bump = set(), time.monotonic() + REQUEUE_END_S, -math.inf
+    waiting = dict(jobs)
+    while waiting:
+        for what, job in list(waiting.items()):
+            if started[what]():
+                resume.signal_job(job)  # scancel --signal=USR2: every process of the job's step
+                del waiting[what]
+        assert time.monotonic() < deadline, f"never started: {({w: j.state for w, j in waiting.items()})}"
+        time.sleep(0.2)
+    seen: dict[str, set[str]] = {what: set() for what in jobs}
+    last_bump = dict.fromkeys(jobs, -math.inf)
     # the test asks squeue itself: the handle's watcher slows down for old jobs (30 s), as a room needs
-    while (row := slurm_cli.row_for(slurm_cli.squeue([job.job_id]), job.job_id)) is not None:
-        assert time.monotonic() < deadline, f"job {job.job_id} still {row['state']} (seen {seen})"
-        seen.add(row["state"])
-        held = row["state"] == "PENDING" and row.get("reason") == "BeginTime"
-        if held and time.monotonic() - last_bump > REBUMP_AFTER_S:  # each requeue's hold, once
-            # Slurm holds a requeued job for AuthInfo's cred_expire (120 s): start it sooner, but not at
-            # once (slurmd refuses a new credential issued in the second the old one was revoked)
-            subprocess.run(["scontrol", "update", f"JobId={job.job_id}", f"StartTime=now+{REQUEUE_RESTART_S}"],
-                           check=True, capture_output=True, timeout=30)
-            last_bump = time.monotonic()
+    while rows := {what: row for what, job in jobs.items()
+                   if (row := slurm_cli.row_for(slurm_cli.squeue([j.job_id for j in jobs.values()]), job.job_id))}:
+        assert time.monotonic() < deadline, f"still queued: {({w: r['state'] for w, r in rows.items()})} (seen {seen})"
+        for what, row in rows.items():
+            seen[what].add(row["state"])
+            held = row["state"] == "PENDING" and row.get("reason") == "BeginTime"
+            if held and time.monotonic() - last_bump[what] > REBUMP_AFTER_S:  # each requeue's hold, once
+                # Slurm holds a requeued job for AuthInfo's cred_expire (120 s): start it sooner, but not at
+                # once (slurmd refuses a new credential issued in the second the old one was revoked)
+                subprocess.run(["scontrol", "update", f"JobId={jobs[what].job_id}",
+                                f"StartTime=now+{REQUEUE_RESTART_S}"], check=True, capture_output=True, timeout=30)
+                last_bump[what] = time.monotonic()
         time.sleep(0.3)
-    watcher().poke(job.job_id)  # it left the queue: the handle asks accounting now
-    assert job.wait(END_S) == "COMPLETED", f"states seen {seen}; stderr:\n{job.tail(30, 'err')}"
-    log = job.stdout.read_text()
-    assert f"Requeued job {job.job_id}" in log, log  # submitit checkpointed and requeued on the signal
+    for job in jobs.values():
+        watcher().poke(job.job_id)  # it left the queue: the handle asks accounting now
+
+    assert counted.wait(END_S) == "COMPLETED", f"states seen {seen}; stderr:\n{counted.tail(30, 'err')}"
+    log = counted.stdout.read_text()
+    assert f"Requeued job {counted.job_id}" in log, log  # submitit checkpointed and requeued on the signal
     assert log.count("Starting with JobEnvironment") == 2, log  # then Slurm ran it again, once
-    assert job.result() == 2  # the last start resumed from the state an earlier start left
+    assert counted.result() == 2  # the last start resumed from the state an earlier start left
+
+    states = resume.follow_runs(runs, END_S)
+    assert states == {"interrupted": "COMPLETED", "reference": "COMPLETED"}, (seen, runs.interrupted.tail(30, "err"))
+    comparison = resume.compare_runs(runs)
+    assert comparison.stop_signals[:1] in (["SIGUSR2"], ["SIGTERM"]), comparison.stop_signals  # Slurm: USR2 first
+    assert comparison.resumed_at and comparison.resumed_at[0] >= RESUME_FIRST_STEPS, comparison.resumed_at
+    assert [claim.holds for claim in resume.check_resume_claims(comparison)] == [True, True]  # each raises if not
+    assert comparison.worst == 0.0, str(comparison)  # on a CPU: the same bits
 
 
 def test_the_queue_with_several_jobs(course: Path) -> None:
