@@ -237,7 +237,10 @@ def settings(profile: str) -> dict[str, Any]:
     # ResNet-50 fp32 at 224 px, up to the OOM: 10.2 / 27.3 / 50.1 GiB at batch 64 / 256 / 512; 1024 fits an H200
     # (about 96 GiB of its 140), not an H100 (79 GiB); 2048 fits neither. The peak is reached by the second step
     # (the momentum exists from the first): 6 steps measure it, where 20 cost ~25 s more over the sweep on an
-    # H200 (a fp32 step of batch 1024 takes about a second).
+    # H200 (a fp32 step of batch 1024 takes about a second). Where jobs share the GPU the notebook makes these runs
+    # in the batch sweep's job, after it, in ascending batch order (the run that runs out of memory comes last): on
+    # an H200, after a ResNet-18 run in the same process, the same peaks (27.3 / 50.1 / 95.7 GiB) and 161 s for the
+    # four runs (19 / 36 / 72 s, and 33 s to the OOM: cuDNN's autotuning dominates), where four jobs took 206 s.
     memory = TrainConfig(model="resnet50", dataset="synthetic", gpu_resident=True, image_size=224, num_classes=1000,
                          test_steps=6, precision="fp32", **QUIET)
     # The exercise gives the largest batch as many steps as the reference batch made, up to longer_max_steps: at

@@ -109,3 +109,12 @@ def test_on_a_shared_cpu_only_the_direction_of_the_slope_is_checked():
     flat = [(b, 60 * b, a, t) for b, _, a, t in GPU_ROWS]  # no saturation at all still fails
     with pytest.raises(AssertionError, match="saturates"):
         bs.check_claims(sweep(flat), None, acc_gap_min=0.1, slope_drop_min=0.0, **{**OPTIONS, "gpu": False})
+
+
+def test_the_memory_sweep_goes_up_to_the_oom_in_ascending_order():
+    """The notebook runs the memory sweep after the batch sweep in one job where jobs share a GPU: the batches
+    ascend, so the runs that fit come before the one that runs out of memory."""
+    s = bs.settings("gpu")
+    sizes = s["memory_batch_sizes"]
+    assert sizes == sorted(sizes) and len(sizes) >= 3 and s["memory_base"].test_steps
+    assert bs.settings("cpu")["memory_base"] is None  # no memory sweep without a GPU: the notebook shows a recording

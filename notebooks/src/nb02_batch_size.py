@@ -39,9 +39,19 @@ print(s)
 configs = [s.base.replace(batch_size=b) for b in s.batch_sizes]
 for config in configs:
     print(labs.engine_command(config))
-(sweep,) = bs.submit_sweeps([configs], names=[labs.job_name(pseudo, "bs")],
-                            one_job=profile.is_cpu or bs.runs_share_one_gpu(), **s.job, timeout_s=s.timeout_s)
-print("submitted: job(s)", ", ".join(sorted({str(job.job_id) for job in sweep.jobs})))
+memory_configs = ([s.memory_base.replace(batch_size=b) for b in s.memory_batch_sizes]
+                  if s.memory_base is not None else [])  # on a GPU: section 3's memory sweep, submitted now too
+groups = [configs, memory_configs] if memory_configs else [configs]
+sweep, *more = bs.submit_sweeps(groups, names=[labs.job_name(pseudo, "bs"), labs.job_name(pseudo, "mem")][:len(groups)],
+                                one_job=profile.is_cpu or bs.runs_share_one_gpu(), **s.job, timeout_s=s.timeout_s)
+memory_sweep = more[0] if more else None
+print("submitted: job(s)", ", ".join(sorted({str(job.job_id) for one in (sweep, *more) for job in one.jobs})))
+profile.explain(
+    gpu="The memory sweep of section 3 went with it, so that it runs while you read too. Runs that are timed "
+        "must never share a GPU side by side: each would slow the other down, and take memory from it. Where "
+        "the jobs would share this machine's GPU, every run is in **one job**: the batch sweep first, then "
+        "the memory sweep, one run after the other. On a cluster every run is a job with a GPU of its own, and "
+        "the runs go side by side.")
 
 # %% [markdown] tags=["exercise"]
 # ### Predict, then run
@@ -59,8 +69,8 @@ labs.predict("speedup", f"How many times more images per second will batch {max(
              f"batch {min(s.batch_sizes)}?", unit="×", value=my_guess)
 
 # %% [markdown]
-# The next cell waits for the sweep (a bar counts the runs that have ended) and reads every run into one
-# results table.
+# The next cell waits for the sweep (a bar counts the runs that have ended, and estimates the time left)
+# and reads every run into one results table.
 
 # %% tags=["nbval-ignore-output"]
 table = sweep.results(timeout_s=s.timeout_s, title="batch-size sweep")
@@ -104,9 +114,10 @@ labs.reveal("speedup", ordered[-1]["images_per_s_median"] / ordered[0]["images_p
 # ## 3. Memory grows with the batch — until it does not fit
 #
 # The weights, gradients and optimizer state do not depend on the batch; the activations kept for the
-# backward pass grow in proportion to it. On a GPU the sweep is continued until a job fails with
+# backward pass grow in proportion to it. On a GPU the sweep is continued until a run fails with
 # *CUDA out of memory*. `labs.is_oom(job)` recognises it the way DLO-JZ's notebooks do, from the job's
-# state (`OUT_OF_MEMORY` when Slurm kills it) or from the error in its `.err` log.
+# state (`OUT_OF_MEMORY` when Slurm kills it) or from the error in its `.err` log (one run of a job that
+# makes several: from the error that run recorded).
 #
 # Memory is given in **GiB** (2³⁰ bytes, as PyTorch reports it), everywhere in this lab. GPUs are sold
 # in "GB" that are nearly GiB: an "H100 80GB" holds 79.2 GiB (85.0 × 10⁹ bytes), an H200 "141 GB" about
@@ -115,17 +126,16 @@ labs.reveal("speedup", ordered[-1]["images_per_s_median"] / ordered[0]["images_p
 
 # %% tags=["exact-settings"]
 profile.explain(
-    gpu="The jobs below train ResNet-50 in fp32 on 224 × 224 images for a few steps each, at every batch size "
-        "of the settings, one after the other, until one runs out of memory.",
+    gpu="The memory sweep submitted in section 1 trains ResNet-50 in fp32 on 224 × 224 images for a few steps "
+        "each, at every batch size of the settings, until one runs out of memory. The cell below waits for its "
+        "runs (a bar counts them, and estimates the time left) and reads their peaks.",
     cpu="There is no GPU here, so the figures below were recorded on an H100 by the engine's benchmark "
         "(ResNet-50, bf16, 224 × 224 images): the same saturation of images/s, at a much larger scale, and "
         "memory growing in proportion to the batch up to the out-of-memory error.")
 
 # %% tags=["nbval-ignore-output"]
-if s.memory_base is not None:  # a GPU: measure, up to the OOM
-    memory = bs.add_peak_memory_gib(labs.run_sweep(
-        [s.memory_base.replace(batch_size=b) for b in s.memory_batch_sizes], name=labs.job_name(pseudo, "mem"),
-        **s.job, timeout_s=s.timeout_s, title="peak memory"))
+if memory_sweep is not None:  # a GPU: measured up to the OOM, submitted in section 1
+    memory = bs.add_peak_memory_gib(memory_sweep.results(timeout_s=s.timeout_s, title="peak memory"))
     # running out of memory is what this sweep looks for; any other failure is reported
     failures.report_failures(memory.where(lambda r: not r["oom"]), "the memory sweep (other than out of memory)")
     display(memory.with_columns("batch_size", "state", "oom", "peak_mem_gib", "images_per_s"))

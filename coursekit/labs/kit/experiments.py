@@ -58,7 +58,15 @@ def varying_fields(configs: Sequence[TrainConfig]) -> list[str]:
 
 
 def is_oom(job: Any) -> bool:
-    """Did the job run out of memory? Its state (OUT_OF_MEMORY) or its .err (as DLO-JZ checks it)."""
+    """Did the job run out of memory? Its state (OUT_OF_MEMORY) or its .err (as DLO-JZ checks it). One run of a
+    job that makes several (:class:`SweepRun`): the error its run recorded, where it recorded how it ended (the
+    job's .err holds every run's errors)."""
+    if isinstance(job, SweepRun):
+        ended = summary(job.metrics())
+        if ended is not None:
+            return any(marker in str(ended.get("error", "")) for marker in OOM_MARKERS)
+        if not job.job.done():  # its run has not ended: another run's error may be in the .err
+            return False
     if getattr(job, "state", None) == OOM_STATE:
         return True
     try:
@@ -324,19 +332,34 @@ SWEEP_SEPARATOR, SWEEP_RUN_FOLDER = "--next", "run{:03d}"  # coursekit.train.swe
 
 class SweepRun:
     """Run ``index`` of a job that makes several (``python -m coursekit.train.sweep``), seen as a job by
-    ``labs.Sweep``: its own metrics folder (``run_dir``), the job's id, logs and end; COMPLETED when its run
-    ended well, even if a later run of the job failed."""
+    ``labs.Sweep``: its own metrics folder (``run_dir``), the job's id and logs; done when its run has ended
+    (its summary record), so that a sweep's results come while the job goes on with its later runs;
+    COMPLETED when its run ended well, even if a later run of the job failed, FAILED when it ended otherwise
+    while the job still runs, else the job's state."""
 
     def __init__(self, job: Any, index: int) -> None:
         self.job, self.run_dir = job, Path(job.run_dir) / SWEEP_RUN_FOLDER.format(index)
+        self._ended, self._read_at = False, -math.inf
 
-    def __getattr__(self, name: str) -> Any:  # job_id, name, scheduler, done, tail, stderr, ...
+    def __getattr__(self, name: str) -> Any:  # job_id, name, scheduler, tail, stderr, ...
         return getattr(self.job, name)
+
+    def done(self) -> bool:
+        """Its run has ended, or the job has (a killed job's later runs never start); the metrics are read at
+        most every ``METRICS_POLL_S``."""
+        if self._ended or self.job.done():
+            return True
+        if time.monotonic() - self._read_at >= METRICS_POLL_S:
+            self._read_at = time.monotonic()
+            self._ended = run_ended(self.run_dir)
+        return self._ended
 
     @property
     def state(self) -> str:
-        ended = summary(self.metrics()) if self.job.done() else None
-        return "COMPLETED" if ended and ended.get("status") in ("completed", "nan") else self.job.state
+        ended = summary(self.metrics())
+        if ended and ended.get("status") in ("completed", "nan"):
+            return "COMPLETED"
+        return "FAILED" if ended and not self.job.done() else self.job.state
 
     def metrics(self) -> list[dict[str, Any]]:
         return read_metrics(self.run_dir)

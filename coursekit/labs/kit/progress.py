@@ -34,7 +34,7 @@ class JobsBar:
     def __init__(self, total: int, desc: str = "", enabled: bool = True) -> None:
         if isinstance(total, bool) or not isinstance(total, int) or total < 0:
             raise ValueError(f"total={total!r}: give the number of jobs waited for, an int >= 0")
-        self.total, self.count = total, 0
+        self.total, self.count, self._first = total, 0, True
         self._bar: Any = None
         self.desc, self._quiet_since = desc, None
         if enabled and total > 0 and not redraws_seen():
@@ -52,8 +52,13 @@ class JobsBar:
     def done(self, count: int) -> None:
         """``count`` jobs have ended (called on every poll: it also refreshes the elapsed time)."""
         count = max(self.count, min(count, self.total))
-        if self._bar is not None:
+        if self._bar is not None and self._first and count:
+            # those that had ended before the wait began: counted, but not in the rate (nor in the time left)
+            self._bar.initial = self._bar.n = self._bar.last_print_n = count
+            self._bar.refresh()
+        elif self._bar is not None:
             self._bar.update(count - self.count)
+        self._first = False
         self.count = count
 
     def close(self) -> None:

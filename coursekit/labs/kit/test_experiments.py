@@ -246,3 +246,61 @@ def test_one_job_per_gpu_count_makes_every_run_in_each(tmp_path: Path, monkeypat
         (1, 16, "1", "COMPLETED"), (1, 32, "1", "COMPLETED"), (2, 16, "2", "COMPLETED"), (2, 32, "2", "COMPLETED")]
     with pytest.raises(ValueError, match="n_gpu"):
         experiments.run_sweep([TrainConfig()], name="ada-scale", n_gpu=[0], one_job=True)
+
+
+def test_a_run_of_a_one_job_sweep_is_done_when_its_run_ends_while_the_job_goes_on(tmp_path, monkeypatch):
+    """Lab 02 puts its batch sweep and its memory sweep into one job: the batch sweep's results come while the
+    job makes the memory runs, and only the run that ran out of memory is marked so (the job's .err holds it)."""
+    monkeypatch.setattr(experiments, "METRICS_POLL_S", 0.0)
+    job = StandInJob(state="FAILED", err="torch.OutOfMemoryError: CUDA out of memory.", done_after=10**6)
+    job.run_dir = tmp_path
+    runs = [experiments.SweepRun(job, index) for index in range(3)]
+    write_run(runs[0].run_dir)
+    with MetricsWriter(runs[1].run_dir) as writer:
+        writer.write("summary", status="failed", error="OutOfMemoryError: CUDA out of memory. Tried to allocate 8 GiB")
+    assert [run.done() for run in runs] == [True, True, False]  # the third has not ended: the job still runs
+    assert [run.state for run in runs] == ["COMPLETED", "FAILED", "RUNNING"]
+    assert [experiments.is_oom(run) for run in runs] == [False, True, False]  # the third: no OOM state while running
+    job._done_after = 0  # the job ends (FAILED: a run failed) before the third run wrote anything (killed)
+    assert runs[2].done() and runs[2].state == "FAILED" and runs[0].state == "COMPLETED"
+    assert experiments.is_oom(runs[2])  # no record of its own: the job's .err says it
+
+
+def test_a_sweep_in_one_job_counts_its_runs_as_they_end(tmp_path, monkeypatch):
+    monkeypatch.setattr(experiments, "LOCAL_POLL_S", 0.001)
+    monkeypatch.setattr(experiments, "METRICS_POLL_S", 0.0)
+    folders = [tmp_path / experiments.SWEEP_RUN_FOLDER.format(i) for i in range(4)]
+
+    class SlowRunsJob(RunsJob):  # ends its next run every third poll
+        def done(self):
+            self._polls += 1
+            return super().done() if self._polls % 3 == 0 else False
+
+    job = SlowRunsJob(folders, job_id="1")
+    job.run_dir = tmp_path
+    seen = []
+
+    class Recording(experiments.RunsBar):
+        def done(self, count):
+            seen.append(count)
+            super().done(count)
+
+    monkeypatch.setattr(experiments, "RunsBar", Recording)
+    first = experiments.Sweep("ada-bs", [TrainConfig()] * 2, [experiments.SweepRun(job, i) for i in range(2)])
+    assert first.wait(timeout_s=10) == ["COMPLETED", "COMPLETED"]
+    assert 1 in seen and job.ended == 2  # the bar moved run by run; its runs ended before the job's next two
+
+
+def test_runs_that_ended_before_the_wait_count_but_not_in_the_rate(monkeypatch):
+    """A sweep collected late (its runs went while the participant read): the time left is that of the runs that
+    end during the wait, not of the three that had ended before it (which would make it look near 0)."""
+    monkeypatch.setattr(progress, "redraws_seen", lambda: True)
+    with experiments.RunsBar(4, "memory") as bar:
+        bar.done(3)
+        assert bar._bar.n == bar._bar.initial == 3
+        bar.done(4)
+        assert bar._bar.n == 4 and bar._bar.initial == 3
+    with experiments.RunsBar(4, "memory") as bar:
+        bar.done(0)
+        bar.done(2)
+        assert bar._bar.n == 2 and bar._bar.initial == 0
