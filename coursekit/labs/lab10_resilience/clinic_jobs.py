@@ -50,6 +50,7 @@ RENDEZVOUS_TIMEOUT_S = 5.0  # rendezvous_fails: how long rank 0 waits for the mi
 WRONG_CHOICES = ("world_size", "port")
 WRONG_WORLD_EXTRA = 1  # rendezvous_fails: the script asks for one process more than the job has
 WRONG_PORT_OFFSET = 1  # rendezvous_fails --wrong port: rank 1 dials rank 0's port + this
+OTHER_RANKS_WAIT = 2.0  # rendezvous_fails: the ranks whose error names nothing wait this many times longer
 CPU_OOM_HEADROOM_MB = 256  # CPU: rank 1 may map this much more than it already maps ...
 CPU_OOM_REQUEST_MB = 1024  # ... and then asks for this much in one tensor (> the headroom: refused)
 GPU_OOM_FACTOR = 2  # GPU: rank 1 asks for this many times its GPU's whole memory
@@ -212,7 +213,11 @@ def run_case(case: str, *, rank: int, world_size: int, local_rank: int, addr: st
             asked = world_size + WRONG_WORLD_EXTRA  # the script was written for 3 GPUs
         elif rank == FAULTY_RANK:
             dialled = port + WRONG_PORT_OFFSET
-        _join(rank, asked, addr, dialled, timeout, the_device)
+        # the rank whose error names the mistake times out first (rank 0 counts the clients that joined; the
+        # rank dialling the wrong port says where it dialled): the launcher then stops the other one, which
+        # would otherwise race it and sometimes end first with an error that names nothing
+        naming = 0 if wrong == "world_size" else FAULTY_RANK
+        _join(rank, asked, addr, dialled, timeout * (1 if rank == naming else OTHER_RANKS_WAIT), the_device)
         _train(rank, asked, the_device, prepared)
     else:
         _join(rank, world_size, addr, port, timeout, the_device)
