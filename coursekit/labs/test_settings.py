@@ -94,7 +94,7 @@ def test_cifar10_absent_means_one_notice_and_the_standin(lab, names, tmp_path, m
 
 
 def test_every_lab_module_declares_its_numbers_and_gpus():
-    assert list(LABS) == [f"{n:02d}" for n in range(10)]
+    assert list(LABS) == [f"{n:02d}" for n in range(11)]
     for lab, module in LAB_MODULES.items():
         assert module.startswith(f"lab{lab}_") and LABS[lab].__name__ == f"coursekit.labs.{module}"
         assert callable(LABS[lab].settings) and lab_gpus(lab) >= 1

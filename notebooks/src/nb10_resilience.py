@@ -183,7 +183,7 @@ print(first.tail(12, stream="err", rank=1))
 # %%
 print(clinic.CAUSES)
 
-# %% tags=["exercise"]
+# %% tags=["exercise", "nbval-ignore-output"]
 ### BEGIN SOLUTION
 my_diagnoses = clinic.solution(pseudo)
 ### END SOLUTION
@@ -201,7 +201,8 @@ for label in cases.labels:
 hung = cases.label_of("mismatched_collectives")
 detail = clinic.submit_cases(pseudo, s.clinic, labels=[hung], debug=True, **s.job)
 detail.wait(s.timeout_s)
-print(clinic.symptoms(detail, hung))
+detail_symptoms = clinic.symptoms(detail, hung)
+print(detail_symptoms)
 
 # %% [markdown]
 # ## 6. What the GPU is doing while it trains
@@ -296,6 +297,9 @@ graded = ticket.grade(answers)
 # ## 9. The claims, checked
 
 # %%
+named, measured = clinic.mismatch_named(detail_symptoms.ranks, s.clinic["hang_timeout_s"])
 verdicts = [*resume.check_resume_claims(comparison), *clinic.clinic_claims(cases),
+            labs.check_claim("with TORCH_DISTRIBUTED_DEBUG=DETAIL torch names the mismatched collectives at once, in less "
+                             "than half the process group's timeout", named, measured),
             *gpu_view.gpu_claims(gpu_table).values(),
             *environment.environment_claims(versions, image).values()]

@@ -316,6 +316,20 @@ def rendezvous_claim(ranks: Sequence[RankLog]) -> ClaimResult:
         named[0] if named else f"asked {asked or 'nothing'}; no error line names them ({len(errors)} error lines)")
 
 
+MISMATCH_NAMED = "Detected mismatch"  # what torch's TORCH_DISTRIBUTED_DEBUG=DETAIL check says of unequal collectives
+
+
+def mismatch_named(ranks: Sequence[RankLog], timeout_s: float) -> tuple[bool, str]:
+    """With TORCH_DISTRIBUTED_DEBUG=DETAIL: did a rank's error name the mismatch, and did every rank end in less
+    than half the process group's timeout (named at once, not timed out)? The verdict and what was measured."""
+    named = next((hit for r in ranks for hit in r.hits if MISMATCH_NAMED in hit), None)
+    waits = [r.waited_s for r in ranks if r.waited_s is not None]
+    quick = bool(waits) and max(waits) < timeout_s / 2
+    shown = ", ".join(f"rank {r.rank}: {r.waited_s:.1f} s" for r in ranks if r.waited_s is not None) or "no wait seen"
+    return named is not None and quick, (f"waited in the last call: {shown} (timeout {timeout_s:g} s); "
+                                         + (f"named: {named[:110]}" if named else "no rank's error names a mismatch"))
+
+
 def oom_claim(ranks: Sequence[RankLog], faulty_rank: int = FAULTY_RANK) -> ClaimResult:
     """Out of memory on ``faulty_rank`` only: its log has an allocation error, no other rank's has."""
     oom = {r.rank: any(OOM_PATTERNS.search(h) for h in r.hits) for r in ranks}

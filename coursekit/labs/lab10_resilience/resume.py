@@ -34,9 +34,10 @@ from typing import Any
 
 import torch
 
-import coursekit
 from coursekit import slurm_cli
 from coursekit.jobs import local_process
+from coursekit.jobs.handle import Job
+from coursekit.jobs.submit import submit_jobs
 from coursekit.labs.kit.claims import ClaimResult, check_claim
 from coursekit.labs.kit.results import ResultsTable
 from coursekit.labs.lab10_resilience.records import (
@@ -68,8 +69,8 @@ TOLERANCE = WEIGHT_TOLERANCE
 class ResumeRuns:
     """The two submitted jobs and their output folders."""
 
-    interrupted: coursekit.Job  # short time limit, requeue=True
-    reference: coursekit.Job  # uninterrupted
+    interrupted: Job  # short time limit, requeue=True
+    reference: Job  # uninterrupted
     interrupted_out: Path
     reference_out: Path
     device: str
@@ -112,15 +113,15 @@ def start_resume_runs(script: str | os.PathLike, *, steps: int, checkpoint_every
     folder = Path(tempfile.mkdtemp(prefix="run-", dir=root))  # fresh: a checkpoint from an earlier run is not resumed
     interrupted_out, reference_out = folder / "interrupted", folder / "uninterrupted"
     extra = list(extra_args or [])
-    interrupted = coursekit.submit_jobs(
+    interrupted = submit_jobs(
         _command(path, interrupted_out, steps, checkpoint_every, step_time, seed, device, extra),
         name=name, time_max=time_max, requeue=True, site=site, env=env, signal_delay_s=signal_delay_s)[0]
-    reference = coursekit.submit_jobs(_command(path, reference_out, steps, checkpoint_every, 0.0, seed, device, extra),
+    reference = submit_jobs(_command(path, reference_out, steps, checkpoint_every, 0.0, seed, device, extra),
                                       name=f"{name}-reference", time_max=REFERENCE_TIME_MAX, site=site, env=env)[0]
     return ResumeRuns(interrupted, reference, interrupted_out, reference_out, device, signal_after_s)
 
 
-def signal_job(job: coursekit.Job, signum: int = signal.SIGUSR2) -> list[int]:
+def signal_job(job: Job, signum: int = signal.SIGUSR2) -> list[int]:
     """Send `signum` to the job's tasks, as the site's clock does before the time limit: on Slurm ``scancel
     --signal`` (every process of its steps), on the local site the controller's children (its tasks, as
     submitit's controller forwards it). The local tasks signalled ([] on Slurm)."""

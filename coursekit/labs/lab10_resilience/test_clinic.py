@@ -240,3 +240,17 @@ def test_the_four_jobs_fail_within_seconds_on_the_local_site_and_every_claim_hol
     assert [r.holds for r in results] == [True] * 5
     assert "Detected mismatch between collectives" in str(clinic.symptoms(detail, hang))
     capsys.readouterr()
+
+
+def test_detail_names_the_mismatch_at_once_and_a_timeout_or_a_silent_log_does_not_count() -> None:
+    named = "RuntimeError: Detected mismatch between collectives on ranks. Rank 0 is running ALLREDUCE\n"
+    ranks = [rank_log(0, (0.0, "step 4: loss 1, all-reducing the gradients"), (0.2, "failed: RuntimeError: ..."),
+                      err=named), rank_log(1, (0.0, "every step done: waiting at the barrier"),
+                                           (0.1, "failed: RuntimeError: ..."))]
+    holds, measured = clinic.mismatch_named(ranks, CPU.hang_timeout_s)
+    assert holds and "Detected mismatch" in measured
+    timed_out = [rank_log(0, (0.0, "step 4: loss 1, all-reducing the gradients"),
+                          (CPU.hang_timeout_s, "failed: RuntimeError: ..."), err=named)]
+    assert not clinic.mismatch_named(timed_out, CPU.hang_timeout_s)[0]  # named, but only at the timeout
+    silent = [rank_log(0, (0.0, "step 4"), (0.2, "failed: RuntimeError: Timed out"), err="Timed out\n")]
+    assert not clinic.mismatch_named(silent, CPU.hang_timeout_s)[0]
