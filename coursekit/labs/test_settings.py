@@ -1,6 +1,9 @@
 """Every lab has settings in both profiles (``labs.lab_settings``, from each lab module's ``settings``); the cpu
 ones are valid engine configurations."""
 
+import re
+from pathlib import Path
+
 import pytest
 
 from coursekit.labs import LAB_MODULES, LABS, lab_gpus, lab_settings
@@ -134,3 +137,15 @@ def test_lab09s_room_budget_counts_the_instructors_verification_once():
     assert budget["gpu_hours_room"] == round((ROOM * budget["gpu_minutes_per_participant"]
                                               + budget["room_gpu_minutes"]) / 60, 1)
     assert "GPU-minutes of them run once for the room (race verify" in repr(s)
+
+
+def test_the_readmes_budget_table_is_the_labs_settings():
+    """README.md's GPU budget table: one row per lab, its numbers those of the lab's gpu settings."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    rows = {m[1]: m.groups()[1:] for m in re.finditer(r"^\| (\d\d) \| (\d+) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|$", readme, re.M)}
+    assert sorted(rows) == list(LABS), "README.md's budget table lists every lab once"
+    for lab, (gpus, minutes, hours, share) in rows.items():
+        budget = lab_settings(lab, "gpu").budget
+        assert (int(gpus), float(minutes), float(hours), float(share)) == (
+            lab_gpus(lab), budget["gpu_minutes_per_participant"], budget["gpu_hours_room"],
+            budget["share_of_partition"]), f"lab {lab}'s row in README.md"
