@@ -43,7 +43,7 @@ FROM_THE_WHEEL = textwrap.dedent("""
     from coursekit.labs.lab06_data_parallel import ddp_check, horovod
     assert ddp_check.SOLUTION.is_file() and installed in ddp_check.SOLUTION.resolve().parents
     from coursekit.labs.kit import exercises  # every participant script ships: setup hands them out from here
-    assert len(exercises.kit_scripts()) == 10, exercises.kit_scripts()
+    assert len(exercises.kit_scripts()) == 11, exercises.kit_scripts()
     assert all(installed in path.resolve().parents for path in exercises.kit_scripts().values())
     print(json.dumps({"modules": len(names)}))
 """)

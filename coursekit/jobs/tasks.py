@@ -148,14 +148,18 @@ class CommandTask:
         except BaseException:  # submitit's requeue exits here; the command must not outlive the task
             _stop(child)
             raise
-        if returncode != 0:  # the local executor waits for every task: the others must not wait in vain
-            launch.stop_local_peer_tasks()
+        if returncode == 0:
+            return returncode
         if returncode < 0:
             name = signal.Signals(-returncode).name if -returncode in signal.valid_signals() else str(-returncode)
-            _end_task(job_env, f"the command was stopped by {name}: {shlex.join(self.words)}",
-                      SIGNAL_EXIT_BASE - returncode)
-        if returncode != 0:
-            _end_task(job_env, f"the command exited with code {returncode}: {shlex.join(self.words)}", returncode)
+            message, exit_code = f"the command was stopped by {name}: {shlex.join(self.words)}", SIGNAL_EXIT_BASE - returncode
+        else:
+            message, exit_code = f"the command exited with code {returncode}: {shlex.join(self.words)}", returncode
+        # the result first: the local executor waits for every task, so the others are stopped next (they must not
+        # wait in vain), and a stopped sibling's end makes submitit's controller interrupt this task too
+        _write_error(job_env, message)
+        launch.stop_local_peer_tasks()
+        _end_task(job_env, message, exit_code)
         return returncode
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> submitit.helpers.DelayedSubmission | None:
@@ -186,15 +190,20 @@ def _end_task(job_env: submitit.JobEnvironment, message: str, exit_code: int) ->
     """End the task with ``exit_code`` after one plain line in stderr and the task's result file (an
     error carrying ``message``), instead of a traceback: the job's log ends with what went wrong."""
     print(f"coursekit: {message}", file=sys.stderr, flush=True)
+    _write_error(job_env, message)
+    if os.environ.get("SUBMITIT_EXECUTOR") == "local" and exit_code == LOCAL_REQUEUE_RETURN_CODE:
+        exit_code = FAILED_EXIT_CODE  # submitit's local controller would take this code for "requeue me"
+    sys.stdout.flush()
+    raise SystemExit(exit_code if 0 < exit_code < 256 else FAILED_EXIT_CODE)
+
+
+def _write_error(job_env: submitit.JobEnvironment, message: str) -> None:
+    """The task's result file: an error carrying ``message`` (written atomically: whole or not at all)."""
     try:
         with temporary_save_path(job_env.paths.result_pickle) as scratch:
             cloudpickle_dump(("error", message), scratch)
     except OSError as error:
         print(f"coursekit: could not write {job_env.paths.result_pickle}: {error}", file=sys.stderr, flush=True)
-    if os.environ.get("SUBMITIT_EXECUTOR") == "local" and exit_code == LOCAL_REQUEUE_RETURN_CODE:
-        exit_code = FAILED_EXIT_CODE  # submitit's local controller would take this code for "requeue me"
-    sys.stdout.flush()
-    raise SystemExit(exit_code if 0 < exit_code < 256 else FAILED_EXIT_CODE)
 
 
 def _prepare_child(preemption_signal: int) -> None:

@@ -162,6 +162,12 @@ print(cases.wait(s.timeout_s))
 for label in cases.labels:
     print(clinic.symptoms(cases, label), end="\n\n")
 
+# %%
+profile.explain(
+    gpu="With NCCL the job that hangs ends about a minute after its timeout, not at it: NCCL's watchdog thread "
+        "notices the timed-out collective at the timeout, then waits up to a minute for its flight recorder to "
+        "write what every rank was doing (`TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILLISEC`) and only then aborts the process.")
+
 # %% [markdown]
 # The same logs with the tools of lab 00: `search_log` finds every rank's log of a job, `job.tail` reads one
 # rank's. On a GPU the jobs also ran with `NCCL_DEBUG=INFO`: NCCL's own lines (its version, the rings, the

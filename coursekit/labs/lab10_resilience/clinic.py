@@ -66,7 +66,8 @@ EXPLANATIONS = {
     "mismatched_collectives": (
         "symptom: no traceback at first, the job just stops progressing; after the process group's timeout "
         "both ranks fail with 'Timed out waiting ... for recv' (NCCL: the watchdog's 'collective operation "
-        "timeout'). Rank 1's log says its batch was empty and the step was skipped; rank 0 did one more all-reduce.",
+        "timeout', and the process aborts about a minute later, once the watchdog gave up waiting for its debug "
+        "dump). Rank 1's log says it skipped a step; rank 0 did one more all-reduce.",
         "cause: the ranks called different collectives: rank 1 skipped an all-reduce, so rank 0's last all-reduce "
         "met rank 1's barrier. With TORCH_DISTRIBUTED_DEBUG=DETAIL torch compares the calls and names them "
         "('Detected mismatch between collectives ... ALLREDUCE vs BARRIER').",
@@ -110,13 +111,18 @@ def clinic_settings(profile: str) -> dict[str, Any]:
     """The clinic's defaults in ``profile`` ("cpu" or "gpu"), as the dict a lab's settings hold."""
     if profile == "cpu":
         # 2 shared cores: a rank's teardown and the launcher's stop (PEER_STOP_GRACE_S + the task's own grace)
-        # take seconds; the hang's timeout must also outlast torch's import by the slower rank (~2-6 s measured)
-        values = ClinicSettings(device="cpu", stop_timeout_s=60, hang_timeout_s=8, rendezvous_timeout_s=5,
-                                stop_bound_s=15, hang_margin_s=10, nccl_debug=False)
+        # take seconds; the hang's timeout also bounds the rendezvous, so it must outlast the gap between the two
+        # ranks' imports of torch (2-6 s measured on 2 idle cores; more where eight processes start at once
+        # beside a busy machine, as a room's notebooks or CI do)
+        values = ClinicSettings(device="cpu", stop_timeout_s=60, hang_timeout_s=15, rendezvous_timeout_s=5,
+                                stop_bound_s=15, hang_margin_s=15, nccl_debug=False)
     elif profile == "gpu":
-        # NCCL's watchdog notices a timed-out collective within its heartbeat and then tears the process down
+        # NCCL's watchdog notices a timed-out collective at the timeout, then waits up to a minute for its flight
+        # recorder's dump (TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILLISEC, 60 s by default) before it aborts the process:
+        # on 2 H200s (torch 2.11, bench/results/clinic_gpu.json) the watchdog caught the 20 s timeout and the
+        # ranks ended 85 s into the hang
         values = ClinicSettings(device="auto", stop_timeout_s=120, hang_timeout_s=20, rendezvous_timeout_s=20,
-                                stop_bound_s=30, hang_margin_s=45, nccl_debug=True)
+                                stop_bound_s=30, hang_margin_s=90, nccl_debug=True)
     else:
         raise ValueError(f"profile={profile!r}: use 'cpu' or 'gpu'")
     return dict(values.__dict__)
