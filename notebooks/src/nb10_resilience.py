@@ -52,6 +52,9 @@ runs = resume.start_resume_runs(resume_check.SOLUTION, steps=s.resume_steps, che
                                 signal_after_s=s.resume_signal_after_s, device=s.resume_device,
                                 extra_args=s.resume_args, name=labs.job_name(pseudo, "resume"), env=s.job["env"])
 cases = clinic.submit_cases(pseudo, s.clinic, **s.job)  # jobs <you>-clinica ... <you>-clinicd
+# section 7's job from your Python; on a GPU section 6's jobs need the GPU alone, and its last one serves instead
+env_job = None if profile.is_gpu else coursekit.submit_jobs(labs.engine_command(s.env_config),
+                                                           name=labs.job_name(pseudo, "env-venv"), **s.job)[0]
 print(f"resumable run: job {runs.interrupted.job_id} (time limit {s.resume_time_max}), reference: job "
       f"{runs.reference.job_id}; clinic: " + ", ".join(f"{label} = job {job.job_id}" for label, job in cases.jobs.items()))
 
@@ -250,10 +253,10 @@ profile.explain(
 # %% tags=["nbval-ignore-output"]
 image = environment.container_image(s.container_image)
 print(environment.environment_note(environment.container_runtime(), image, s.container_image))
-fed_job = watched[-1].job if watched else None
-env_jobs = environment.run_environments(s.env_config if fed_job is None else watched[-1].config, image=image,
+venv_job = watched[-1].job if watched else env_job  # the GPU view's fed job, or the one submitted in section 1
+env_jobs = environment.run_environments(watched[-1].config if watched else s.env_config, image=image,
                                         name=labs.job_name(pseudo, "env"), timeout_s=s.timeout_s,
-                                        venv_job=fed_job, **s.job)
+                                        venv_job=venv_job, **s.job)
 versions = environment.versions_table(env_jobs)
 versions
 
