@@ -181,16 +181,19 @@ first = cases.jobs[cases.labels[0]]
 print(coursekit.search_log(first.name, contains=first.job_id, with_err=True, all_tasks=True))
 print(first.tail(12, stream="err", rank=1))
 
-# %% [markdown] tags=["exercise"]
+# %% [markdown]
 # ### Your diagnoses
 #
-# For each job give a cause among `clinic.CAUSES` and the rank whose log shows it first (0 or 1; `"all"` when
-# every rank shows it). A wrong answer says "not yet" and which part is wrong; after three tries the answer is
-# shown. A right one explains what happened and how to fix it. Write them as
-# `my_diagnoses = {"A": {"cause": "...", "rank": ...}, "B": ..., "C": ..., "D": ...}`.
+# The causes to choose from, by their keys:
 
 # %%
 print(clinic.CAUSES)
+
+# %% [markdown] tags=["exercise"]
+# For each job give a cause among these keys and the rank whose log shows it first (0 or 1; `"all"` when every
+# rank shows it). A wrong answer says "not yet" and which part is wrong; after three tries the answer is shown. A
+# right one explains what happened and how to fix it. Write them in `my_diagnoses`, in place of the two
+# placeholder lines: `{"A": {"cause": "...", "rank": ...}, "B": ..., "C": ..., "D": ...}`.
 
 # %% tags=["exercise", "nbval-ignore-output"]
 ### BEGIN SOLUTION

@@ -14,7 +14,7 @@ import pytest
 from coursekit.labs.kit import exercises
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
-NAMES = sorted(p.stem for p in NOTEBOOKS.glob("0[0-9]_*.ipynb"))
+NAMES = sorted(p.stem for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
 NBVAL_MARKER = re.compile(r"^\s*#\s*(NBVAL_\w+|PYTEST_VALIDATE_IGNORE_OUTPUT)\b", re.MULTILINE)
 BUILD_PATH = re.compile(r"coursekit-(build|nbval)-")
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
@@ -27,7 +27,7 @@ def load(name: str) -> nbformat.NotebookNode:
 
 
 def test_there_are_notebooks_to_check():
-    assert len(NAMES) == 10
+    assert len(NAMES) == 11
 
 
 def test_markers_become_tags():
@@ -152,6 +152,9 @@ GPU_RECORDS = NOTEBOOKS.parent / "bench" / "results"  # bench/notebooks_gpu.py's
 # what a last GPU run showed that was reworded after it (the next run of that notebook must show none of it):
 # the doctor's line on Fashion-MNIST said "lab 09's race in the cpu profile" in notebook 00's run of 2026-11-28
 REWORDED_SINCE_THE_RUN = {"00_cluster_from_the_notebook": ["cell 5: the cpu profile: 'cpu profile'"]}
+# notebooks whose gpu profile has no run on record yet (each one an open item of its issue): the entry must go once
+# bench/notebooks_gpu.py has recorded a run
+NO_GPU_RUN_YET = {"10_resilience": "issue 37: lab 10's gpu profile has not run on a GPU machine yet"}
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -165,7 +168,11 @@ def test_markdown_holds_nothing_that_is_not_for_participants(name):
 @pytest.mark.parametrize("name", NAMES)
 def test_the_last_gpu_run_showed_nothing_that_is_not_for_participants(name):
     """The executed gpu-profile notebook (markdown and every output) was scanned by bench/notebooks_gpu.py."""
-    record = json.loads((GPU_RECORDS / f"gpu_notebooks_{name[:2]}.json").read_text())
+    path = GPU_RECORDS / f"gpu_notebooks_{name[:2]}.json"
+    if name in NO_GPU_RUN_YET:
+        assert not path.exists(), f"{path.name} is recorded now: take {name} out of NO_GPU_RUN_YET"
+        return
+    record = json.loads(path.read_text())
     run, = (r for r in record["notebooks"] if r["notebook"] == f"{name}.ipynb")
     assert "not_for_participants" in run, f"the last GPU run of {name} predates the scan: run it again"
     assert run["not_for_participants"] == REWORDED_SINCE_THE_RUN.get(name, []), run["not_for_participants"]
