@@ -102,8 +102,8 @@ print("\n".join(line for line in runs.interrupted.tail(40, "out").splitlines()
 profile.explain(
     gpu="On this site's clock the signal came before the time limit, as Slurm's would; the script saved at the end "
         "of its step and the requeued job resumed from there.",
-    cpu="Here the notebook sent the signal itself a few seconds in, as Slurm's clock would near the time limit "
-        "(a time limit of a minute would make you wait for it); the requeue and the second start are the site's own.")
+    cpu="Here the notebook sent the signal itself a few seconds in, as Slurm's clock would near the time limit (a "
+        "time limit of a few minutes would make you wait for it); the requeue and the second start are the site's own.")
 
 # %% tags=["nbval-ignore-output"]
 comparison = resume.compare_runs(runs)

@@ -50,13 +50,15 @@ def typed_settings(profile: str) -> ResilienceSettings:
     """Lab 10's settings in ``profile`` ("cpu" or "gpu")."""
     if profile == "cpu":
         # two cores: 48 steps of a small MLP paced to 0.15 s (7 s), signalled by the notebook 2 s after its first
-        # step (the local site's clock would signal 30 s before a 1-minute limit at the earliest, test_resume.py):
-        # 5 s to spare for a kernel that reaches that cell late on a busy machine (it is the cell after the
-        # submission); the GPU view has nothing to sample here, so only the environment job runs: a tiny engine job
+        # step: 5 s to spare for a kernel that reaches that cell late on a busy machine (it is the cell after the
+        # submission). The local site's own clock signals 30 s before the limit: with a 1-minute limit it fired
+        # while a start was still importing torch beside a CPU hog (CI), and that start began again from step 0;
+        # 5 minutes keep it out of the way. The GPU view has nothing to sample here, so only the environment job
+        # runs: a tiny engine job
         base = TrainConfig(model="mlp", dataset="generated", num_samples=256, num_classes=4, image_size=8,
                            batch_size=32, epochs=1, test_steps=2, **QUIET)
         return ResilienceSettings(
-            resume_steps=48, resume_checkpoint_every=10, resume_time_max=1, resume_step_time_s=0.15,
+            resume_steps=48, resume_checkpoint_every=10, resume_time_max="00:05:00", resume_step_time_s=0.15,
             resume_signal_after_s=2.0, resume_device="cpu", resume_args=[], clinic=clinic_settings(profile),
             gpu_view_base=base, gpu_view_loaders={"starving": dict(STARVING), "fed": {"workers": 1}},
             gpu_view_refresh_s=0.5, env_config=base, container_image=None, env_module=None,
