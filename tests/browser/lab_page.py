@@ -1,8 +1,11 @@
 """What the browser tests ask a JupyterLab page, as JavaScript run in it (``page.evaluate``)."""
 
 import shutil
+import subprocess
 import time
 from pathlib import Path
+
+import pytest
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 MS = 1000
@@ -37,6 +40,30 @@ ERROR_OUTPUTS = """() => {
     }
     return found;
 }"""
+# Run All stopped on an exception (an error output, the kernel idle): it will not go on
+STOPPED_ON_ERROR = """() => {
+    const panel = window.jupyterapp.shell.currentWidget;
+    if (panel.sessionContext.session.kernel.status !== 'idle') return null;
+    const cells = panel.content.model.cells;
+    for (let i = 0; i < cells.length; i++) {
+        const cell = cells.get(i);
+        if (cell.type !== 'code') continue;
+        const error = (cell.toJSON().outputs || []).find(output => output.output_type === 'error');
+        if (error) return `cell ${i}: ${error.ename}: ${error.evalue}`;
+    }
+    return null;
+}"""
+# the first code cell Run All has not finished: its index, source and what it has shown so far
+RUNNING_CELL = """() => {
+    const cells = window.jupyterapp.shell.currentWidget.content.model.cells;
+    for (let i = 0; i < cells.length; i++) {
+        const cell = cells.get(i);
+        if (cell.type !== 'code' || cell.executionCount) continue;
+        const shown = (cell.toJSON().outputs || []).map(o => [].concat(o.text || (o.data && o.data['text/plain']) || '').join(''));
+        return {index: i, source: cell.sharedModel.getSource(), outputs: shown.join('').slice(-2000)};
+    }
+    return null;
+}"""
 CELL_TEXTS = """() => [...document.querySelectorAll('.jp-OutputArea-output')].map(o => o.innerText)"""
 # the code cells whose source holds ``placeholder`` (an exercise left for the participant)
 PLACEHOLDER_CELLS = """(placeholder) => {
@@ -56,6 +83,37 @@ OUTPUT_COUNT = """() => {
     return n;
 }"""
 CHROMIUM_NAMES = ("chromium", "chromium-browser")
+
+
+def _scheduler_state() -> str:
+    """The local Slurm's queue and drained nodes (what a hung run waits on), or why they could not be read."""
+    lines = []
+    for command in (["squeue", "-a", "-o", "%i %j %u %T %M %R"], ["sinfo", "-R"], ["sinfo", "-N", "-o", "%N %T"]):
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=20)
+            lines.append(f"$ {' '.join(command)}\n{done.stdout}{done.stderr}")
+        except (OSError, subprocess.TimeoutExpired) as error:
+            lines.append(f"$ {' '.join(command)}: {error}")
+    return "\n".join(lines)
+
+
+def run_all(page, timeout_s: float) -> None:  # noqa: ANN001 - playwright's Page
+    """Run All in the open notebook and wait until every code cell ran. Fails at once when a cell raised (Run
+    All stops there), and on timeout says which cell was still running, what it showed and what the
+    scheduler holds: a hung run must explain itself in CI's log."""
+    page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if page.evaluate(ALL_RUN):
+            return
+        error = page.evaluate(STOPPED_ON_ERROR)
+        if error:
+            pytest.fail(f"Run All stopped on an error, {error}")
+        time.sleep(1)
+    running = page.evaluate(RUNNING_CELL) or {}
+    pytest.fail(f"Run All did not end in {timeout_s:.0f} s; still running cell {running.get('index')}:\n"
+                f"{running.get('source', '')[:600]}\n--- shown so far:\n{running.get('outputs', '')}\n"
+                f"--- scheduler:\n{_scheduler_state()}")
 
 
 def find_chromium() -> str | None:

@@ -17,7 +17,6 @@ import time
 
 import pytest
 from lab_page import (
-    ALL_RUN,
     CELL_TEXTS,
     ERROR_OUTPUTS,
     MS,
@@ -28,6 +27,7 @@ from lab_page import (
     SOURCE_OF,
     completed_script,
     paste_script,
+    run_all,
     type_over_placeholder,
 )
 
@@ -109,8 +109,7 @@ def test_participant_copy_of_lab_06_runs_on_slurm_with_a_ddp_script_of_its_own(p
     type_over_placeholder(page, cells[0], page.evaluate(SOURCE_OF, cells[0]), NOTEBOOK_ANSWER)
     assert NOTEBOOK_ANSWER in page.evaluate(SOURCE_OF, cells[0])
 
-    page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
-    page.wait_for_function(ALL_RUN, timeout=RUN_ALL_TIMEOUT_S * MS)
+    run_all(page, RUN_ALL_TIMEOUT_S)
     assert page.evaluate(ERROR_OUTPUTS) == [], "an error or stderr output is shown"
     texts = "\n".join(page.evaluate(CELL_TEXTS))
     assert "every check passed" in texts, texts[-3000:]

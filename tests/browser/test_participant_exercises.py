@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 import pytest
 from lab_page import (
-    ALL_RUN,
     CELL_TEXTS,
     ERROR_OUTPUTS,
     MS,
@@ -27,6 +26,7 @@ from lab_page import (
     SOURCE_OF,
     completed_script,
     paste_script,
+    run_all,
     type_over_placeholder,
 )
 
@@ -127,8 +127,7 @@ def test_participant_copy_runs_with_a_script_of_its_own(page, jupyter_lab, exerc
         answer = next(answer for marker, answer in exercise.answers.items() if marker in source)
         type_over_placeholder(page, index, source, answer)
 
-    page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
-    page.wait_for_function(ALL_RUN, timeout=RUN_ALL_TIMEOUT_S * MS)
+    run_all(page, RUN_ALL_TIMEOUT_S)
     errors = page.evaluate(ERROR_OUTPUTS)
     assert errors == [], f"error or stderr outputs: {errors}"
     text = "\n".join(page.evaluate(CELL_TEXTS))

@@ -43,6 +43,11 @@ class AccountingAnswer(dict):  # type: ignore[type-arg]
 # clock inside the job measured.
 ELAPSED_TOLERANCE_S = 1.0
 ACCOUNTING_RETRY_S = 30.0  # a job accounting did not know (yet) is asked about again at most this often
+# A record is posted as its job ends, and slurmdbd learns of the end a little later (seconds on a busy
+# controller: CI saw a job read RUNNING right after its record was posted). A one-off read asks again, every
+# ACCOUNTING_SETTLE_POLL_S (one sacct call for the jobs not ended), for at most ACCOUNTING_SETTLE_S.
+ACCOUNTING_SETTLE_S = 30.0
+ACCOUNTING_SETTLE_POLL_S = 2.0
 
 
 def seconds(value: Any) -> float | None:
@@ -100,7 +105,7 @@ def check_jobs(lines: Sequence[dict[str, Any]], accounting: Accounting, *, key: 
             else:
                 rightful.setdefault((str(job_id), key(line)), []).append(line)
             if record.get("state") != "COMPLETED":
-                reasons.append(f"job {job_id} ended {record.get('state')} in Slurm's accounting, not COMPLETED")
+                reasons.append(_not_completed(str(job_id), str(record.get("state"))))
             longest = max((t for t in (seconds(line.get(f)) for f in durations) if t is not None), default=None)
             elapsed = seconds(record.get("elapsed_s"))
             if longest is not None and elapsed is not None and longest > elapsed + ELAPSED_TOLERANCE_S:
@@ -125,6 +130,33 @@ def check_jobs(lines: Sequence[dict[str, Any]], accounting: Accounting, *, key: 
             for line in shares:
                 line["evidence"].append(f"the {len(shares)} {many} of job {job_id} {measured} {total:.1f} s in all, "
                                         f"more than the job's elapsed {elapsed:.0f} s in Slurm's accounting")
+
+
+def _not_completed(job_id: str, state: str) -> str:
+    from coursekit import slurm_cli
+
+    if slurm_cli.is_terminal(state):
+        return f"job {job_id} ended {state} in Slurm's accounting, not COMPLETED"
+    return (f"job {job_id} has not ended in Slurm's accounting ({state}), yet its record says it measured: it "
+            "counts once the job has ended COMPLETED")
+
+
+def settled_evidence(job_ids: Iterable[Any], settle_s: float = ACCOUNTING_SETTLE_S,
+                     poll_s: float = ACCOUNTING_SETTLE_POLL_S,
+                     sleep: Callable[[float], None] = time.sleep) -> dict[str, dict[str, Any]]:
+    """sacct's records of ``job_ids`` (``slurm_cli.job_evidence``), asked again for the jobs accounting shows
+    as not ended, every ``poll_s`` for at most ``settle_s``: a record is posted as its job ends, before
+    slurmdbd hears of the end. One sacct call per ask, for the jobs still open only."""
+    from coursekit import slurm_cli
+
+    found = slurm_cli.job_evidence(str(j) for j in job_ids if j is not None)
+    deadline = time.monotonic() + settle_s
+    while True:
+        still_open = [j for j, record in found.items() if not slurm_cli.is_terminal(str(record.get("state")))]
+        if not still_open or time.monotonic() + poll_s > deadline:
+            return found
+        sleep(poll_s)
+        found.update(slurm_cli.job_evidence(still_open))
 
 
 class AccountingCache:
@@ -161,8 +193,9 @@ class AccountingCache:
 
 def site_accounting(records: Iterable[Mapping[str, Any]], problems: list[str], cache: AccountingCache | None = None,
                     what: str = "the times below") -> AccountingAnswer | None:
-    """Slurm's records of the records' jobs on a Slurm site (one sacct call for all of them; ``cache``: a view's,
-    that asks again only for what it does not know), None on the local site (no accounting). Accounting that
+    """Slurm's records of the records' jobs on a Slurm site (one sacct call for all of them, asked again for
+    jobs not ended yet: ``settled_evidence``; ``cache``: a view's, that asks again only for what it does not
+    know), None on the local site (no accounting). Accounting that
     does not answer on a Slurm site is said in ``problems`` (``what`` are then unverified) and gives None."""
     from coursekit import slurm_cli
     from coursekit.sites import load_site
@@ -171,8 +204,7 @@ def site_accounting(records: Iterable[Mapping[str, Any]], problems: list[str], c
         return None
     job_ids = [r.get("job_id") for r in records]
     try:
-        found = cache.records(job_ids) if cache is not None else slurm_cli.job_evidence(str(j) for j in job_ids
-                                                                                         if j is not None)
+        found = cache.records(job_ids) if cache is not None else settled_evidence(job_ids)
         return AccountingAnswer(found, slurm_cli.accounting_viewer())
     except slurm_cli.SlurmError as error:
         problems.append(f"Slurm's accounting did not answer ({error}): {what} are unverified")
