@@ -8,7 +8,7 @@ limit) and once more in the same folder, as the requeued job runs the same comma
 - **saves**: the checkpoint the signalled run left holds the model, the optimizer, the scheduler, the random
   generators' states, the epoch, the position in it and the step J, and was written atomically (a temporary file
   renamed onto the checkpoint);
-- **resumes**: the second start continued at step J + 1, not at step 1;
+- **resumes**: the second start resumed at step J (it trains step J + 1 first), not at step 0;
 - **exact**: its final weights equal the uninterrupted run's (max |Δw| ≤ the tolerance). When they do not, the
   report finds the first step where the two runs' records (``steps.jsonl``) part and names what the resume
   forgot: the step counter, the sampler's epoch or the position in the epoch, the optimizer's state, the
@@ -58,7 +58,7 @@ CHECK_QUESTIONS = {
     "run": "the script runs to its end, and stops when signalled",
     "saves": "the checkpoint holds model, optimizer, scheduler, random state, epoch, position and step, "
              "written atomically",
-    "resumes": "the second start continues at the checkpoint's step, not at step 1",
+    "resumes": "the second start resumes at the checkpoint's step, not at step 0",
     "exact": "the resumed run ends with the weights of the uninterrupted run",
 }
 
