@@ -193,7 +193,8 @@ print(clinic.CAUSES)
 # For each job give a cause among these keys and the rank whose log shows it first (0 or 1; `"all"` when every
 # rank shows it). A wrong answer says "not yet" and which part is wrong; after three tries the answer is shown. A
 # right one explains what happened and how to fix it. Write them in `my_diagnoses`, in place of the two
-# placeholder lines: `{"A": {"cause": "...", "rank": ...}, "B": ..., "C": ..., "D": ...}`.
+# placeholder lines: `{"A": {"cause": "...", "rank": ...}, "B": ..., "C": ..., "D": ...}`. Each answer is saved
+# for the instructor, who sees how many of the four jobs you diagnosed.
 
 # %% tags=["exercise", "nbval-ignore-output"]
 ### BEGIN SOLUTION

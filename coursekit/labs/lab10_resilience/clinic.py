@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from coursekit.labs.kit.claims import ClaimResult, check_claim
+from coursekit.labs.kit.ticket import save_exercise_score
 from coursekit.labs.lab10_resilience.clinic_jobs import (
     CASES,
     FAULTY_RANK,
@@ -93,6 +94,8 @@ EXPLANATIONS = {
         "GPU. Slurm reports a host-memory OOM as OUT_OF_MEMORY (oom-kill) instead of a traceback."),
 }
 
+THIS_LAB = "10"  # the diagnoses are saved as lab 10's exercise
+
 
 @dataclass(frozen=True)
 class ClinicSettings:
@@ -159,6 +162,7 @@ class ClinicCases:
     debug: bool = False
     tries: dict[str, int] = field(default_factory=dict)
     solved: dict[str, bool] = field(default_factory=dict)
+    save_problem_said: bool = False
 
     @property
     def labels(self) -> list[str]:
@@ -250,9 +254,11 @@ def diagnose(cases: ClinicCases, label: str, cause: str | None = None, rank: int
     cause_right, rank_right = cause == CASE_CAUSE[case], rank == CASE_RANK[case]
     if cause_right and rank_right:
         cases.solved[label] = True
+        _save_diagnoses(cases)
         print(f"job {label}: right — {CAUSES[cause]}, rank {rank!r}\n{explanation(case)}")
         return True
     cases.tries[label] = cases.tries.get(label, 0) + 1
+    _save_diagnoses(cases)
     what = ("the cause is right, the rank is not" if cause_right
             else "the rank is right, the cause is not" if rank_right else "neither the cause nor the rank")
     left = MAX_TRIES - cases.tries[label]
@@ -263,6 +269,23 @@ def diagnose(cases: ClinicCases, label: str, cause: str | None = None, rank: int
         print(f"job {label}: not yet ({what}). The answer, after {MAX_TRIES} tries:")
         diagnose(cases, label, reveal=True)
     return False
+
+
+def diagnoses_record(cases: ClinicCases) -> dict[str, dict[str, Any]]:
+    """What the participant answered, per job label: solved, wrong tries, whether the answer was shown after
+    MAX_TRIES wrong ones (the instructor's room reads it)."""
+    return {label: {"solved": bool(cases.solved.get(label)), "wrong_tries": cases.tries.get(label, 0),
+                    "answer_shown": cases.tries.get(label, 0) >= MAX_TRIES} for label in cases.labels}
+
+
+def _save_diagnoses(cases: ClinicCases) -> None:
+    """Keep the diagnoses for the instructor's room (``exercises`` column: cases solved of four); a course
+    folder that cannot be written is said once, and the clinic goes on."""
+    solved = sum(bool(cases.solved.get(label)) for label in cases.labels)
+    problem = save_exercise_score(THIS_LAB, solved, len(cases.labels), diagnoses_record(cases))
+    if problem and not cases.save_problem_said:
+        cases.save_problem_said = True
+        print(f"(note: {problem})")
 
 
 def solution(pseudonym: str) -> dict[str, dict[str, Any]]:

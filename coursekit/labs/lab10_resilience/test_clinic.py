@@ -166,6 +166,13 @@ def test_oom_claim_fails_unless_rank_1_alone_ran_out_of_memory() -> None:
 # ---------------------------------------------------------------- diagnoses
 
 
+@pytest.fixture(autouse=True)
+def own_course(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A diagnosis saves the participant's record in the course folder: here a folder of the test's own."""
+    monkeypatch.setenv("COURSEKIT_COURSE_DIR", str(tmp_path / "course"))
+    return tmp_path / "course"
+
+
 def cases_of(pseudonym: str = "kim") -> ClinicCases:
     return ClinicCases(pseudonym, CPU, {label: None for label in clinic_jobs.LABELS})
 
@@ -193,6 +200,33 @@ def test_a_right_diagnosis_gives_the_explanation_and_the_rank_is_checked(capsys:
     assert "right" in said and "symptom:" in said and "cause:" in said and "fix:" in said
     for label, answer in clinic.solution("kim").items():
         assert clinic.diagnose(cases, label, **answer)
+
+
+def test_the_diagnoses_are_saved_for_the_instructors_room(capsys: pytest.CaptureFixture[str],
+                                                          own_course: Path) -> None:
+    """Each answer updates the participant's own record; the room's exercises column reads it as "10 1/4"."""
+    from coursekit.course import course_dir, user_name
+    from coursekit.instructor.room import exercise_cells
+    from coursekit.labs.kit.ticket import EXERCISES_SUBDIR, read_records
+
+    cases = cases_of()
+    wrong, right = cases.label_of("oom_one_rank"), cases.label_of("rank_raises")
+    for _ in range(clinic.MAX_TRIES):
+        clinic.diagnose(cases, wrong, cause="network", rank=0)
+    clinic.diagnose(cases, right, **clinic.solution("kim")[right])
+    capsys.readouterr()
+    assert course_dir() == own_course
+    (record,) = read_records(course_dir(), EXERCISES_SUBDIR)
+    assert (record["lab"], record["score"], record["total"]) == ("10", 1, 4)
+    assert record["detail"][wrong] == {"solved": False, "wrong_tries": 3, "answer_shown": True}
+    assert record["detail"][right] == {"solved": True, "wrong_tries": 0, "answer_shown": False}
+
+    class Person:  # what the room knows of a participant: their course folders and Unix users
+        course_folders, users, pseudonym = {course_dir()}, {user_name(os.geteuid())}, "kim"
+
+    assert exercise_cells(Person()) == {"exercises": "10 1/4"}
+    Person.users = {"someone_else"}
+    assert exercise_cells(Person()) == {"exercises": ""}
 
 
 def test_reveal_on_request_and_clear_errors_for_bad_answers(capsys: pytest.CaptureFixture[str]) -> None:
