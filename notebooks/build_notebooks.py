@@ -297,6 +297,7 @@ def clean_outputs(nb: nbformat.NotebookNode) -> None:
     """What a participant opens: no live widgets (JupyterLab does not restore their state), no build paths."""
     widgets = nb.metadata.pop("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
     for cell in nb.cells:
+        cell.metadata.pop("execution", None)  # nbclient's timestamps: new at every build, noise in a diff
         if cell.cell_type != "code":
             continue
         for output in cell.outputs:

@@ -416,7 +416,7 @@ profile.explain(
         "varies with its host (the CPU that launches its kernels, the other jobs on that host). So the same "
         "2-GPU job measured 0.97 on an otherwise idle machine and 0.87 while the machine's other GPUs were busy: "
         "on a shared cluster, your neighbours are part of your efficiency. The claim below asks for at least 0.8: "
-        "the busy host's 0.87, less once more the 0.1 its neighbours cost. Strong scaling loses more (0.69 on 2 GPUs in an "
+        "under the busy host's 0.87, for a host busier still. Strong scaling loses more (0.69 on 2 GPUs in an "
         "earlier run of this notebook): half the batch per GPU does not "
         "halve a step, since its fixed costs (launching its kernels, the all-reduce, the wait for the other rank) "
         "stay; the recorded run below shows where that ends.",
