@@ -89,7 +89,7 @@ def read_declaration(path: Path) -> Lab:
     if not (isinstance(call, ast.Call) and getattr(call.func, "id", None) == "Lab" and not call.args):
         raise ValueError(f"{path}: {DECLARATION} must be Lab(...) called with keyword arguments only")
     known = {f.name for f in fields(Lab)}
-    values = {}
+    values: dict[str, object] = {}
     for keyword in call.keywords:
         if keyword.arg not in known:
             raise ValueError(f"{path}: Lab has no field {keyword.arg!r} (fields: {', '.join(sorted(known))})")
@@ -98,7 +98,7 @@ def read_declaration(path: Path) -> Lab:
         except (ValueError, TypeError):
             raise ValueError(f"{path}: Lab({keyword.arg}=...) must be a literal: "
                              "the declarations are read without importing the lab") from None
-    return Lab(**values)
+    return Lab(**values)  # type: ignore[arg-type]  # literals, checked by Lab.__post_init__
 
 
 def _statement(lines: list[str], start: int, path: Path) -> ast.Assign:
