@@ -222,8 +222,8 @@ def write_report(results_files: list[Path], report: Path = REPORT) -> None:
 
 
 def gpus_needed(path: Path, available: int) -> int:
-    """GPUs a notebook runs on: what its lab declares (``GPUS`` of its module), at most ``available``."""
-    from coursekit.labs import lab_gpus  # imports the lab's module (torch): only when the scheduler asks
+    """GPUs a notebook runs on: what its lab declares (``LAB.gpus`` of its module), at most ``available``."""
+    from coursekit.labs import lab_gpus  # reads the labs' declarations: only when the scheduler asks
 
     return max(1, min(lab_gpus(path.name[:2]), available))
 

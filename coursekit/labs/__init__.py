@@ -3,17 +3,18 @@
 ``from coursekit import labs`` gives the common names below; each lab's own helpers are submodules
 (``labs.lab01_gd_vs_sgd``, ``labs.lab03_gpu_memory``, ... ``labs.lab09_race``); shared helpers are in ``labs.kit``.
 
-Each lab module also holds the lab's numbers: ``settings(profile)`` (what every experiment runs in the ``cpu``
-and ``gpu`` profiles, its workshop budget) and ``GPUS`` (how many GPUs its notebook needs at once in the gpu
-profile). ``LABS`` maps "00" ... "10" to those modules, imported when first used (most import torch);
-``lab_settings("02", "cpu")`` is what ``profile.settings("02")`` returns.
+Each lab module declares the lab once, ``LAB = Lab(...)`` (``labs.kit.lab``: number, slug, title, notebook,
+GPUs, script folders, recordings, exercises), read from its text without importing it (most import torch);
+``lab_declarations()`` gives them, and every list of labs derives from them. Each lab module also holds the
+lab's numbers: ``settings(profile)`` (what every experiment runs in the ``cpu`` and ``gpu`` profiles, its
+workshop budget) and ``GPUS`` (the declaration's ``gpus``). ``LABS`` maps "00" ... "10" to those modules,
+imported when first used; ``lab_settings("02", "cpu")`` is what ``profile.settings("02")`` returns.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
-import pkgutil
-import re
 from collections.abc import Iterator, Mapping
 from types import ModuleType
 
@@ -32,6 +33,7 @@ from coursekit.labs.kit.experiments import (
     wait_all,
     wait_until_training,
 )
+from coursekit.labs.kit.lab import Lab, declared_labs
 from coursekit.labs.kit.participant import choose_pseudonym, job_name
 from coursekit.labs.kit.predict import predict, reveal
 from coursekit.labs.kit.profiles import PROFILE_NAMES, Profile, choose_profile, register_lab_settings
@@ -44,35 +46,38 @@ from coursekit.labs.lab06_data_parallel.horovod import horovod_table
 __all__ = ["LABS", "Profile", "Question", "ResultsTable", "Sweep", "check_amp_script", "check_claim",
            "check_ddp_script", "check_fsdp_script", "check_large_batch_rules", "check_loader_script",
            "check_pipeline_script", "check_resume_script", "choose_profile", "choose_pseudonym", "collect", "energy_columns", "energy_note",
-           "engine_command", "exit_ticket", "horovod_table", "is_oom", "job_name", "lab_gpus",
-           "lab_settings", "load_recording", "loglog_slope", "on_standin", "predict", "reveal", "run_sweep",
+           "engine_command", "exit_ticket", "horovod_table", "is_oom", "job_name", "lab_declarations",
+           "lab_gpus", "lab_settings", "load_recording", "loglog_slope", "on_standin", "predict", "reveal", "run_sweep",
            "saturates", "share_of_increases", "submit_sweep", "summarize_run", "time_to_target", "wait_all",
            "wait_until_training"]
 
-LAB_MODULE = re.compile(r"lab(\d\d)_\w+")  # a lab is a numbered module or folder: lab02_batch_size
-LAB_MODULES = {m[1]: m[0] for m in map(LAB_MODULE.fullmatch, sorted(i.name for i in pkgutil.iter_modules(__path__)))
-               if m is not None}  # {"00": "lab00_cluster", ...}
+@functools.cache
+def lab_declarations() -> dict[str, Lab]:
+    """Every lab's declaration (``LAB`` of its module), "00" ... "10" -> :class:`Lab`, read without importing
+    the labs."""
+    return declared_labs()
 
 
 class _Labs(Mapping[str, ModuleType]):
-    """``LABS["02"]``: lab 02's module (``settings``, ``GPUS``), imported on first use."""
+    """``LABS["02"]``: lab 02's module (``settings``, ``GPUS``), imported on first use; the labs are the declared
+    ones."""
 
     def __getitem__(self, lab: str) -> ModuleType:
-        return importlib.import_module(f"{__name__}.{LAB_MODULES[lab]}")
+        return importlib.import_module(lab_declarations()[lab].module)
 
     def __iter__(self) -> Iterator[str]:
-        return iter(LAB_MODULES)
+        return iter(lab_declarations())
 
     def __len__(self) -> int:
-        return len(LAB_MODULES)
+        return len(lab_declarations())
 
 
 LABS: Mapping[str, ModuleType] = _Labs()
 
 
 def _check_lab(lab: str) -> str:
-    if lab not in LAB_MODULES:
-        raise ValueError(f"lab={lab!r} is not a lab: use one of {', '.join(LAB_MODULES)}")
+    if lab not in lab_declarations():
+        raise ValueError(f"lab={lab!r} is not a lab: use one of {', '.join(lab_declarations())}")
     return lab
 
 
@@ -91,10 +96,11 @@ register_lab_settings(lab_settings)
 
 
 def lab_gpus(lab: str) -> int:
-    """GPUs the notebook of ``lab`` ("00" ... "10") needs at once in the gpu profile."""
-    return int(LABS[_check_lab(lab)].GPUS)
+    """GPUs the notebook of ``lab`` ("00" ... "10") needs at once in the gpu profile (its declaration's)."""
+    return lab_declarations()[_check_lab(lab)].gpus
 
 
+# each name declared by its lab (Lab.exercises; coursekit/labs/test_lab_declarations.py checks this map)
 _LAZY = {"check_ddp_script": "coursekit.labs.lab06_data_parallel.ddp_check",  # import torch: only when used
          "check_amp_script": "coursekit.labs.lab04_mixed_precision.amp_check",
          "check_loader_script": "coursekit.labs.lab05_data_loading.loader_check",
@@ -108,4 +114,6 @@ def __getattr__(name: str) -> object:
     """``labs.check_ddp_script`` (lab 06) without importing torch with every ``from coursekit import labs``."""
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
+    if name == "LAB_MODULES":  # {"00": "lab00_cluster", ...}: the declared slugs
+        return {number: lab.slug for number, lab in lab_declarations().items()}
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -9,14 +9,19 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from coursekit.labs.kit.lab import Lab
 from coursekit.labs.kit.profiles import data_dir
 from coursekit.labs.kit.settings import QUIET, job_options, on_cifar10, workshop_budget
 from coursekit.labs.kit.ticket import Question, as_number
 from coursekit.train.config import TrainConfig
 
+# the lab, declared once (coursekit.labs.kit.lab): its lists derive from it; read as text, so literals only
+LAB = Lab(number="00", slug="lab00_cluster", title="The cluster from the notebook",
+          notebook="00_cluster_from_the_notebook.ipynb", gpus=1)
+
 # ----------------------------------------------------------------- the lab's numbers, per profile
 
-GPUS = 1  # GPUs the notebook needs at once in the gpu profile
+GPUS = LAB.gpus  # GPUs the notebook needs at once in the gpu profile
 
 
 def settings(profile: str) -> dict[str, Any]:

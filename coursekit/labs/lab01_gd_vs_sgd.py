@@ -17,10 +17,15 @@ from typing import Any
 import numpy as np
 
 from coursekit.labs.kit import experiments
+from coursekit.labs.kit.lab import Lab
 from coursekit.labs.kit.plots import new_figure
 from coursekit.labs.kit.results import ResultsTable
 from coursekit.labs.kit.settings import QUIET, job_options, workshop_budget
 from coursekit.train.config import TrainConfig
+
+# the lab, declared once (coursekit.labs.kit.lab): its lists derive from it; read as text, so literals only
+LAB = Lab(number="01", slug="lab01_gd_vs_sgd", title="Gradient descent vs stochastic gradient descent",
+          notebook="01_gd_vs_sgd.ipynb", gpus=1)
 
 SURFACE_POINTS = 121  # grid points per axis of the contour plot
 SURFACE_MARGIN = 0.35  # share of the path's extent added around it
@@ -147,7 +152,7 @@ def noise_rows(table: ResultsTable) -> ResultsTable:
 
 # ----------------------------------------------------------------- the lab's numbers, per profile
 
-GPUS = 1  # GPUs the notebook needs at once in the gpu profile
+GPUS = LAB.gpus  # GPUs the notebook needs at once in the gpu profile
 
 
 def settings(profile: str) -> dict[str, Any]:

@@ -6,11 +6,16 @@ from typing import Any
 
 from coursekit.labs.kit import experiments
 from coursekit.labs.kit.claims import check_claim, loglog_slope, time_to_target
+from coursekit.labs.kit.lab import Lab
 from coursekit.labs.kit.plots import OOM_COLOR, RECORDED_COLOR, _plain_log2_ticks, new_figure, outside_legend
 from coursekit.labs.kit.profiles import data_dir
 from coursekit.labs.kit.results import ResultsTable
 from coursekit.labs.kit.settings import QUIET, job_options, on_cifar10, workshop_budget
 from coursekit.train.config import TrainConfig
+
+# the lab, declared once (coursekit.labs.kit.lab): its lists derive from it; read as text, so literals only
+LAB = Lab(number="02", slug="lab02_batch_size", title="Batch size", notebook="02_batch_size.ipynb", gpus=1,
+          recordings=("gpu_ladder",))
 
 MIB_PER_GIB = 1024.0  # the engine's peak_mem_mb is in MiB (2**20 bytes); the lab shows GiB (2**30 bytes)
 
@@ -180,7 +185,7 @@ def accuracy_figure(table: ResultsTable, target: float) -> Any:
 
 # ----------------------------------------------------------------- the lab's numbers, per profile
 
-GPUS = 1  # GPUs the notebook needs at once in the gpu profile
+GPUS = LAB.gpus  # GPUs the notebook needs at once in the gpu profile
 
 
 # The time-to-accuracy target of the gpu profile, per data set: near what the small batches reach in the

@@ -17,10 +17,15 @@ import torch
 
 from coursekit.labs.kit.claims import check_claim
 from coursekit.labs.kit.hardware import gpu_info
+from coursekit.labs.kit.lab import Lab
 from coursekit.labs.kit.plots import _plain_log2_ticks, new_figure, outside_legend
 from coursekit.labs.kit.results import ResultsTable
 from coursekit.labs.kit.settings import QUIET, job_options, workshop_budget
 from coursekit.train.config import TrainConfig
+
+# the lab, declared once (coursekit.labs.kit.lab): its lists derive from it; read as text, so literals only
+LAB = Lab(number="03", slug="lab03_gpu_memory", title="The GPU and the memory footprint of training",
+          notebook="03_gpu_memory.ipynb", gpus=1, recordings=("gpu_ladder",))
 
 # Memory in this lab is in binary units, as PyTorch and nvidia-smi report it: MiB = 2**20 bytes, GiB = 2**30 bytes.
 # GPUs are sold in "GB" that are nearly GiB: an "H100 80GB" holds 79.2 GiB (85.0e9 bytes), an H200 "141 GB" ~140 GiB.
@@ -255,7 +260,7 @@ def fill_figure(estimates: Sequence[Any], labels: Sequence[str], limit_gib: floa
 
 # ----------------------------------------------------------------- the lab's numbers, per profile
 
-GPUS = 1  # GPUs the notebook needs at once in the gpu profile
+GPUS = LAB.gpus  # GPUs the notebook needs at once in the gpu profile
 
 
 def settings(profile: str) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from coursekit.labs import LAB_MODULES, LABS, lab_gpus, lab_settings
+from coursekit.labs import LAB_MODULES, LABS, lab_declarations, lab_gpus, lab_settings
 from coursekit.train.checks import validate
 from coursekit.train.config import TrainConfig
 
@@ -97,10 +97,12 @@ def test_cifar10_absent_means_one_notice_and_the_standin(lab, names, tmp_path, m
 
 
 def test_every_lab_module_declares_its_numbers_and_gpus():
+    """The declaration read from a module's text is the module's ``LAB``; its ``GPUS`` is the declared one."""
     assert list(LABS) == [f"{n:02d}" for n in range(11)]
     for lab, module in LAB_MODULES.items():
         assert module.startswith(f"lab{lab}_") and LABS[lab].__name__ == f"coursekit.labs.{module}"
         assert callable(LABS[lab].settings) and lab_gpus(lab) >= 1
+        assert LABS[lab].LAB == lab_declarations()[lab] and LABS[lab].GPUS == lab_gpus(lab), f"lab {lab}"
     assert {lab: lab_gpus(lab) for lab in LABS if lab_gpus(lab) > 1} == {"06": 2, "08": 2, "10": 2}
 
 

@@ -4,6 +4,7 @@ copies (``coursekit instructor setup``, ``exercises.strip_folder``) and the solv
 
 from pathlib import Path
 
+from coursekit.labs import lab_declarations
 from coursekit.labs.kit import exercises
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
@@ -25,6 +26,11 @@ def test_participants_get_the_scripts_they_always_had_and_nothing_else(tmp_path)
     handed = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.py"))
     assert handed == PARTICIPANT_SCRIPTS
     assert not any(p.is_symlink() for p in tmp_path.rglob("*"))
+
+
+def test_the_scripts_are_in_the_folders_the_labs_declare():
+    declared = sorted(folder for lab in lab_declarations().values() for folder in lab.script_folders)
+    assert sorted({name.split("/")[0] for name in PARTICIPANT_SCRIPTS}) == declared
 
 
 def test_the_scripts_are_not_kept_twice():

@@ -18,10 +18,16 @@ from typing import Any
 import torch
 
 from coursekit.labs.kit import experiments
+from coursekit.labs.kit.lab import Lab
 from coursekit.labs.kit.profiles import data_dir
 from coursekit.labs.kit.results import ResultsTable
 from coursekit.labs.kit.settings import QUIET, job_options, on_cifar10, workshop_budget
 from coursekit.train.config import TrainConfig
+
+# the lab, declared once (coursekit.labs.kit.lab): its lists derive from it; read as text, so literals only
+LAB = Lab(number="04", slug="lab04_mixed_precision", title="Mixed precision and tensor cores",
+          notebook="04_mixed_precision.ipynb", gpus=1, script_folders=("lab04_amp",),
+          recordings=("gpu_ladder",), exercises=("check_amp_script",))
 
 FP16_SMALLEST_SUBNORMAL = 2.0**-24
 FP16_SMALLEST_NORMAL = 2.0**-14
@@ -179,7 +185,7 @@ def formats_match(rows: Sequence[dict[str, Any]], tolerance: float | None = None
 
 # ----------------------------------------------------------------- the lab's numbers, per profile
 
-GPUS = 1  # GPUs the notebook needs at once in the gpu profile
+GPUS = LAB.gpus  # GPUs the notebook needs at once in the gpu profile
 # validation accuracy of bf16/fp16 minus fp32's of the same seed, averaged over the seeds (paired): on
 # Fashion-MNIST (cosine, 3 epochs, two seeds) the formats differed by up to 0.016 within a seed (+0.010, -0.014,
 # -0.006), while the seeds alone moved fp32 by 0.04: unpaired, one seed each, the seed would decide. The paired

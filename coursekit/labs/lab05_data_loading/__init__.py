@@ -20,10 +20,16 @@ from typing import Any
 
 from coursekit.course import course_dir
 from coursekit.labs.kit import experiments
+from coursekit.labs.kit.lab import Lab
 from coursekit.labs.kit.profiles import data_dir
 from coursekit.labs.kit.results import ResultsTable
 from coursekit.labs.kit.settings import QUIET, job_options, workshop_budget
 from coursekit.train.config import TrainConfig
+
+# the lab, declared once (coursekit.labs.kit.lab): its lists derive from it; read as text, so literals only
+LAB = Lab(number="05", slug="lab05_data_loading", title="Data loading and the profiler",
+          notebook="05_data_loading_profiler.ipynb", gpus=1, script_folders=("lab05_loader",),
+          recordings=("gpu_ladder",), exercises=("check_loader_script",))
 
 TRACE_GLOB = "*.pt.trace.json"
 PROFILE_DIR = "profile"
@@ -149,7 +155,7 @@ def top_operators_text(run_dir: str | Path, rows: int = 10) -> str:
 
 # ----------------------------------------------------------------- the lab's numbers, per profile
 
-GPUS = 1  # GPUs the notebook needs at once in the gpu profile
+GPUS = LAB.gpus  # GPUs the notebook needs at once in the gpu profile
 # the exercise's scripts, relative to the notebook folder (made from SCRIPTS: check_loader_script runs them)
 SCRIPT_PATHS = {"starving": "lab05_loader/train_starving.py", "fed": "lab05_loader/train_fed.py"}
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from coursekit.labs.kit.lab import Lab
 from coursekit.labs.kit.settings import QUIET, job_options, workshop_budget
 from coursekit.labs.lab06_data_parallel.buckets import (
     BF16_TIME,
@@ -73,6 +74,11 @@ from coursekit.labs.lab06_data_parallel.scaling import (
 from coursekit.labs.lab06_data_parallel.team import TeamPart, post_part, take_part, team_table
 from coursekit.train.config import TrainConfig
 
+# the lab, declared once (coursekit.labs.kit.lab): its lists derive from it; read as text, so literals only
+LAB = Lab(number="06", slug="lab06_data_parallel", title="Data parallelism",
+          notebook="06_data_parallelism.ipynb", gpus=2, script_folders=("lab06_ddp",),
+          recordings=("ddp_gpu",), exercises=("check_ddp_script",))
+
 __all__ = ["BF16_TIME", "EQUIVALENCE_TOLERANCE_CPU", "EXAMPLE_NCCL_LOG", "FLOAT_BYTES", "GPUS", "MB", "NcclReport",
            "ONE_BUCKET_MB", "OVERLAP_SHARE", "RichTable", "SCRIPTS", "SOCKETS_SLOWER", "SOCKET_ENV", "TeamPart",
            "allreduce_ms_per_mb", "bucket_overlap", "bucket_table", "ddp_equivalence", "describe_recording",
@@ -89,7 +95,8 @@ SCRIPTS = Path(__file__).resolve().parent / "scripts" / "lab06_ddp"
 
 # ----------------------------------------------------------------- the lab's numbers, per profile
 
-GPUS = 2  # GPUs the notebook needs at once in the gpu profile: its 2-process jobs (more: as many as the site has)
+GPUS = LAB.gpus  # GPUs the notebook needs at once in the gpu profile: its 2-process jobs (more: as many as
+# the site has)
 
 
 # Lab 06, gpu profile: what a room of participants costs. Each scaling job is ~1 min of start-up (NCCL,

@@ -37,6 +37,7 @@ the module's other names from ``coursekit.labs.lab07_large_batch.settings`` or f
 
 from __future__ import annotations
 
+from coursekit.labs.kit.lab import Lab
 from coursekit.labs.lab07_large_batch.analysis import (
     CHANCE,
     OPTIMIZER_TIE,
@@ -136,6 +137,11 @@ from coursekit.labs.lab07_large_batch.settings import (
     steps_per_epoch,
     typed_settings,
 )
+
+# the lab, declared once (coursekit.labs.kit.lab): its lists derive from it; read as text, so literals only
+LAB = Lab(number="07", slug="lab07_large_batch", title="Large-batch training",
+          notebook="07_large_batch.ipynb", gpus=1, script_folders=("lab07_rules",),
+          recordings=("large_batch_gpu",), exercises=("check_large_batch_rules",))
 
 __all__ = ["Arm", "CHANCE", "CPU_BASE_BATCH", "CPU_BASE_LR", "CPU_EPOCHS", "CPU_HOLDOUT", "CPU_LARGE", "CPU_MID",
            "CPU_SIDE", "CPU_STANDIN_VAL", "CPU_SUBSET", "CPU_TARGET_ACC", "CRITICAL_LR_FACTORS",

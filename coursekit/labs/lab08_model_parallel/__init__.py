@@ -33,6 +33,14 @@ from coursekit.labs.kit.settings import QUIET, job_options, workshop_budget
 from coursekit.train.config import TrainConfig
 from coursekit.train.memory import sharded_memory, sharding_table
 
+# isort: split
+# the lab, declared once (coursekit.labs.kit.lab): its lists derive from it; read as text, so literals only
+from coursekit.labs.kit.lab import Lab
+
+LAB = Lab(number="08", slug="lab08_model_parallel", title="Model parallelism",
+          notebook="08_model_parallelism.ipynb", gpus=2, script_folders=("lab08_fsdp", "lab08_pipeline"),
+          recordings=("model_parallel_gpu",), exercises=("check_fsdp_script", "check_pipeline_script"))
+
 # lab name -> (engine options, the formula's strategy in coursekit.train.memory)
 STRATEGIES: dict[str, tuple[dict[str, Any], str]] = {
     "serial": ({"parallel": "ddp"}, "ddp"),

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from coursekit.labs.kit.datasets import FASHION_MARK, FASHION_MNIST, STANDIN_MARK, fashion_notice, resolve
+from coursekit.labs.kit.lab import Lab
 from coursekit.labs.kit.profiles import data_dir
 from coursekit.labs.kit.settings import QUIET, job_options, on_cifar10, workshop_budget
 from coursekit.labs.lab09_race.claims import race_claims
@@ -50,6 +51,9 @@ from coursekit.labs.lab09_race.view import LeaderboardView, live_leaderboard, pl
 from coursekit.train.config import TrainConfig
 from coursekit.train.target import code_hash, config_hash
 
+# the lab, declared once (coursekit.labs.kit.lab): its lists derive from it; read as text, so literals only
+LAB = Lab(number="09", slug="lab09_race", title="The race", notebook="09_race.ipynb", gpus=1)
+
 __all__ = ["BASELINE", "DEFAULT_SEEDS", "LeaderboardView", "Rules", "append_run", "baseline_advice", "clear_round",
            "code_hash", "config_hash", "entries", "entry_name", "failures", "has_baseline", "has_entry", "is_theirs",
            "leaderboard_path", "live_leaderboard", "marks_of", "may_post_baseline", "own_runs_path",
@@ -57,7 +61,7 @@ __all__ = ["BASELINE", "DEFAULT_SEEDS", "LeaderboardView", "Rules", "append_run"
            "run_record", "settings", "standings", "verifier"]
 
 
-GPUS = 1  # GPUs the notebook needs at once in the gpu profile: the race is run on one GPU
+GPUS = LAB.gpus  # GPUs the notebook needs at once in the gpu profile: the race is run on one GPU
 
 
 # Lab 09: the race. The baseline fixes the task (data, validation set, target, evaluation cadence); the
