@@ -171,6 +171,19 @@ def test_room_shows_each_participants_exit_ticket_scores(course: Path, room: dic
     assert "exit_tickets" in instructor.room_fields(rows)
 
 
+def test_room_shows_each_participants_exercise_scores(course: Path, room: dict[str, Path],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lab 10's clinic saves the diagnoses through ``save_exercise_score`` (lab10_resilience/test_clinic.py):
+    the room's exercises column shows ada's latest score, bob's none."""
+    from coursekit.labs.kit.ticket import save_exercise_score
+
+    monkeypatch.setenv("COURSEKIT_PSEUDONYM", "ada")
+    assert save_exercise_score("10", 1, 4, {"A": {"solved": True}}, course=room["ada"]) is None
+    assert save_exercise_score("10", 3, 4, {"A": {"solved": True}}, course=room["ada"]) is None  # the latest
+    rows = instructor.room_table([room["ada"], room["bob"]], "ck")
+    assert {r["pseudonym"]: r["exercises"] for r in rows} == {"ada": "10 3/4", "bob": ""}
+
+
 def test_room_sets_the_rooms_predictions_beside_what_it_measured(course: Path, room: dict[str, Path],
                                                                  monkeypatch: pytest.MonkeyPatch,
                                                                  capsys: pytest.CaptureFixture) -> None:
