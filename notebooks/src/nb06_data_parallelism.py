@@ -382,8 +382,12 @@ profile.explain(gpu="The sweep's 8-GPU jobs span two nodes of 4 GPUs.",
 
 # %% tags=["nbval-ignore-output"]
 two_nodes = dp.two_node_options(site) if profile.is_cpu else None
+posted = {r["n_gpu"] for r in weak}
 if two_nodes is None:
     print("no separate 2-node job here (one machine, or the sweep's 8-GPU jobs already span nodes)")
+elif not {1, 2} <= posted:
+    print(f"the weak-scaling table has no run on {', '.join(str(n) for n in sorted({1, 2} - posted))} process(es) "
+          "yet (see the notes above the table): run the sweep's cells, then this one, again")
 else:
     across = labs.run_sweep([s.scaling_base.replace(batch_size=s.batch_per_gpu)], name=labs.job_name(pseudo, "nodes"),
                             **two_nodes, **s.job, timeout_s=s.timeout_s)
