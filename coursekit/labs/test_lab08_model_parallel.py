@@ -14,6 +14,7 @@ import torch
 from coursekit.labs import lab08_model_parallel as mp
 from coursekit.labs import lab_settings
 from coursekit.labs.kit import recorded
+from coursekit.labs.lab08_model_parallel import plan
 from coursekit.metrics import read_metrics, summary
 from coursekit.train import sweep
 from coursekit.train.config import TrainConfig, parse_args
@@ -311,7 +312,7 @@ def test_start_jobs_collects_what_run_jobs_returns_or_raises(monkeypatch):
             raise TimeoutError("the jobs did not end")
         return mp.ResultsTable([{"run": len(runs)}])
 
-    monkeypatch.setattr(mp, "run_jobs", fake_run_jobs)
+    monkeypatch.setattr(plan, "run_jobs", fake_run_jobs)  # start_jobs runs it from its module
     pending = mp.start_jobs([], name="mp", one_job=True, timeout_s=5)
     assert pending.results()[0]["run"] == 0
     assert seen == {"name": "mp", "bar": False, "one_job": True, "timeout_s": 5}  # no bar from the background
