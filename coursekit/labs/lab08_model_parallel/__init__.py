@@ -84,7 +84,7 @@ from coursekit.labs.lab08_model_parallel.plan import (
     start_jobs,
     strategy_runs,
 )
-from coursekit.labs.lab08_model_parallel.settings import GPUS, ModelParallelSettings, settings
+from coursekit.labs.lab08_model_parallel.settings import GPUS, ModelParallelSettings, settings, typed_settings
 from coursekit.labs.lab08_model_parallel.strategies import (
     GB,
     KEY_PREFIXES,
@@ -116,5 +116,5 @@ __all__ = [
     "pipeline_gain", "pipeline_speedup", "processes", "rank_state_bytes", "recorded_table", "run_jobs",
     "run_strategies", "schedule_spread", "settings", "seven_billion", "sharded_memory", "sharding_table", "shlex",
     "start_jobs", "strategy_config", "strategy_runs", "strategy_table", "time", "tp_allreduce_bytes",
-    "tp_split_parameters", "weights_difference", "weights_moved", "workshop_budget"
+    "tp_split_parameters", "typed_settings", "weights_difference", "weights_moved", "workshop_budget"
 ]
