@@ -16,8 +16,9 @@ lab06_data_parallel as dp; dp.sampler_orders(...)``):
 - ``team``: :func:`take_part` / :func:`post_part` / :func:`team_table` — the scaling sweep run once per team, each
   member one row, the results pooled in the course's shared folder (``kit/pool.py``).
 - ``nccl_log``: :func:`parse_nccl_log` — rings, trees and transports from an ``NCCL_DEBUG=INFO`` log.
-- ``ddp_check``, ``horovod``: the participant's DDP script checked, and its Horovod counterpart; the scripts
-  themselves (``train_serial.py``, ``train_ddp.py``, ``show_ranks.py``) ship in ``scripts/lab06_ddp/`` (``SCRIPTS``).
+- ``ddp_check`` (with ``ddp_verdicts``, what it judges), ``horovod``: the participant's DDP script checked, and its
+  Horovod counterpart; the scripts themselves (``train_serial.py``, ``train_ddp.py``, ``show_ranks.py``) ship in
+  ``scripts/lab06_ddp/`` (``SCRIPTS``).
 
 ``settings(profile)`` holds the lab's numbers (``profile.settings("06")``), ``GPUS`` the GPUs its notebook needs.
 """

@@ -36,7 +36,8 @@ from coursekit.labs.kit.exercise import ScriptExercise, TableReport
 from coursekit.labs.kit.script_check import CRASH_GRACE_S, FAIL, PASS, Check, read_text
 from coursekit.labs.kit.script_check import SKIP as SKIP  # the tests read it here
 from coursekit.labs.kit.script_check import STOP_GRACE_S as STOP_GRACE_S  # the tests read it here
-from coursekit.labs.lab08_model_parallel import STATE_PRECISION, STRATEGIES, fsdp_runner
+from coursekit.labs.lab08_model_parallel import fsdp_runner
+from coursekit.labs.lab08_model_parallel.strategies import STATE_PRECISION, STRATEGIES
 from coursekit.launch import held_ports
 from coursekit.train.memory import sharded_memory
 

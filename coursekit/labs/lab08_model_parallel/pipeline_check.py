@@ -32,7 +32,8 @@ import torch
 from coursekit.labs.kit import exercise
 from coursekit.labs.kit.exercise import ScriptExercise, TableReport
 from coursekit.labs.kit.script_check import FAIL, PASS, Check
-from coursekit.labs.lab08_model_parallel import STATE_PRECISION, fsdp_check
+from coursekit.labs.lab08_model_parallel import fsdp_check
+from coursekit.labs.lab08_model_parallel.strategies import STATE_PRECISION
 from coursekit.train.memory import sharded_memory
 
 SOLUTION = fsdp_check.SCRIPTS / "lab08_pipeline" / "train_pipeline.py"

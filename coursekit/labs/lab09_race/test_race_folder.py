@@ -121,7 +121,7 @@ def test_a_participant_cannot_claim_another_users_login_as_pseudonym(tmp_path: P
     me, other = (next((u for u in logins if u.pw_name == name), None) for name in ("bob", "ada"))
     if me is None or other is None:
         me, other = logins[0], logins[1]
-    monkeypatch.setattr(pool.os, "geteuid", lambda: me.pw_uid)  # this process, as that participant
+    monkeypatch.setattr(os, "geteuid", lambda: me.pw_uid)  # this process, as that participant
     with pytest.raises(PermissionError, match=f"{me.pw_name} may not post as '{other.pw_name}': it is the login of "
                        f"another user of this machine \\({other.pw_name}\\).*labs.choose_pseudonym"):
         pool.claim(other.pw_name, tmp_path)

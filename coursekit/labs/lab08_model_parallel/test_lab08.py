@@ -2,6 +2,7 @@
 (The strategies themselves are tested against serial training in coursekit/train/test_parallel_strategies.py; the
 notebook runs them as jobs.)"""
 
+import dataclasses
 import importlib.util
 import json
 import math
@@ -12,18 +13,18 @@ import pytest
 import torch
 
 from coursekit.labs import lab08_model_parallel as mp
-from coursekit.labs import lab_settings
 from coursekit.labs.kit import recorded
+from coursekit.labs.lab08_model_parallel import plan
 from coursekit.metrics import read_metrics, summary
 from coursekit.train import sweep
 from coursekit.train.config import TrainConfig, parse_args
 from coursekit.train.sweep import run_folder, split_groups
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+BENCH = Path(__file__).resolve().parents[3] / "bench"
 
 
 def base() -> TrainConfig:
-    return lab_settings("08", "cpu").base
+    return mp.typed_settings("cpu").base
 
 
 def test_data_parallel_strategies_split_the_global_batch_and_the_others_keep_it():
@@ -99,7 +100,7 @@ def test_one_job_puts_the_runs_of_a_shape_into_one_job_and_reads_each_run(tmp_pa
 def test_the_labs_job_command_runs_each_group_and_checkpointing_keeps_the_weights_training_moves(tmp_path):
     """The engine's sweep on the lab's job command, one process (no process group): serial and checkpointed training end with the same weights, and those
     moved far more than the cpu profile's tolerance (a strategy that skipped updates could not pass)."""
-    s = lab_settings("08", "cpu")
+    s = mp.typed_settings("cpu")
     serial, checkpointed = (mp.strategy_config(s.base, name, tmp_path) for name in ("serial", "checkpointed"))
     words = shlex.split(mp.group_command([serial.replace(out=str(tmp_path / "runs")), checkpointed]))[2:]
     assert sweep.main(words) == 0
@@ -237,13 +238,13 @@ GPU_BUBBLES = {("gpipe", 1): 0.538, ("gpipe", 2): 0.416, ("gpipe", 4): 0.324, ("
 
 
 def test_the_bubble_claim_is_a_relative_excess_that_fails_a_doubled_bubble():
-    limit = lab_settings("08", "gpu").bubble_excess_rel
+    limit = mp.typed_settings("gpu").bubble_excess_rel
     holds, detail = mp.bubble_excess(_bubble_rows(GPU_BUBBLES), limit)
     assert holds and "gpipe m=1: +8%" in detail and "1f1b m=4: +66%" in detail
     # planted: at m = 4 a bubble twice the theory (0.4 against 0.2) passed the old absolute 0.2; it fails now
     assert not mp.bubble_excess(_bubble_rows({**GPU_BUBBLES, ("gpipe", 4): 0.4}), limit)[0]
     assert not mp.bubble_excess(_bubble_rows({**GPU_BUBBLES, ("1f1b", 2): None}), limit)[0]  # a row unmeasured
-    cpu = lab_settings("08", "cpu").bubble_excess_rel
+    cpu = mp.typed_settings("cpu").bubble_excess_rel
     assert mp.bubble_excess(_bubble_rows({("gpipe", 1): 0.503, ("gpipe", 4): 0.218}), cpu)[0]
     # no overlap at all: every stage idles half of the step whatever m is
     assert not mp.bubble_excess(_bubble_rows({("gpipe", 1): 0.5, ("gpipe", 4): 0.5}), cpu)[0]
@@ -290,7 +291,7 @@ def test_the_equality_claim_sees_a_missing_one_over_n_with_sgd_and_not_with_adam
         moved = (serial - start).abs().max().item()
         holds, _ = mp.equal_to_serial({"forgot_1/N": (summed - serial).abs().max().item()}, moved, 0.5)
         assert holds != caught
-    assert lab_settings("08", "cpu").base.optimizer == lab_settings("08", "gpu").base.optimizer == "sgd"
+    assert mp.typed_settings("cpu").base.optimizer == mp.typed_settings("gpu").base.optimizer == "sgd"
 
 
 def test_the_transfer_questions_of_the_exit_ticket():
@@ -311,7 +312,7 @@ def test_start_jobs_collects_what_run_jobs_returns_or_raises(monkeypatch):
             raise TimeoutError("the jobs did not end")
         return mp.ResultsTable([{"run": len(runs)}])
 
-    monkeypatch.setattr(mp, "run_jobs", fake_run_jobs)
+    monkeypatch.setattr(plan, "run_jobs", fake_run_jobs)  # start_jobs runs it from its module
     pending = mp.start_jobs([], name="mp", one_job=True, timeout_s=5)
     assert pending.results()[0]["run"] == 0
     assert seen == {"name": "mp", "bar": False, "one_job": True, "timeout_s": 5}  # no bar from the background
@@ -321,9 +322,21 @@ def test_start_jobs_collects_what_run_jobs_returns_or_raises(monkeypatch):
 
 @pytest.mark.parametrize("profile", ["cpu", "gpu"])
 def test_the_memory_claim_fails_a_zero1_that_kept_the_whole_optimizer_state(profile):
-    s = lab_settings("08", profile)
+    s = mp.typed_settings(profile)
     psi = 1_000_000
     unsharded, zero1 = (mp.formula_bytes(s.base, strategy, 2, psi) for strategy in ("ddp", "zero1"))
     assert unsharded / zero1 == pytest.approx(12 / 10)  # SGD with momentum, fp32: 4 + 4 + 4 against 4 + 4 + 4/2
     assert abs(unsharded / zero1 - 1) > s.memory_tolerance  # planted: the claim's test fails it
     assert abs(1.002 - 1) <= s.memory_tolerance  # the largest ratio measured on GPUs passes
+
+
+@pytest.mark.parametrize("profile", ["gpu", "cpu"])
+def test_the_settings_are_one_frozen_dataclass_and_its_dict_keeps_their_order(profile):
+    typed = mp.typed_settings(profile)
+    assert isinstance(typed, mp.ModelParallelSettings)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        typed.n_processes = 4
+    names = [f.name for f in dataclasses.fields(typed)]
+    values = mp.settings(profile)
+    assert list(values) == [n for n in names if n != "budget" or profile == "gpu"]  # cpu: no budget to show
+    assert all(values[n] == getattr(typed, n) for n in values) and isinstance(typed.base, TrainConfig)
