@@ -11,7 +11,7 @@ One command on a machine with 2 or 4 GPUs (no Slurm needed; about 5 minutes on 2
     "task" binding (CUDA_VISIBLE_DEVICES = its own GPU), bus bandwidth, NCCL's transports and ResNet-50
     images/s for both; (d) bucket_cap_mb sweep and gradient accumulation with and without no_sync, step
     time; (e) an NCCL_DEBUG=INFO log per binding (rings, trees, transports) for the notebook; and lab 06's
-    participant script (lab06_ddp/train_ddp.py: its solution in coursekit/labs/lab06_data_parallel/scripts/, plain
+    participant script (lab06_data_parallel/train_ddp.py: its solution in coursekit/labs/lab06_data_parallel/scripts/, plain
     PyTorch DDP) on the same GPU counts.
 Throughputs are medians over step windows after the warm-up steps. Writes bench/results/ddp_gpu.json, the
 run logs next to it (``ddp_gpu_logs/``, not kept in git), and bench/REPORT-ddp.md (bench/report_ddp.py);
@@ -54,7 +54,7 @@ FLOAT_BYTES = 4
 TRANSPORTS = ("P2P", "SHM", "NET", "CollNet", "NVLS")
 TARGET_EFFICIENCY = {2: 0.93, 4: 0.90, 8: 0.85}
 PARTS = ("scaling", "busbw", "binding", "buckets", "script")
-SCRIPT = ROOT / "coursekit" / "labs" / "lab06_data_parallel" / "scripts" / "lab06_ddp" / "train_ddp.py"  # its solution
+SCRIPT = ROOT / "coursekit" / "labs" / "lab06_data_parallel" / "scripts" / "lab06_data_parallel" / "train_ddp.py"  # its solution
 EPOCH_LINE = re.compile(r"^epoch (\d+)/\d+ .*val_acc ([\d.]+)\s+([\d.]+) img/s", re.MULTILINE)
 
 
@@ -75,7 +75,7 @@ class Profile:
     accumulation: int
     busbw_sizes: tuple[int, ...]  # bytes
     busbw_iters: int
-    script_args: tuple[str, ...]  # lab 06's participant script (lab06_ddp/train_ddp.py)
+    script_args: tuple[str, ...]  # lab 06's participant script (lab06_data_parallel/train_ddp.py)
 
 
 GPU = Profile("gpu", "cuda", "resnet50", 224, "bf16", 256, 50, 10, 5, (1.0, 25.0, 1000.0), 4,

@@ -55,7 +55,7 @@ GPU_ENV = {"MPLBACKEND": "Agg", "NCCL_NVLS_ENABLE": "0",
 
 
 def find_notebooks(selectors: list[str]) -> list[Path]:
-    """``06`` or ``06_data_parallelism`` or a path -> notebook paths; no selector: every lab."""
+    """``06`` or ``06_data_parallel`` or a path -> notebook paths; no selector: every lab."""
     every = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
     if not selectors:
         return every
@@ -192,7 +192,8 @@ def write_report(results_files: list[Path], report: Path = REPORT) -> None:
     for results_file in results_files:
         data = read_json(results_file, "notebooks_gpu.py record")
         for run in data["notebooks"]:
-            runs[run["notebook"]] = {**run, "machine": data["machine"], "command": data["command"],
+            # one row per lab, by its number: a notebook renamed since (05_data_loading_profiler) is the same lab
+            runs[run["notebook"][:2]] = {**run, "machine": data["machine"], "command": data["command"],
                                      "date": data["date"], "notes": data.get("notes", "")}
     lines = ["# Labs' gpu profile, run end to end on a GPU machine",
              "",
@@ -201,14 +202,15 @@ def write_report(results_files: list[Path], report: Path = REPORT) -> None:
              "",
              "| notebook | passed | wall time | claims (holds / fails / not checked / not seen, reported) | machine | date |",
              "| --- | --- | --- | --- | --- | --- |"]
-    for name, run in sorted(runs.items()):
+    for _, run in sorted(runs.items()):
+        name = run["notebook"]
         counts = [sum(c["verdict"] == v for c in run["claims"]) for v in VERDICTS]
         m = run["machine"]
         lines.append(f"| {name} | {'yes' if run['passed'] else '**no**'} | {run['wall_s'] / 60:.1f} min | "
                      f"{' / '.join(map(str, counts))} | {m.get('gpus')}× {m.get('gpu_name')}, torch "
                      f"{m.get('torch')}, CUDA {m.get('cuda')} | {run['date']} |")
-    for name, run in sorted(runs.items()):
-        lines += ["", f"## {name}", "", f"Command: `{run['command']}`", ""]
+    for _, run in sorted(runs.items()):
+        lines += ["", f"## {run['notebook']}", "", f"Command: `{run['command']}`", ""]
         if run["notes"]:
             lines += [f"Note: {run['notes']}", ""]
         for claim in run["claims"]:

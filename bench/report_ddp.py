@@ -142,7 +142,7 @@ def render(result: dict[str, Any], logs_dir: Path | str = "bench/results/ddp_gpu
                   "", *buckets_section(result["buckets"]), ""]
     if result.get("script"):
         lines += ["## Lab 06's participant script beside the engine", "",
-                  "`lab06_ddp/train_ddp.py` (its solution, plain PyTorch DDP, a small CNN on 12×12 images: launch and "
+                  "`lab06_data_parallel/train_ddp.py` (its solution, plain PyTorch DDP, a small CNN on 12×12 images: launch and "
                   "synchronisation dominate, not compute) through torchrun, images/s of its last epoch:", "",
                   "| processes | options | images/s | speed-up | val_acc |", "|---|---|---|---|---|",
                   *[f"| {r['world_size']} | `{' '.join(r['options'])}` | {_num(r.get('img_s'))} | "

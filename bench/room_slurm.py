@@ -52,7 +52,7 @@ from robust import check_writable, missing, save_text  # noqa: E402
 
 from coursekit import slurm_cli  # noqa: E402
 
-NOTEBOOK = "00_cluster_from_the_notebook.ipynb"
+NOTEBOOK = "00_cluster.ipynb"
 JOB_PREFIX = "ws-"
 SPAWN_TIMEOUT_S = 600
 NOTEBOOK_TIMEOUT_S = 1800

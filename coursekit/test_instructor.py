@@ -44,11 +44,11 @@ def test_setup_writes_the_course_and_notebooks_without_solutions(course: Path, c
     text = (course / "coursekit.toml").read_text()
     assert 'job_prefix = "dl9"' in text and 'account = "abc"' in text and 'site = "local"' in text
     copies = sorted(p.name for p in (course / "notebooks").glob("*.ipynb"))
-    assert "09_race.ipynb" in copies and "00_cluster_from_the_notebook.ipynb" in copies
+    assert "09_race.ipynb" in copies and "00_cluster.ipynb" in copies
     assert not any("### BEGIN SOLUTION" in (course / "notebooks" / name).read_text() for name in copies)
     from coursekit.labs.kit.exercises import BEGIN, kit_scripts
 
-    scripts = [course / "notebooks" / name for name in kit_scripts()]  # lab06_ddp/train_ddp.py ..., from the package
+    scripts = [course / "notebooks" / name for name in kit_scripts()]  # lab06_data_parallel/train_ddp.py ..., from the package
     assert scripts and all(p.is_file() and not p.is_symlink() and BEGIN not in p.read_text() for p in scripts)
     from coursekit.labs.kit.participant import job_name
     from coursekit.labs.kit.profiles import data_dir

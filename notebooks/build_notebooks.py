@@ -28,8 +28,8 @@ of a code cell become tags too. Magics are commented out and back with jupytext'
 ``jupytext --to ipynb`` reads a source as this builder does (plus a first cell: the docstring).
 
 Runs use the local site and a temporary course folder, like notebooks/conftest.py does under nbval.
-Every run also links the participants' scripts into this folder (``lab06_ddp/train_ddp.py`` -> the package's
-``labs/lab06_data_parallel/scripts/lab06_ddp/train_ddp.py``, their only copy; git-ignored), as the notebooks
+Every run also links the participants' scripts into this folder (``lab06_data_parallel/train_ddp.py`` -> the package's
+``labs/lab06_data_parallel/scripts/lab06_data_parallel/train_ddp.py``, their only copy; git-ignored), as the notebooks
 open them. What participants open in JupyterLab is cleaned on the way: nbval's comment markers become cell tags,
 the temporary course folder reads ``~/course``, and a live widget (the queue view, a progress bar),
 whose state JupyterLab does not restore, is stored as its last rendering.

@@ -29,7 +29,7 @@ every process under it, recorded before cancelling), then stops those still ther
   this process to end; unless told by a line on its pipe that the run ended normally, it cancels the jobs
   and deletes the folder this process made. It touches nothing outside that course folder.
 
-Scripts: the notebooks open the participants' scripts beside them (``lab07_rules/my_rules.py``), whose only
+Scripts: the notebooks open the participants' scripts beside them (``lab07_large_batch/my_rules.py``), whose only
 copy is the package's; ``pytest_configure`` links them into this folder (``exercises.link_kit_scripts``,
 git-ignored), so that a fresh clone runs the notebooks with no build step.
 
@@ -66,10 +66,10 @@ PSEUDONYM_ENV = "COURSEKIT_PSEUDONYM"  # labs 01-09 take the pseudonym chosen in
 MADE_ENV = "COURSEKIT_NBVAL_COURSE"  # the course folder this conftest made (inherited by xdist's workers)
 # notebooks that CI runs as a participant does, not by the local nbval run -> the test that runs them
 RUN_ELSEWHERE = {
-    "00_cluster_from_the_notebook.ipynb": "tests/hub/test_hub_browser.py",  # in a JupyterHub server, on Slurm
-    "06_data_parallelism.ipynb": "tests/browser/test_participant_ddp.py",  # the participant's copy, on Slurm
+    "00_cluster.ipynb": "tests/hub/test_hub_browser.py",  # in a JupyterHub server, on Slurm
+    "06_data_parallel.ipynb": "tests/browser/test_participant_ddp.py",  # the participant's copy, on Slurm
     "04_mixed_precision.ipynb": "tests/browser/test_participant_exercises.py",  # the participant's copy
-    "05_data_loading_profiler.ipynb": "tests/browser/test_participant_exercises.py",
+    "05_data_loading.ipynb": "tests/browser/test_participant_exercises.py",
     "10_resilience.ipynb": "tests/browser/test_participant_exercises.py",
     "09_race.ipynb": "tests/hub/test_hub_browser.py",  # bob's copy on the hub, the instructor's baseline
 }

@@ -17,7 +17,7 @@ from coursekit.train.config import TrainConfig
 
 # the lab, declared once (coursekit.labs.kit.lab): its lists derive from it; read as text, so literals only
 LAB = Lab(number="00", slug="lab00_cluster", title="The cluster from the notebook",
-          notebook="00_cluster_from_the_notebook.ipynb", gpus=1)
+          notebook="00_cluster.ipynb", gpus=1)
 
 # ----------------------------------------------------------------- the lab's numbers, per profile
 

@@ -193,10 +193,10 @@ def test_an_undeclared_or_doubly_declared_notebook_is_reported():
 
 
 def test_an_undeclared_or_missing_script_folder_is_reported(tmp_path):
-    assert script_folder_problems(_planted("05", script_folders=("lab05_loader", "lab05_other")), LABS_FOLDER) == [
+    assert script_folder_problems(_planted("05", script_folders=("lab05_data_loading", "lab05_other")), LABS_FOLDER) == [
         "lab 05 declares script folder lab05_data_loading/lab05_other, which does not exist"]
-    assert script_folder_problems(_planted("08", script_folders=("lab08_fsdp",)), LABS_FOLDER) == [
-        "script folder lab08_model_parallel/lab08_pipeline is declared by no lab"]
+    assert script_folder_problems(_planted("08", script_folders=()), LABS_FOLDER) == [
+        "script folder lab08_model_parallel/lab08_model_parallel is declared by no lab"]
     (tmp_path / "lab00_cluster" / "scripts" / "lab00_new").mkdir(parents=True)
     assert script_folder_problems(DECLARED.values(), tmp_path)[0] == (
         "script folder lab00_cluster/lab00_new is declared by no lab")
@@ -208,7 +208,7 @@ def test_a_missing_or_undeclared_recording_is_reported():
         "lab 09 declares recording race_gpu, which is not packaged"]
     assert recording_problems(_planted("06", recordings=()), packaged, {"06": {"ddp_gpu"}}) == [
         "recording ddp_gpu is declared by no lab",
-        "notebook 06_data_parallelism.ipynb loads recording ddp_gpu, which lab 06 does not declare"]
+        "notebook 06_data_parallel.ipynb loads recording ddp_gpu, which lab 06 does not declare"]
 
 
 def test_an_undeclared_exercise_is_reported():
@@ -235,7 +235,7 @@ def test_a_title_that_is_not_the_heading_is_reported():
     ({"slug": "lab06_data_loading"}, "slug='lab06_data_loading': must start with 'lab05_'"),
     ({"notebook": "5_data.ipynb"}, "must be '05_<name>.ipynb'"),
     ({"gpus": 0}, "gpus=0: a whole number of GPUs"),
-    ({"script_folders": "lab05_loader"}, "script_folders='lab05_loader': a tuple of names"),
+    ({"script_folders": "lab05_data_loading"}, "script_folders='lab05_data_loading': a tuple of names"),
     ({"exercises": ("loader_script",)}, "the names of labs.check_\\* functions"),
 ])
 def test_a_wrong_declaration_says_what_is_wrong(changes, error):

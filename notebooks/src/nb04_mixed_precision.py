@@ -286,8 +286,8 @@ print({rung: f"{share:.1%}" for rung, share in share_of_peak.items()})
 # %% [markdown] tags=["exercise"]
 # ## 7. Your turn: mixed precision in a plain training loop
 #
-# The engine did it for you above. Now do it yourself. `lab04_amp/train_fp32.py` is a plain PyTorch
-# loop: a small MLP on generated data, in float32. Your copy of `lab04_amp/train_amp.py` is the same
+# The engine did it for you above. Now do it yourself. `lab04_mixed_precision/train_fp32.py` is a plain PyTorch
+# loop: a small MLP on generated data, in float32. Your copy of `lab04_mixed_precision/train_amp.py` is the same
 # script with a `TODO` where each change goes:
 #
 # 1. a `torch.amp.GradScaler`, enabled for float16 only;
@@ -321,7 +321,7 @@ print({rung: f"{share:.1%}" for rung, share in share_of_peak.items()})
 
 # %% tags=["exercise", "nbval-ignore-output"]
 ### BEGIN SOLUTION
-my_script = s.scripts["amp"]  # the solution: lab04_amp/train_amp.py
+my_script = s.scripts["amp"]  # the solution: lab04_mixed_precision/train_amp.py
 ### END SOLUTION
 report = labs.check_amp_script(my_script)
 report

@@ -124,7 +124,7 @@ print(f"linear: lr {linear_lr:.2f}, square root: lr {sqrt_lr:.3f}, warm-up: {war
 # %% [markdown]
 # ### The rules in code
 #
-# Open `lab07_rules/my_rules.py` and fill in its four TODOs:
+# Open `lab07_large_batch/my_rules.py` and fill in its four TODOs:
 #
 # 1. `scaled_lr(base_lr, base_batch, batch)`: the linear scaling rule;
 # 2. and 3. `warmup_then_decay(step, warmup_steps, total_steps)`: the factor of the peak learning rate at each
@@ -137,7 +137,7 @@ print(f"linear: lr {linear_lr:.2f}, square root: lr {sqrt_lr:.3f}, warm-up: {war
 # The table under the report shows the local learning rate it finds for each layer.
 
 # %% tags=["nbval-ignore-output"]
-my_rules = "lab07_rules/my_rules.py"  # your copy: fill in the TODOs, save, and run this cell again
+my_rules = "lab07_large_batch/my_rules.py"  # your copy: fill in the TODOs, save, and run this cell again
 report = labs.check_large_batch_rules(my_rules)
 report
 

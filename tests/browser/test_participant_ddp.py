@@ -35,8 +35,8 @@ from coursekit.labs.kit import exercises
 
 pytestmark = pytest.mark.slurm  # also an integration test: its jobs go to the local Slurm
 
-NOTEBOOK = "06_data_parallelism.ipynb"
-SCRIPT = "lab06_ddp/train_ddp.py"
+NOTEBOOK = "06_data_parallel.ipynb"
+SCRIPT = "lab06_data_parallel/train_ddp.py"
 OPEN_TIMEOUT_S = 45
 RUN_ALL_TIMEOUT_S = 600  # ~25 job processes, each importing torch (~6 CPU-s), on a busy 2-core machine
 NOTEBOOK_ANSWER = f'my_script = "{SCRIPT}"'

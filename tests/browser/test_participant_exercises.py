@@ -49,7 +49,7 @@ class Exercise:
 
 
 AMP = Exercise(
-    notebook="04_mixed_precision.ipynb", script="lab04_amp/train_amp.py", solution_mark="scaler.scale(loss)",
+    notebook="04_mixed_precision.ipynb", script="lab04_mixed_precision/train_amp.py", solution_mark="scaler.scale(loss)",
     script_answers=(
         'scaler = torch.amp.GradScaler(device.type, enabled=(args.dtype == "float16"))',
         """with torch.autocast(device_type=device.type, dtype=dtype):
@@ -61,14 +61,14 @@ scaler.step(optimizer)
 scaler.update()""",
         "scale = scaler.get_scale() if scaler.is_enabled() else 1.0",
     ),
-    answers={"labs.check_amp_script(": 'my_script = "lab04_amp/train_amp.py"',
+    answers={"labs.check_amp_script(": 'my_script = "lab04_mixed_precision/train_amp.py"',
              "labs.predict(": "my_guess = 2",
              "share_of_peak.items()": 'share_of_peak = {row["rung"]: row["tflops"] / peaks[row["rung"].split("+")[0]] '
                                       'for row in (ladder or []) if peaks[row["rung"].split("+")[0]]}',
              "ticket.grade(": 'answers = {"lowest_loss": min(losses, key=losses.get), "skipped_steps": 0}'},
     passed="all checks pass")
 LOADER = Exercise(
-    notebook="05_data_loading_profiler.ipynb", script="lab05_loader/train_fed.py", solution_mark="num_workers=4",
+    notebook="05_data_loading.ipynb", script="lab05_data_loading/train_fed.py", solution_mark="num_workers=4",
     script_answers=(
         """loader = DataLoader(dataset, batch_size, shuffle=True, drop_last=True,
                     num_workers=4, pin_memory=True, persistent_workers=True, prefetch_factor=4)
@@ -78,7 +78,7 @@ labels = labels.to(device, non_blocking=True)
 return images, labels""",
     ),
     answers={"labs.predict(": "my_guess = 50",
-             "labs.check_loader_script(": 'my_script = "lab05_loader/train_fed.py"',
+             "labs.check_loader_script(": 'my_script = "lab05_data_loading/train_fed.py"',
              "from_trace:": 'from_trace = trace["dataloader_share"]\nfrom_metrics = table[0]["data_fraction"]',
              "ticket.grade(": 'answers = {"least_waiting": least["loader"], "profiled_steps": trace["steps"]}'},
     passed="all checks pass")

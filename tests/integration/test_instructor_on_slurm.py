@@ -37,7 +37,7 @@ def test_instructor_follows_cancels_and_gathers_the_course_on_slurm(course: Path
     code = cli.main(["instructor", "setup", str(course), "--site", "slurm", "--job-prefix", prefix, "--force"])
     out = capsys.readouterr().out
     assert code in (0, 1) and "coursekit.toml" in out and "slurm" in out.lower()  # the doctor ran on the site
-    assert (course / "notebooks" / "00_cluster_from_the_notebook.ipynb").exists()
+    assert (course / "notebooks" / "00_cluster.ipynb").exists()
 
     run = coursekit.submit_jobs(TINY_RUN, name=f"{prefix}-bob-mlp", time_max="00:05:00")[0]
     ours = coursekit.submit_jobs(SLEEP, name=f"{prefix}-ada-sleep", time_max="00:10:00")[0]

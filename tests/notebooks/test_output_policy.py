@@ -55,7 +55,7 @@ KIT_LINES = re.compile("|".join([
 ]), re.MULTILINE)
 SETTINGS_HEADER = re.compile(r"^Lab \d\d settings \((cpu|gpu) profile\):$", re.MULTILINE)
 SETTING_LINE = re.compile(r"^(  \w+ = .*|REAL DATA: .*)$", re.MULTILINE)  # under that header
-# a number as printed: not the digits inside a name (resnet18, fp32, lab06_ddp, 2^-24's exponent counts)
+# a number as printed: not the digits inside a name (resnet18, fp32, lab06_data_parallel, 2^-24's exponent counts)
 NUMBER = re.compile(r"(?<![A-Za-z_\d.^])[-+]?\d+(?:[.,]\d+)*(?:[eE][-+]?\d+)?(?:\s*%)?")
 DECIMAL = re.compile(r"\d\.\d|\d[eE][-+]?\d|%")
 HTML_TAG = re.compile(r"<[^>]*>")

@@ -11,11 +11,11 @@ NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 # what a participant's copy holds beside the notebooks: these paths are in the notebooks' text and the checkers'
 # messages, and participants know them
 PARTICIPANT_SCRIPTS = [
-    "lab04_amp/train_amp.py", "lab04_amp/train_fp32.py",
-    "lab05_loader/train_fed.py", "lab05_loader/train_starving.py",
-    "lab06_ddp/show_ranks.py", "lab06_ddp/train_ddp.py", "lab06_ddp/train_serial.py",
-    "lab07_rules/my_rules.py",
-    "lab08_fsdp/train_fsdp.py", "lab08_pipeline/train_pipeline.py",
+    "lab04_mixed_precision/train_amp.py", "lab04_mixed_precision/train_fp32.py",
+    "lab05_data_loading/train_fed.py", "lab05_data_loading/train_starving.py",
+    "lab06_data_parallel/show_ranks.py", "lab06_data_parallel/train_ddp.py", "lab06_data_parallel/train_serial.py",
+    "lab07_large_batch/my_rules.py",
+    "lab08_model_parallel/train_fsdp.py", "lab08_model_parallel/train_pipeline.py",
     "lab10_resilience/train_resume.py",
 ]
 

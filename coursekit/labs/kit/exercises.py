@@ -10,7 +10,7 @@ A markdown cell tagged ``solution`` (an answer in words) becomes "*Your answer h
 copy holds no outputs at all: the solved notebook's results, claims and checker verdicts would look like
 the participant's own before anything ran (and after Run All stops at an exercise).
 
-The scripts participants complete (``lab06_ddp/train_ddp.py``: a script, not a cell) have one copy, in the
+The scripts participants complete (``lab06_data_parallel/train_ddp.py``: a script, not a cell) have one copy, in the
 package: ``labs/<lab>/scripts/<folder>/<name>.py`` is ``<folder>/<name>.py`` beside the notebooks
 (``kit_scripts``; the checkers read the same files as their solutions). A participant's copy gets them
 stripped, their solution blocks replaced by::
@@ -147,7 +147,7 @@ def notebooks_in(folder: Path) -> list[Path]:
 
 def kit_scripts() -> dict[str, Path]:
     """The participants' scripts as the labs ship them, their only copy: the name in a notebook folder
-    (``lab06_ddp/train_ddp.py``) -> the package's file (``labs/lab06_data_parallel/scripts/lab06_ddp/...``)."""
+    (``lab06_data_parallel/train_ddp.py``) -> the package's file (``labs/lab06_data_parallel/scripts/lab06_data_parallel/...``)."""
     found: dict[str, Path] = {}
     for path in sorted(LABS_FOLDER.glob(KIT_SCRIPT_GLOB)):
         name = path.relative_to(path.parents[1]).as_posix()

@@ -26,7 +26,7 @@ class Lab:
 
     - ``number``: "00" ... "10"; ``slug``: the module or folder in ``coursekit/labs/`` (``lab05_data_loading``);
     - ``title``: one line (``Data loading``), the notebook's first heading after the dash;
-    - ``notebook``: the file in ``notebooks/`` (``05_data_loading_profiler.ipynb``); its source is ``source``;
+    - ``notebook``: the file in ``notebooks/`` (``05_data_loading.ipynb``); its source is ``source``;
     - ``gpus``: GPUs the notebook needs at once in the gpu profile (the module's ``GPUS``);
     - ``script_folders``: the participants' script folders it ships, ``coursekit/labs/<slug>/scripts/<folder>/``;
     - ``recordings``: the packaged GPU recordings (``coursekit/labs/recordings/<name>.json``) it reads;
@@ -63,7 +63,7 @@ class Lab:
 
     @property
     def source(self) -> str:
-        """The notebook's source in ``notebooks/src/`` (``nb05_data_loading_profiler.py``)."""
+        """The notebook's source in ``notebooks/src/`` (``nb05_data_loading.py``)."""
         return f"nb{self.notebook.removesuffix('.ipynb')}.py"
 
     @property

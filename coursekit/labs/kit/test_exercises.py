@@ -146,23 +146,23 @@ def test_the_kits_scripts_are_handed_out_from_the_package_and_linked_for_the_sol
     """The package's ``labs/<lab>/scripts/<folder>/`` is the only copy: participants get ``<folder>/`` stripped,
     the solved notebooks a link to each file; an edited copy in the notebook folder is refused, not lost."""
     kit = exercises.kit_scripts()
-    assert "lab06_ddp/train_ddp.py" in kit and all(path.is_file() for path in kit.values())
+    assert "lab06_data_parallel/train_ddp.py" in kit and all(path.is_file() for path in kit.values())
     source, target = tmp_path / "notebooks", tmp_path / "handout"
     source.mkdir()
     reports = {r.notebook: r.code_blocks for r in exercises.strip_folder(source, target)}
-    assert reports.keys() == kit.keys() and reports["lab06_ddp/train_ddp.py"] > 0
-    handed = (target / "lab06_ddp" / "train_ddp.py").read_text()
+    assert reports.keys() == kit.keys() and reports["lab06_data_parallel/train_ddp.py"] > 0
+    handed = (target / "lab06_data_parallel" / "train_ddp.py").read_text()
     assert exercises.SCRIPT_PLACEHOLDER_RAISE in handed and exercises.BEGIN not in handed
     assert not any(p.is_symlink() for p in target.rglob("*"))  # participants get files of their own
 
     assert len(exercises.link_kit_scripts(source)) == len(kit)
     assert exercises.link_kit_scripts(source) == []  # already there
-    link = source / "lab06_ddp" / "train_ddp.py"
-    assert link.is_symlink() and link.resolve() == kit["lab06_ddp/train_ddp.py"].resolve()
+    link = source / "lab06_data_parallel" / "train_ddp.py"
+    assert link.is_symlink() and link.resolve() == kit["lab06_data_parallel/train_ddp.py"].resolve()
     again = {r.notebook: r.code_blocks for r in exercises.strip_folder(source, tmp_path / "again")}
     assert again == reports  # the links are the kit's files, not scripts of the folder's own
     link.unlink()
-    link.write_text(kit["lab06_ddp/train_ddp.py"].read_text())  # an unchanged copy: replaced by the link
+    link.write_text(kit["lab06_data_parallel/train_ddp.py"].read_text())  # an unchanged copy: replaced by the link
     assert exercises.link_kit_scripts(source) == [link] and link.is_symlink()
     link.unlink()
     link.write_text("edited\n")

@@ -4,8 +4,8 @@ Small, exact demonstrations (they run in the kernel in milliseconds) and two mea
 run as jobs on a GPU (``matmul_tflops``) or anywhere (``training_flop_per_image``).
 
 ``amp_check``: the participant's mixed-precision script checked (``labs.check_amp_script``); the scripts
-themselves (``train_fp32.py``, ``train_amp.py``) ship in ``scripts/lab04_amp/`` (``SCRIPTS``), the only copy: the
-participants' ``lab04_amp/`` is made from it (``labs/kit/exercises.py``).
+themselves (``train_fp32.py``, ``train_amp.py``) ship in ``scripts/lab04_mixed_precision/`` (``SCRIPTS``), the only copy: the
+participants' ``lab04_mixed_precision/`` is made from it (``labs/kit/exercises.py``).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from coursekit.train.config import TrainConfig
 
 # the lab, declared once (coursekit.labs.kit.lab): its lists derive from it; read as text, so literals only
 LAB = Lab(number="04", slug="lab04_mixed_precision", title="Mixed precision and tensor cores",
-          notebook="04_mixed_precision.ipynb", gpus=1, script_folders=("lab04_amp",),
+          notebook="04_mixed_precision.ipynb", gpus=1, script_folders=("lab04_mixed_precision",),
           recordings=("gpu_ladder",), exercises=("check_amp_script",))
 
 FP16_SMALLEST_SUBNORMAL = 2.0**-24
@@ -36,7 +36,7 @@ TF32_MANTISSA_BITS = 10
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 MATMUL_WARMUP = 3
 MATMUL_REPEATS = 20
-SCRIPTS = Path(__file__).resolve().parent / "scripts" / "lab04_amp"  # the participants' lab04_amp/ is made from it
+SCRIPTS = Path(__file__).resolve().parent / "scripts" / "lab04_mixed_precision"  # the participants' lab04_mixed_precision/ is made from it
 submit_sweeps = experiments.submit_sweeps  # the notebook's sweep and ladder, submitted together as one job
 
 
@@ -193,7 +193,7 @@ GPUS = LAB.gpus  # GPUs the notebook needs at once in the gpu profile
 # A format that breaks training misses by far more (0.3-0.5)
 VAL_ACC_TOLERANCE = 0.03
 # the exercise's scripts, relative to the notebook folder (made from SCRIPTS: check_amp_script runs them)
-SCRIPT_PATHS = {"fp32": "lab04_amp/train_fp32.py", "amp": "lab04_amp/train_amp.py"}
+SCRIPT_PATHS = {"fp32": "lab04_mixed_precision/train_fp32.py", "amp": "lab04_mixed_precision/train_amp.py"}
 
 
 def settings(profile: str) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """Check a participant's mixed-precision script against the fp32 script it came from, in plain words.
 
-``check_amp_script("lab04_amp/train_amp.py")`` runs the script (float16 by default) with the loss of one
+``check_amp_script("lab04_mixed_precision/train_amp.py")`` runs the script (float16 by default) with the loss of one
 step made infinite on purpose (``--poison-step``), and ``train_fp32.py`` (found next to it) as the
 reference, then judges:
 
@@ -39,7 +39,7 @@ from coursekit.labs.kit.script_server import RunnerRun
 from coursekit.labs.lab04_mixed_precision import SCRIPTS
 
 REFERENCE_NAME = "train_fp32.py"
-SOLUTION = SCRIPTS / "train_amp.py"  # participants get it as lab04_amp/train_amp.py, stripped
+SOLUTION = SCRIPTS / "train_amp.py"  # participants get it as lab04_mixed_precision/train_amp.py, stripped
 RUNNER = Path(__file__).with_name("amp_runner.py")
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 DEFAULT_TIMEOUT_S = 120.0
@@ -146,7 +146,7 @@ PLANTED_MISTAKES: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
 
 
 EXERCISE = ScriptExercise(SOLUTION, RUNNER, CHECK_QUESTIONS, PLANTED_MISTAKES, "mixed-precision script",
-                          "lab04_amp/train_amp.py", REFERENCE_NAME, "float32",
+                          "lab04_mixed_precision/train_amp.py", REFERENCE_NAME, "float32",
                           made_from="your mixed-precision version", server_prefix="amp-check-server-")
 
 

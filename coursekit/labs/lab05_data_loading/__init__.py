@@ -6,8 +6,8 @@ steps took, what share of it the main process spent inside the DataLoader, and â
 GPU activity â€” what share of it the GPU sat idle.
 
 ``loader_check``: the participant's loader checked (``labs.check_loader_script``); the scripts themselves
-(``train_starving.py``, ``train_fed.py``) ship in ``scripts/lab05_loader/`` (``SCRIPTS``), the only copy: the
-participants' ``lab05_loader/`` is made from it (``labs/kit/exercises.py``).
+(``train_starving.py``, ``train_fed.py``) ship in ``scripts/lab05_data_loading/`` (``SCRIPTS``), the only copy: the
+participants' ``lab05_data_loading/`` is made from it (``labs/kit/exercises.py``).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from coursekit.train.config import TrainConfig
 
 # the lab, declared once (coursekit.labs.kit.lab): its lists derive from it; read as text, so literals only
 LAB = Lab(number="05", slug="lab05_data_loading", title="Data loading and the profiler",
-          notebook="05_data_loading_profiler.ipynb", gpus=1, script_folders=("lab05_loader",),
+          notebook="05_data_loading.ipynb", gpus=1, script_folders=("lab05_data_loading",),
           recordings=("gpu_ladder",), exercises=("check_loader_script",))
 
 TRACE_GLOB = "*.pt.trace.json"
@@ -40,7 +40,7 @@ GPU_STEP_CATEGORIES = ("gpu_user_annotation",)  # the GPU's copy of a ProfilerSt
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 HOST_CATEGORIES = ("cpu_op", "user_annotation")
 US_PER_MS = 1000.0
-SCRIPTS = Path(__file__).resolve().parent / "scripts" / "lab05_loader"  # the participants' lab05_loader/ is made from it
+SCRIPTS = Path(__file__).resolve().parent / "scripts" / "lab05_data_loading"  # the participants' lab05_data_loading/ is made from it
 
 # the lab's own names for the kit's one-job sweeps (the notebook calls them on this module)
 SweepRun, run_sweep, submit_sweeps = experiments.SweepRun, experiments.run_sweep, experiments.submit_sweeps
@@ -157,7 +157,7 @@ def top_operators_text(run_dir: str | Path, rows: int = 10) -> str:
 
 GPUS = LAB.gpus  # GPUs the notebook needs at once in the gpu profile
 # the exercise's scripts, relative to the notebook folder (made from SCRIPTS: check_loader_script runs them)
-SCRIPT_PATHS = {"starving": "lab05_loader/train_starving.py", "fed": "lab05_loader/train_fed.py"}
+SCRIPT_PATHS = {"starving": "lab05_data_loading/train_starving.py", "fed": "lab05_data_loading/train_fed.py"}
 
 
 def settings(profile: str) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """Check a participant's loader script against the starving script it came from, in plain words.
 
-``check_loader_script("lab05_loader/train_fed.py")`` runs the script and ``train_starving.py`` (found next
+``check_loader_script("lab05_data_loading/train_fed.py")`` runs the script and ``train_starving.py`` (found next
 to it) as the reference, a few steps each, and judges:
 
 - **run**: the script runs to its end, within the time limit;
@@ -40,7 +40,7 @@ from coursekit.labs.kit.script_server import RunnerRun
 from coursekit.labs.lab05_data_loading import SCRIPTS
 
 REFERENCE_NAME = "train_starving.py"
-SOLUTION = SCRIPTS / "train_fed.py"  # participants get it as lab05_loader/train_fed.py, stripped
+SOLUTION = SCRIPTS / "train_fed.py"  # participants get it as lab05_data_loading/train_fed.py, stripped
 RUNNER = Path(__file__).with_name("loader_runner.py")
 TIMES_FILE = "loader_times.json"  # what the scripts write to --out
 DEFAULT_TIMEOUT_S = 60.0
@@ -126,7 +126,7 @@ PLANTED_MISTAKES: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
 
 
 EXERCISE = ScriptExercise(SOLUTION, RUNNER, CHECK_QUESTIONS, PLANTED_MISTAKES, "loader script",
-                          "lab05_loader/train_fed.py", REFERENCE_NAME, "starving",
+                          "lab05_data_loading/train_fed.py", REFERENCE_NAME, "starving",
                           server_prefix="loader-check-server-")
 
 

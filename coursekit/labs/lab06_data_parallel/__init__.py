@@ -18,7 +18,7 @@ lab06_data_parallel as dp; dp.sampler_orders(...)``):
 - ``nccl_log``: :func:`parse_nccl_log` — rings, trees and transports from an ``NCCL_DEBUG=INFO`` log.
 - ``ddp_check`` (with ``ddp_verdicts``, what it judges), ``horovod``: the participant's DDP script checked, and its
   Horovod counterpart; the scripts themselves (``train_serial.py``, ``train_ddp.py``, ``show_ranks.py``) ship in
-  ``scripts/lab06_ddp/`` (``SCRIPTS``).
+  ``scripts/lab06_data_parallel/`` (``SCRIPTS``).
 
 ``settings(profile)`` holds the lab's numbers (``profile.settings("06")``), ``GPUS`` the GPUs its notebook needs.
 """
@@ -77,7 +77,7 @@ from coursekit.train.config import TrainConfig
 
 # the lab, declared once (coursekit.labs.kit.lab): its lists derive from it; read as text, so literals only
 LAB = Lab(number="06", slug="lab06_data_parallel", title="Data parallelism",
-          notebook="06_data_parallelism.ipynb", gpus=2, script_folders=("lab06_ddp",),
+          notebook="06_data_parallel.ipynb", gpus=2, script_folders=("lab06_data_parallel",),
           recordings=("ddp_gpu",), exercises=("check_ddp_script",))
 
 __all__ = ["BF16_TIME", "EQUIVALENCE_TOLERANCE_CPU", "EXAMPLE_NCCL_LOG", "FLOAT_BYTES", "GPUS", "MB", "NcclReport",
@@ -89,9 +89,9 @@ __all__ = ["BF16_TIME", "EQUIVALENCE_TOLERANCE_CPU", "EXAMPLE_NCCL_LOG", "FLOAT_
            "settings", "split_claims", "step_split", "describe_split", "take_part", "team_table",
            "two_node_options", "usable_gpu_counts", "WEAK_EFFICIENCY_MIN", "ALLREDUCE_SHARE"]
 
-# The lab's scripts as shipped with coursekit (package data), their only copy: the participants' lab06_ddp/ (and
+# The lab's scripts as shipped with coursekit (package data), their only copy: the participants' lab06_data_parallel/ (and
 # the solved notebook folder's) is made from it (labs/kit/exercises.py).
-SCRIPTS = Path(__file__).resolve().parent / "scripts" / "lab06_ddp"
+SCRIPTS = Path(__file__).resolve().parent / "scripts" / "lab06_data_parallel"
 
 
 # ----------------------------------------------------------------- the lab's numbers, per profile
@@ -147,8 +147,8 @@ def settings(profile: str) -> dict[str, Any]:
             "backward_ms_per_layer": 0.0, "accumulation": 4, "repeats": 10, "warmup": 3, "compression": True}}
     values = {
         "n_processes": 2,
-        "scripts": {"serial": "lab06_ddp/train_serial.py", "ddp": "lab06_ddp/train_ddp.py",
-                    "ranks": "lab06_ddp/show_ranks.py"},
+        "scripts": {"serial": "lab06_data_parallel/train_serial.py", "ddp": "lab06_data_parallel/train_ddp.py",
+                    "ranks": "lab06_data_parallel/show_ranks.py"},
         "sampler": {"dataset_size": 16, "world_size": 2, "epochs": 3},
         "equivalence": {"steps": 5, "global_batch": 32},
         "tolerance": 1e-5,

@@ -1,6 +1,6 @@
 """Check a participant's DDP script against the serial script it came from, and say in plain words what is wrong.
 
-``check_ddp_script("lab06_ddp/train_ddp.py")`` runs the script on 2 CPU processes (gloo, one local process per
+``check_ddp_script("lab06_data_parallel/train_ddp.py")`` runs the script on 2 CPU processes (gloo, one local process per
 rank with torchrun's variables) and ``train_serial.py`` (found next to it) on one process with the global
 batch, then judges:
 
@@ -63,7 +63,7 @@ from coursekit.labs.lab06_data_parallel.ddp_verdicts import (
 from coursekit.launch import held_ports
 
 SERIAL_NAME = "train_serial.py"
-SOLUTION = SCRIPTS / "train_ddp.py"  # participants get it as lab06_ddp/train_ddp.py, stripped
+SOLUTION = SCRIPTS / "train_ddp.py"  # participants get it as lab06_data_parallel/train_ddp.py, stripped
 RUNNER = Path(ddp_runner.__file__)
 DEFAULT_NPROC = 2
 DEFAULT_TIMEOUT_S = 180.0
@@ -118,7 +118,7 @@ PLANTED_MISTAKES: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
 }
 
 
-EXERCISE = ScriptExercise(SOLUTION, RUNNER, CHECK_QUESTIONS, PLANTED_MISTAKES, "DDP script", "lab06_ddp/train_ddp.py",
+EXERCISE = ScriptExercise(SOLUTION, RUNNER, CHECK_QUESTIONS, PLANTED_MISTAKES, "DDP script", "lab06_data_parallel/train_ddp.py",
                           SERIAL_NAME, "serial", reference_arg="serial", made_from="your DDP version")
 
 

@@ -1,7 +1,7 @@
 """Horovod -> DDP: each step of a Horovod script (NVIDIA DLI's older labs) and the DDP line that does it.
 
 ``horovod_table(script)`` finds the line of ``script`` that does each step and gives its number, so the
-table shown in lab 06 points at the participant's own script (``lab06_ddp/train_ddp.py``). Lines are found
+table shown in lab 06 points at the participant's own script (``lab06_data_parallel/train_ddp.py``). Lines are found
 by what they do, read from the script's syntax tree (a call of ``init_process_group``, the model wrapped
 in ``DistributedDataParallel`` under any name it was imported as, an ``if`` on the rank being 0, ...), not
 by how the solution spells them; a step the script does not do is shown as not found, and a script that
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from coursekit.labs.lab06_data_parallel import SCRIPTS
 
-DDP_SCRIPT = SCRIPTS / "train_ddp.py"  # the solution; participants get lab06_ddp/train_ddp.py
+DDP_SCRIPT = SCRIPTS / "train_ddp.py"  # the solution; participants get lab06_data_parallel/train_ddp.py
 LAUNCHERS = re.compile(r"\b(torchrun|srun)\b")
 OPTIMIZERS = {"SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "LARS", "LAMB"}
 RANK_ZERO = re.compile(r"(rank\w*|get_rank\(\))\s*==\s*0\b|\b0\s*==\s*\w*(rank|get_rank\(\))|not\s+\w*rank\b|"
@@ -171,7 +171,7 @@ def horovod_table(script: str | os.PathLike = DDP_SCRIPT) -> HorovodTable:
     path = Path(script)
     if not path.is_file():
         raise FileNotFoundError(f"script={str(script)!r}: no such file; give the path of your DDP script, "
-                                "e.g. 'lab06_ddp/train_ddp.py'")
+                                "e.g. 'lab06_data_parallel/train_ddp.py'")
     source = path.read_text()
     try:
         tree = ScriptTree(source)

@@ -1,6 +1,6 @@
-"""Check a participant's large-batch rules (``lab07_rules/my_rules.py``) against the training engine, in plain words.
+"""Check a participant's large-batch rules (``lab07_large_batch/my_rules.py``) against the training engine, in plain words.
 
-``check_large_batch_rules("lab07_rules/my_rules.py")`` runs the file in its own process (``rules_runner.py``:
+``check_large_batch_rules("lab07_large_batch/my_rules.py")`` runs the file in its own process (``rules_runner.py``:
 a crash or a hang stays there; a time limit; the file's own error lines shown) and compares, part by part:
 
 - **scaling**: ``scaled_lr(base_lr, base_batch, batch)`` against the linear rule on a few cases
@@ -15,7 +15,7 @@ a crash or a hang stays there; a time limit; the file's own error lines shown) a
   from the first step, shown in a table; the layer that differs most is named with the likely cause.
 
 The engine's answers are computed here, beside the file's process (both start by importing torch: this module
-imports it only then), once per session. The solution ships as ``scripts/lab07_rules/my_rules.py`` (``SOLUTION``); participants get it as ``lab07_rules/my_rules.py``, stripped.
+imports it only then), once per session. The solution ships as ``scripts/lab07_large_batch/my_rules.py`` (``SOLUTION``); participants get it as ``lab07_large_batch/my_rules.py``, stripped.
 The questions and the report (``RulesCheckReport``) live in ``rules_report.py``.
 """
 
@@ -41,7 +41,7 @@ from coursekit.labs.lab07_large_batch import rules_runner as runner
 from coursekit.labs.lab07_large_batch.rules_report import CHECK_QUESTIONS, RulesCheckReport, _fmt
 from coursekit.labs.lab07_large_batch.settings import scaled_lr as lab_scaled_lr
 
-SCRIPTS = Path(__file__).resolve().parent / "scripts" / "lab07_rules"  # the participants' lab07_rules/ is made from it
+SCRIPTS = Path(__file__).resolve().parent / "scripts" / "lab07_large_batch"  # the participants' lab07_large_batch/ is made from it
 SOLUTION = SCRIPTS / "my_rules.py"
 RUNNER = Path(runner.__file__)
 LR_TOLERANCE = 1e-9  # relative, for learning rates and factors (float64 arithmetic on both sides)
@@ -76,7 +76,7 @@ PLANTED_MISTAKES: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
 }
 
 
-EXERCISE = ScriptExercise(SOLUTION, RUNNER, CHECK_QUESTIONS, PLANTED_MISTAKES, "rules", "lab07_rules/my_rules.py",
+EXERCISE = ScriptExercise(SOLUTION, RUNNER, CHECK_QUESTIONS, PLANTED_MISTAKES, "rules", "lab07_large_batch/my_rules.py",
                           noun="file")
 
 
@@ -350,7 +350,7 @@ def judge(measured: dict[str, Any], path: str, *, seconds: float = 0.0, stderr: 
 
 
 def check_large_batch_rules(path: str | os.PathLike, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> RulesCheckReport:
-    """Run the rules in `path` (your ``lab07_rules/my_rules.py``) in their own process and compare them with the
+    """Run the rules in `path` (your ``lab07_large_batch/my_rules.py``) in their own process and compare them with the
     training engine; the report says what is wrong, check by check."""
     script = EXERCISE.script(path)
     exercise.positive_timeout(timeout_s)

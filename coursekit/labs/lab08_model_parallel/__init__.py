@@ -98,7 +98,7 @@ from coursekit.labs.lab08_model_parallel.strategies import (
 from coursekit.labs.kit.lab import Lab
 
 LAB = Lab(number="08", slug="lab08_model_parallel", title="Model parallelism",
-          notebook="08_model_parallelism.ipynb", gpus=2, script_folders=("lab08_fsdp", "lab08_pipeline"),
+          notebook="08_model_parallel.ipynb", gpus=2, script_folders=("lab08_model_parallel",),
           recordings=("model_parallel_gpu",), exercises=("check_fsdp_script", "check_pipeline_script"))
 
 __all__ = [

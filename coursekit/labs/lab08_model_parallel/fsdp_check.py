@@ -1,6 +1,6 @@
 """Check a participant's FSDP2 script against serial training, and say in plain words what is wrong.
 
-``check_fsdp_script("lab08_fsdp/train_fsdp.py")`` runs the script on 2 CPU processes (gloo, torchrun's
+``check_fsdp_script("lab08_model_parallel/train_fsdp.py")`` runs the script on 2 CPU processes (gloo, torchrun's
 variables) under ``fsdp_runner.py``, which records what the processes did, and trains the same model on one
 process in this one (``train_serially`` of the packaged solution: no process to start), then judges:
 
@@ -41,8 +41,8 @@ from coursekit.labs.lab08_model_parallel.strategies import STATE_PRECISION, STRA
 from coursekit.launch import held_ports
 from coursekit.train.memory import sharded_memory
 
-SCRIPTS = Path(__file__).resolve().parent / "scripts"  # lab08_fsdp/, lab08_pipeline/: the participants' are made from them
-SOLUTION = SCRIPTS / "lab08_fsdp" / "train_fsdp.py"
+SCRIPTS = Path(__file__).resolve().parent / "scripts"  # lab08_model_parallel/: the participants' is made from it
+SOLUTION = SCRIPTS / "lab08_model_parallel" / "train_fsdp.py"
 RUNNER = Path(fsdp_runner.__file__)
 OPTIMIZER = "adamw"
 FORMULA = STRATEGIES["zero3"][1]  # FSDP2 fully_shard = ZeRO-3: weights, gradients and optimizer state sharded
@@ -139,7 +139,7 @@ class RankRun:
 
 
 EXERCISE = ScriptExercise(SOLUTION, RUNNER, CHECK_QUESTIONS, PLANTED_MISTAKES, "FSDP script",
-                          "lab08_fsdp/train_fsdp.py")
+                          "lab08_model_parallel/train_fsdp.py")
 
 
 # ---------------------------------------------------------------- the serial reference

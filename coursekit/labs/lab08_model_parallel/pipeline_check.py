@@ -1,6 +1,6 @@
 """Check a participant's two-stage pipeline script against serial training, and say in plain words what is wrong.
 
-``check_pipeline_script("lab08_pipeline/train_pipeline.py")`` runs the script on 2 CPU processes (gloo,
+``check_pipeline_script("lab08_model_parallel/train_pipeline.py")`` runs the script on 2 CPU processes (gloo,
 torchrun's variables) under the FSDP checker's runner (``fsdp_runner.py``: it records each rank's training state
 at the end of its first optimizer step and its ``torch.save`` calls), trains the same model on one process in
 this one (``train_serially`` of the packaged solution), then judges:
@@ -36,7 +36,7 @@ from coursekit.labs.lab08_model_parallel import fsdp_check
 from coursekit.labs.lab08_model_parallel.strategies import STATE_PRECISION
 from coursekit.train.memory import sharded_memory
 
-SOLUTION = fsdp_check.SCRIPTS / "lab08_pipeline" / "train_pipeline.py"
+SOLUTION = fsdp_check.SCRIPTS / "lab08_model_parallel" / "train_pipeline.py"
 OPTIMIZER = "sgd"  # with momentum: 4 bytes of state per parameter
 FORMULA = "pp"  # pipeline parallelism: each rank holds its stage's weights, gradients and optimizer state
 NPROC = 2  # the script's pipeline has two stages
@@ -112,7 +112,7 @@ class PipelineCheckReport(TableReport):
 
 
 EXERCISE = ScriptExercise(SOLUTION, fsdp_check.RUNNER, CHECK_QUESTIONS, PLANTED_MISTAKES, "pipeline script",
-                          "lab08_pipeline/train_pipeline.py")
+                          "lab08_model_parallel/train_pipeline.py")
 
 
 def serial_reference(options: CheckOptions) -> fsdp_check.SerialReference:

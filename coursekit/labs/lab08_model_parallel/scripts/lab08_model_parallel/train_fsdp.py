@@ -6,7 +6,7 @@
 The model (an input layer, BLOCKS residual MLP blocks, a head) and the data are made here from --seed alone.
 Each step takes --batch-size samples; each of the N processes computes its own 1/N of them. Sharded over N
 processes, training must give the weights one process gives on the whole batch: ``train_serially`` below is
-that one process. Check it with ``labs.check_fsdp_script("lab08_fsdp/train_fsdp.py")``.
+that one process. Check it with ``labs.check_fsdp_script("lab08_model_parallel/train_fsdp.py")``.
 """
 
 from __future__ import annotations

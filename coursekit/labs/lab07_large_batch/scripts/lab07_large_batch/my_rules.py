@@ -1,7 +1,7 @@
 """The large-batch rules of lab 07 in code: the linear scaling rule, warm-up then linear decay, and LARS.
 
 Four small TODOs. Everything else is given. Check your answers from the notebook with
-``labs.check_large_batch_rules("lab07_rules/my_rules.py")``: it compares them with the training engine,
+``labs.check_large_batch_rules("lab07_large_batch/my_rules.py")``: it compares them with the training engine,
 step by step. ``python my_rules.py`` prints what your functions give.
 """
 

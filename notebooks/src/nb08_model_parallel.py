@@ -248,7 +248,7 @@ figure
 # ### Your turn: shard a model with FSDP2
 #
 # The engine's `zero3` is a few lines of `coursekit/train/parallel/fsdp.py`: `fully_shard` on each block, then
-# on the whole model. Write them yourself in `lab08_fsdp/train_fsdp.py`, a plain PyTorch script: a small
+# on the whole model. Write them yourself in `lab08_model_parallel/train_fsdp.py`, a plain PyTorch script: a small
 # model of 4 blocks, AdamW, a few steps. Complete its `TODO`s:
 #
 # 1. `fully_shard(block)` for each block: every block becomes an FSDP unit, its weights split over the ranks;
@@ -266,7 +266,7 @@ figure
 # hold the training state of the ZeRO-3 formula for fp32 AdamW, which the script uses: (4 + 4 + 8)Ψ/N?
 
 # %% tags=["nbval-ignore-output"]
-fsdp_report = labs.check_fsdp_script("lab08_fsdp/train_fsdp.py")
+fsdp_report = labs.check_fsdp_script("lab08_model_parallel/train_fsdp.py")
 fsdp_report
 
 # %%
@@ -276,7 +276,7 @@ print("every check passed" if fsdp_report.ok else "some checks failed (read the 
 # ### Your turn: a two-stage pipeline by hand
 #
 # The engine's `gpipe` sends activations from stage to stage with `torch.distributed`. Do it yourself in
-# `lab08_pipeline/train_pipeline.py`: the same small model of 4 blocks, cut in two. Rank 0 holds the input
+# `lab08_model_parallel/train_pipeline.py`: the same small model of 4 blocks, cut in two. Rank 0 holds the input
 # layer and blocks 0 and 1, rank 1 blocks 2 and 3 and the head; each batch is cut into 4 micro-batches, all
 # forwards first, then all backwards (GPipe). Complete its `TODO`s:
 #
@@ -294,7 +294,7 @@ print("every check passed" if fsdp_report.ok else "some checks failed (read the 
 # for each parameter of its stage?
 
 # %% tags=["nbval-ignore-output"]
-pipeline_report = labs.check_pipeline_script("lab08_pipeline/train_pipeline.py")
+pipeline_report = labs.check_pipeline_script("lab08_model_parallel/train_pipeline.py")
 pipeline_report
 
 # %%

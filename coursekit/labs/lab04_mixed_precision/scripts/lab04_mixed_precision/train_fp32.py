@@ -1,11 +1,12 @@
-"""train_fp32.py in mixed precision: autocast computes in float16 or bfloat16, a GradScaler guards float16.
+"""A plain fp32 training loop: a small MLP on generated data, one device. train_amp.py adds mixed precision.
 
-    python train_amp.py --steps 50                       # float16 on the GPU if there is one, else on the CPU
-    python train_amp.py --steps 50 --dtype bfloat16      # bfloat16: fp32's range, no scaler needed
+    python train_fp32.py --steps 50                 # on the GPU if there is one, else on the CPU
+    python train_fp32.py --steps 50 --device cpu
 
-Same options and output as train_fp32.py; each step prints the GradScaler's scale. The weights stay float32:
-autocast casts them to the low precision inside each operation, and the optimizer updates the fp32 weights.
-Check it with ``labs.check_amp_script("lab04_amp/train_amp.py")``.
+Each step prints `step <i> loss <x> scale <s>` (the scale is 1: fp32 needs no loss scaling). At the end the
+model, the optimizer and the weights' dtypes are saved with torch.save in --out. --poison-step K makes the
+loss of step K infinite on purpose, as an overflow would: see what it does to the weights.
+Check your train_amp.py against this script with ``labs.check_amp_script("lab04_mixed_precision/train_amp.py")``.
 """
 
 from __future__ import annotations
@@ -85,43 +86,23 @@ def main(argv: list[str] | None = None) -> None:
     torch.manual_seed(args.seed)
     model = make_model(args.width).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=MOMENTUM)
-    dtype = DTYPES[args.dtype]
-    # TODO 1: create `scaler`, a torch.amp.GradScaler for this device type (device.type). Enable it for
-    #   float16 only: bfloat16 has the range of float32, its gradients neither underflow nor overflow.
-    ### BEGIN SOLUTION
-    scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
-    ### END SOLUTION
-    print(f"device {device}  {args.dtype} autocast  batch {args.batch_size}  width {args.width}", flush=True)
+    print(f"device {device}  float32  batch {args.batch_size}  width {args.width}", flush=True)
     start = time.perf_counter()
     for step in range(1, args.steps + 1):
         if step == WARMUP_STEPS + 1:
             start = time.perf_counter()
         batch = slice((step % BATCHES) * args.batch_size, (step % BATCHES + 1) * args.batch_size)
-        # TODO 2: compute `logits` and `loss` (the two lines of train_fp32.py) under
-        #   torch.autocast(device.type, dtype=dtype). Only the forward pass and the loss: not the backward.
-        ### BEGIN SOLUTION
-        with torch.autocast(device.type, dtype=dtype):
-            logits = model(features[batch])
-            loss = nn.functional.cross_entropy(logits, labels[batch])
-        ### END SOLUTION
+        logits = model(features[batch])
+        loss = nn.functional.cross_entropy(logits, labels[batch])
         loss = poison(loss, step, args.poison_step)  # an overflow on purpose, with --poison-step only
         optimizer.zero_grad(set_to_none=True)
-        # TODO 3: backward on the scaled loss, then let the scaler take the optimizer step (it skips the step
-        #   when a gradient is inf or NaN) and update its scale.
-        ### BEGIN SOLUTION
-        scaler.scale(loss).backward()
-        scaler.step(optimizer)
-        scaler.update()
-        ### END SOLUTION
-        # TODO 4: set `scale` to the scaler's current scale (1.0 when it is disabled).
-        ### BEGIN SOLUTION
-        scale = scaler.get_scale()
-        ### END SOLUTION
-        print(f"step {step} loss {loss.item():.4f} scale {scale:g}", flush=True)
+        loss.backward()
+        optimizer.step()
+        print(f"step {step} loss {loss.item():.4f} scale 1", flush=True)
     timed = args.steps - WARMUP_STEPS
     if timed > 0:
         print(f"{1000 * (time.perf_counter() - start) / timed:.2f} ms per step", flush=True)
-    save(args.out, model, optimizer, scaler=scaler.state_dict())
+    save(args.out, model, optimizer)
 
 
 if __name__ == "__main__":

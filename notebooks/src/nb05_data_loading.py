@@ -187,10 +187,10 @@ elif lesson["cpu"] and lesson["gpu"]:
 # %% [markdown] tags=["exercise"]
 # ### Your turn: a loader that keeps the step fed
 #
-# The engine set the loader for you above. Now do it yourself. `lab05_loader/train_starving.py` is a
+# The engine set the loader for you above. Now do it yourself. `lab05_data_loading/train_starving.py` is a
 # small training loop whose DataLoader starves the step: each image waits to be read (as a file on a
 # shared file system does), then is decoded, cropped and flipped on the CPU, all by the training process
-# itself, between two steps. Your copy of `lab05_loader/train_fed.py` is the same script with a `TODO`
+# itself, between two steps. Your copy of `lab05_data_loading/train_fed.py` is the same script with a `TODO`
 # where each change goes:
 #
 # 1. in `make_loader`: worker processes (`num_workers=4`), `pin_memory=True`,
@@ -212,7 +212,7 @@ elif lesson["cpu"] and lesson["gpu"]:
 
 # %% tags=["exercise", "nbval-ignore-output"]
 ### BEGIN SOLUTION
-my_script = s.scripts["fed"]  # the solution: lab05_loader/train_fed.py
+my_script = s.scripts["fed"]  # the solution: lab05_data_loading/train_fed.py
 ### END SOLUTION
 loader_report = labs.check_loader_script(my_script)
 loader_report

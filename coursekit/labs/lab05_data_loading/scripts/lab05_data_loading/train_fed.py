@@ -7,7 +7,7 @@ Each image costs time before it is a tensor: the file is read (a wait, as on a s
 decoded, cropped and flipped on the CPU. Here the training process does all of that itself, between two
 steps, and the step waits. Each step prints `step <i> wait <ms> step <ms>`: the time spent waiting for
 the batch, and the whole step. At the end the times are written to --out (JSON) with the share of step
-time spent waiting for data. Check it with ``labs.check_loader_script("lab05_loader/train_fed.py")``.
+time spent waiting for data. Check it with ``labs.check_loader_script("lab05_data_loading/train_fed.py")``.
 """
 
 from __future__ import annotations

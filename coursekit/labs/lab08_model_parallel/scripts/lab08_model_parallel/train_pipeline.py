@@ -9,7 +9,7 @@ layer and the first half of the blocks) computes each part and sends its activat
 other blocks and the head), which computes the loss. In the backward pass rank 1 sends the gradient of those
 activations back to rank 0. Split this way, training must give the weights one process gives on the whole
 batch: ``train_serially`` below is that one process. Check it with
-``labs.check_pipeline_script("lab08_pipeline/train_pipeline.py")``.
+``labs.check_pipeline_script("lab08_model_parallel/train_pipeline.py")``.
 """
 
 from __future__ import annotations

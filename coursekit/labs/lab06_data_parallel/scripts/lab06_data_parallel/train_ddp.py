@@ -7,7 +7,7 @@
 Same options as train_serial.py, but --batch-size is the batch of ONE process: the global batch is
 --batch-size x number of processes. N processes at --batch-size B give the weights train_serial.py
 gives at --batch-size N*B (same --lr, --seed and --data-size), up to float rounding.
-Check it with ``labs.check_ddp_script("lab06_ddp/train_ddp.py")``.
+Check it with ``labs.check_ddp_script("lab06_data_parallel/train_ddp.py")``.
 """
 
 from __future__ import annotations

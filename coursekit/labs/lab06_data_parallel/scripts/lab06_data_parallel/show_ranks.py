@@ -1,7 +1,7 @@
 """What each process of a data-parallel job sees: run it with 2 processes (lab 06, section 1).
 
-    gpu_jobs_submitter("lab06_ddp/show_ranks.py", n_gpu=2)                        # srun: one task per GPU
-    gpu_jobs_submitter("lab06_ddp/show_ranks.py", n_gpu=2, launcher="torchrun")   # torchrun: one process per GPU
+    gpu_jobs_submitter("lab06_data_parallel/show_ranks.py", n_gpu=2)                        # srun: one task per GPU
+    gpu_jobs_submitter("lab06_data_parallel/show_ranks.py", n_gpu=2, launcher="torchrun")   # torchrun: one process per GPU
 
 Every process prints the variables its launcher set, the rank coursekit reads from them, its device,
 then the processes join one process group and add up their ranks with an all-reduce: each one prints

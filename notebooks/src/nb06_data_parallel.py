@@ -45,7 +45,7 @@ print(f"site {site.name!r} ({site.scheduler}): {site.description}")
 # each one who it is: `srun` through `SLURM_PROCID` / `SLURM_LOCALID` / `SLURM_NTASKS`, `torchrun`
 # through `RANK` / `LOCAL_RANK` / `WORLD_SIZE` and `MASTER_ADDR` / `MASTER_PORT`. The *rank* numbers
 # the processes of the whole job, the *local rank* those of one node (it picks the GPU), and rank 0's
-# address is where the others meet. `lab06_ddp/show_ranks.py` prints what it was given, joins the process
+# address is where the others meet. `lab06_data_parallel/show_ranks.py` prints what it was given, joins the process
 # group and adds up the ranks with one `all_reduce`. Two processes: 2 GPUs on a cluster, 2 CPU
 # processes talking through gloo here.
 
@@ -83,8 +83,8 @@ else:
 # %% [markdown] tags=["exercise"]
 # ## 2. Your turn: make a serial script data parallel
 #
-# `lab06_ddp/train_serial.py` is the kind of script you bring from your own work: plain PyTorch, about 100
-# lines, a small CNN on generated images, one device. Make `lab06_ddp/train_ddp.py` out of it, step by step:
+# `lab06_data_parallel/train_serial.py` is the kind of script you bring from your own work: plain PyTorch, about 100
+# lines, a small CNN on generated images, one device. Make `lab06_data_parallel/train_ddp.py` out of it, step by step:
 #
 # 1. `dist.init_process_group(...)` with the rank and world size your launcher gives;
 # 2. the device from the **local** rank (`cuda:<local_rank>`; the CPU and gloo without a GPU);
@@ -93,7 +93,7 @@ else:
 # 5. print on rank 0 only; save the checkpoint on rank 0 only (the model inside DDP: `model.module`);
 # 6. sum the loss and the correct predictions over the ranks with `dist.all_reduce` before printing.
 #
-# Your copy of `lab06_ddp/train_ddp.py` is the serial script with a `TODO` where each of these steps goes:
+# Your copy of `lab06_data_parallel/train_ddp.py` is the serial script with a `TODO` where each of these steps goes:
 # fill them in (or convert a script of your own), then set `my_script` to its path. `--batch-size` is
 # now the batch of one process: with N processes the global batch is N times larger.
 # `labs.check_ddp_script(my_script)` runs your script on 2 processes beside the serial one and tells
@@ -101,7 +101,7 @@ else:
 
 # %% tags=["exercise", "nbval-ignore-output"]
 ### BEGIN SOLUTION
-my_script = s.scripts["ddp"]  # the solution: lab06_ddp/train_ddp.py
+my_script = s.scripts["ddp"]  # the solution: lab06_data_parallel/train_ddp.py
 ### END SOLUTION
 report = labs.check_ddp_script(my_script)
 report
