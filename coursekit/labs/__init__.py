@@ -43,13 +43,12 @@ from coursekit.labs.kit.settings import Settings
 from coursekit.labs.kit.ticket import Question, exit_ticket
 from coursekit.labs.lab06_data_parallel.horovod import horovod_table
 
-__all__ = ["LABS", "Profile", "Question", "ResultsTable", "Sweep", "check_amp_script", "check_claim",
-           "check_ddp_script", "check_fsdp_script", "check_large_batch_rules", "check_loader_script",
-           "check_pipeline_script", "check_resume_script", "choose_profile", "choose_pseudonym", "collect", "energy_columns", "energy_note",
-           "engine_command", "exit_ticket", "horovod_table", "is_oom", "job_name", "lab_declarations",
-           "lab_gpus", "lab_settings", "load_recording", "loglog_slope", "on_standin", "predict", "reveal", "run_sweep",
-           "saturates", "share_of_increases", "submit_sweep", "summarize_run", "time_to_target", "wait_all",
-           "wait_until_training"]
+__all__ = ["LABS", "Profile", "Question", "ResultsTable", "Sweep", "check_claim", "choose_profile", "choose_pseudonym",
+           "collect", "energy_columns", "energy_note", "engine_command", "exit_ticket", "horovod_table", "is_oom",
+           "job_name", "lab_declarations", "lab_gpus", "lab_settings", "load_recording", "loglog_slope", "on_standin",
+           "predict", "reveal", "run_sweep", "saturates", "share_of_increases", "submit_sweep", "summarize_run",
+           "time_to_target", "wait_all", "wait_until_training"]  # + every lab's checkers (_LAZY, below)
+
 
 @functools.cache
 def lab_declarations() -> dict[str, Lab]:
@@ -100,14 +99,10 @@ def lab_gpus(lab: str) -> int:
     return lab_declarations()[_check_lab(lab)].gpus
 
 
-# each name declared by its lab (Lab.exercises; coursekit/labs/test_lab_declarations.py checks this map)
-_LAZY = {"check_ddp_script": "coursekit.labs.lab06_data_parallel.ddp_check",  # import torch: only when used
-         "check_amp_script": "coursekit.labs.lab04_mixed_precision.amp_check",
-         "check_loader_script": "coursekit.labs.lab05_data_loading.loader_check",
-         "check_large_batch_rules": "coursekit.labs.lab07_large_batch.rules_check",
-         "check_fsdp_script": "coursekit.labs.lab08_model_parallel.fsdp_check",
-         "check_pipeline_script": "coursekit.labs.lab08_model_parallel.pipeline_check",
-         "check_resume_script": "coursekit.labs.lab10_resilience.resume_check"}
+# the code exercises' checkers, from the labs' declarations (Lab.exercises): labs.check_* -> the module defining
+# it, imported when first used (the checkers import torch)
+_LAZY = {name: module for lab in lab_declarations().values() for name, module in lab.checkers.items()}
+__all__ += sorted(_LAZY)
 
 
 def __getattr__(name: str) -> object:

@@ -1,5 +1,5 @@
 """Every list of labs the repository keeps agrees with the labs' declarations (``LAB = Lab(...)``, labs/kit/lab.py):
-the import contracts of pyproject.toml, the notebooks and their sources, the script folders, the recordings and the
+the import rule between labs (checked on grimp's import graph, from the declarations), the notebooks and their sources, the script folders, the recordings and the
 ``labs.check_*`` exercises. Each check is a function that lists what disagrees; each is shown to report a planted
 wrong declaration, then finds nothing in the repository."""
 
@@ -10,9 +10,9 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
-import tomllib
 
 from coursekit import labs
 from coursekit.labs.kit.lab import LABS_FOLDER, Lab, declared_labs, read_declaration
@@ -27,18 +27,18 @@ DECLARED = declared_labs()
 # ----------------------------------------------------------------- the checks: each lists what disagrees
 
 
-def contract_problems(pyproject: Mapping, declared: Iterable[Lab]) -> list[str]:
-    """pyproject.toml's import contracts name exactly the declared lab modules (its ``labs`` layers' top layer,
-    its ``labs-independent`` modules)."""
-    slugs = sorted(lab.slug for lab in declared)
-    contracts = {c["id"]: c for c in pyproject["tool"]["importlinter"]["contracts"]}
+def lab_import_problems(graph: Any, declared: Iterable[Lab], kit: str = "coursekit.labs.kit") -> list[str]:
+    """No declared lab imports another, directly or through any chain of modules (its tests included), and the
+    kit imports no lab: a lab is its notebook and its own module or folder, above the shared kit. ``graph``:
+    grimp's import graph of the package (what import-linter reads), so that the rule needs no list of labs."""
+    packages = [f"coursekit.labs.{lab.slug}" for lab in declared]
     problems = []
-    layered = sorted(name.strip() for name in contracts["labs"]["layers"][0].split(":"))
-    if layered != slugs:
-        problems.append(f"contract 'labs': top layer {layered}, declared {slugs}")
-    independent = sorted(contracts["labs-independent"]["modules"])
-    if independent != [f"coursekit.labs.{slug}" for slug in slugs]:
-        problems.append(f"contract 'labs-independent': modules {independent}, declared {slugs}")
+    for importer in [*packages, kit]:
+        for imported in packages:
+            if importer != imported and graph.chain_exists(importer=importer, imported=imported, as_packages=True):
+                chain = graph.find_shortest_chains(importer=importer, imported=imported, as_packages=True)
+                shown = min((" -> ".join(c) for c in chain), default="?")
+                problems.append(f"{importer} imports {imported}: {shown}")
     return problems
 
 
@@ -82,16 +82,19 @@ def recording_problems(declared: Iterable[Lab], packaged: Iterable[str], loaded:
     return problems
 
 
-def exercise_problems(declared: Iterable[Lab], exported: Iterable[str], lazy: Mapping[str, str]) -> list[str]:
-    """Every ``check_*`` of ``labs.__all__`` is declared by exactly one lab, and back; its lazy import
-    (``labs._LAZY``) is a module of that lab."""
+def exercise_problems(declared: Iterable[Lab], labs_folder: Path = LABS_FOLDER) -> list[str]:
+    """Each declared exercise's checker is defined where its lab says (``<module>.check_*`` in the lab's folder),
+    and no two labs declare the same ``labs.check_*`` name."""
     declared = list(declared)
-    problems = _one_lab_each("exercise", [n for n in exported if n.startswith("check_")],
-                             [(lab.number, lab.exercises) for lab in declared])
-    owner = {name: lab for lab in declared for name in lab.exercises}
-    problems += [f"exercise {name} is imported from {module}, not from lab {owner[name].number}'s module"
-                 for name, module in lazy.items() if name in owner and not module.startswith(owner[name].module + ".")]
-    problems += [f"exercise {name} has no lazy import in labs._LAZY" for name in sorted(set(owner) - set(lazy))]
+    problems = [f"exercise {name} is declared by {count} labs" for name, count in
+                sorted(Counter(n for lab in declared for n in lab.checkers).items()) if count > 1]
+    for lab in declared:
+        for name, module in lab.checkers.items():
+            path = labs_folder / lab.slug / f"{module.rsplit('.', 1)[1]}.py"
+            if not path.is_file():
+                problems.append(f"lab {lab.number} declares exercise {name} in {path.name}, which does not exist")
+            elif not re.search(rf"^def {name}\(", path.read_text(), re.MULTILINE):
+                problems.append(f"lab {lab.number} declares exercise {name} in {path.name}, which does not define it")
     return problems
 
 
@@ -110,10 +113,6 @@ def title_problems(declared: Iterable[Lab], sources: Path) -> list[str]:
 # ----------------------------------------------------------------- the repository's lists agree
 
 
-def _pyproject() -> dict:
-    return tomllib.loads((ROOT / "pyproject.toml").read_text())
-
-
 def _loaded() -> dict[str, set[str]]:
     return {lab.number: set(LOADS_RECORDING.findall((NOTEBOOKS / "src" / lab.source).read_text()))
             for lab in DECLARED.values()}
@@ -124,8 +123,10 @@ def test_eleven_labs_are_declared_in_order():
     assert dict(labs.lab_declarations()) == DECLARED and list(labs.LABS) == list(DECLARED)
 
 
-def test_the_import_contracts_name_the_declared_labs():
-    assert contract_problems(_pyproject(), DECLARED.values()) == []
+def test_no_lab_imports_another_and_the_kit_imports_none():
+    import grimp
+
+    assert lab_import_problems(grimp.build_graph("coursekit"), DECLARED.values()) == []
 
 
 def test_every_notebook_and_source_belongs_to_one_lab():
@@ -145,15 +146,10 @@ def test_every_recording_is_declared_and_packaged():
     assert sorted(KNOWN) == sorted(packaged), "kit/recorded.py's RECORDINGS are the packaged recordings"
 
 
-def _lab_exports() -> list[str]:
-    """``labs.__all__`` less the kit's own names (``check_claim`` checks any claim: no lab's exercise)."""
-    return [name for name in labs.__all__ if not (name in vars(labs) and getattr(
-        vars(labs)[name], "__module__", "").startswith("coursekit.labs.kit."))]
-
-
-def test_every_exercise_is_declared_by_one_lab():
-    assert "check_claim" not in _lab_exports() and "check_ddp_script" in _lab_exports()
-    assert exercise_problems(DECLARED.values(), _lab_exports(), labs._LAZY) == []
+def test_every_exercise_is_defined_where_its_lab_declares_it():
+    assert exercise_problems(DECLARED.values()) == []
+    assert {"check_ddp_script", "check_resume_script"} <= set(labs.__all__) and "check_claim" in labs.__all__
+    assert labs.check_loader_script.__module__ == "coursekit.labs.lab05_data_loading.loader_check"
 
 
 def test_every_title_is_its_notebooks_heading():
@@ -167,16 +163,25 @@ def _planted(number: str, **changes: object) -> list[Lab]:
     return [dataclasses.replace(lab, **changes) if lab.number == number else lab for lab in DECLARED.values()]
 
 
-def test_a_lab_missing_from_a_contract_is_reported():
-    pyproject = _pyproject()
-    contracts = pyproject["tool"]["importlinter"]["contracts"]
-    independent, = (c for c in contracts if c["id"] == "labs-independent")
-    independent["modules"].remove("coursekit.labs.lab09_race")
-    assert contract_problems(pyproject, DECLARED.values()) == [
-        f"contract 'labs-independent': modules {sorted(independent['modules'])}, declared "
-        f"{[lab.slug for lab in DECLARED.values()]}"]
-    extra = Lab(number="11", slug="lab11_new", title="New", notebook="11_new.ipynb")
-    assert len(contract_problems(_pyproject(), [*DECLARED.values(), extra])) == 2
+def test_a_lab_importing_another_is_reported_with_its_chain():
+    import grimp
+
+    graph = grimp.ImportGraph()
+    for module in ("coursekit.labs.kit", "coursekit.labs.kit.plots", "coursekit.instructor",
+                   *(f"coursekit.labs.{lab.slug}" for lab in DECLARED.values()),
+                   "coursekit.labs.lab10_resilience.test_clinic", "coursekit.labs.lab06_data_parallel.team"):
+        graph.add_module(module)
+    graph.add_import(importer="coursekit.labs.lab02_batch_size", imported="coursekit.labs.kit.plots")
+    assert lab_import_problems(graph, DECLARED.values()) == []  # a lab on the kit: allowed
+    graph.add_import(importer="coursekit.labs.lab10_resilience.test_clinic", imported="coursekit.instructor")
+    graph.add_import(importer="coursekit.instructor", imported="coursekit.labs.lab06_data_parallel.team")
+    graph.add_import(importer="coursekit.labs.kit.plots", imported="coursekit.labs.lab09_race")
+    assert lab_import_problems(graph, DECLARED.values()) == [
+        "coursekit.labs.lab02_batch_size imports coursekit.labs.lab09_race: coursekit.labs.lab02_batch_size -> "
+        "coursekit.labs.kit.plots -> coursekit.labs.lab09_race",
+        "coursekit.labs.lab10_resilience imports coursekit.labs.lab06_data_parallel: "
+        "coursekit.labs.lab10_resilience.test_clinic -> coursekit.instructor -> coursekit.labs.lab06_data_parallel.team",
+        "coursekit.labs.kit imports coursekit.labs.lab09_race: coursekit.labs.kit.plots -> coursekit.labs.lab09_race"]
 
 
 def test_an_undeclared_or_doubly_declared_notebook_is_reported():
@@ -211,15 +216,14 @@ def test_a_missing_or_undeclared_recording_is_reported():
         "notebook 06_data_parallel.ipynb loads recording ddp_gpu, which lab 06 does not declare"]
 
 
-def test_an_undeclared_exercise_is_reported():
-    assert exercise_problems(_planted("10", exercises=()), _lab_exports(), labs._LAZY) == [
-        "exercise check_resume_script is declared by no lab"]
-    assert exercise_problems(DECLARED.values(), [*_lab_exports(), "check_new_script"], labs._LAZY) == [
-        "exercise check_new_script is declared by no lab"]
-    moved = {**labs._LAZY, "check_amp_script": "coursekit.labs.lab05_data_loading.amp_check"}
-    assert exercise_problems(DECLARED.values(), _lab_exports(), moved) == [
-        "exercise check_amp_script is imported from coursekit.labs.lab05_data_loading.amp_check, "
-        "not from lab 04's module"]
+def test_an_exercise_declared_in_the_wrong_module_or_twice_is_reported():
+    assert exercise_problems(_planted("04", exercises=("loader_check.check_amp_script",))) == [
+        "lab 04 declares exercise check_amp_script in loader_check.py, which does not exist"]
+    assert exercise_problems(_planted("04", exercises=("amp_check.check_loader_script",))) == [
+        "exercise check_loader_script is declared by 2 labs",
+        "lab 04 declares exercise check_loader_script in amp_check.py, which does not define it"]
+    assert exercise_problems(_planted("05", exercises=("loader_check.check_amp_script",)))[0] == (
+        "exercise check_amp_script is declared by 2 labs")
 
 
 def test_a_title_that_is_not_the_heading_is_reported():
@@ -236,7 +240,7 @@ def test_a_title_that_is_not_the_heading_is_reported():
     ({"notebook": "5_data.ipynb"}, "must be '05_<name>.ipynb'"),
     ({"gpus": 0}, "gpus=0: a whole number of GPUs"),
     ({"script_folders": "lab05_data_loading"}, "script_folders='lab05_data_loading': a tuple of names"),
-    ({"exercises": ("loader_script",)}, "the names of labs.check_\\* functions"),
+    ({"exercises": ("check_loader_script",)}, "each '<module>.check_<name>'"),
 ])
 def test_a_wrong_declaration_says_what_is_wrong(changes, error):
     with pytest.raises(ValueError, match=error):

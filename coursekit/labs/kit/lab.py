@@ -30,7 +30,8 @@ class Lab:
     - ``gpus``: GPUs the notebook needs at once in the gpu profile (the module's ``GPUS``);
     - ``script_folders``: the participants' script folders it ships, ``coursekit/labs/<slug>/scripts/<folder>/``;
     - ``recordings``: the packaged GPU recordings (``coursekit/labs/recordings/<name>.json``) it reads;
-    - ``exercises``: its ``labs.check_*`` functions.
+    - ``exercises``: its code exercises' checkers, each ``<module>.<function>`` in the lab's folder
+      (``"loader_check.check_loader_script"``): ``labs.<function>`` imports it when first used.
     """
 
     number: str
@@ -58,13 +59,20 @@ class Lab:
             value = getattr(self, name)
             if not isinstance(value, tuple) or not all(isinstance(v, str) and v for v in value):
                 raise ValueError(f"Lab {self.number} {name}={value!r}: a tuple of names")
-        if bad := [e for e in self.exercises if not e.startswith("check_")]:
-            raise ValueError(f"Lab {self.number} exercises={bad!r}: the names of labs.check_* functions")
+        if bad := [e for e in self.exercises if not re.fullmatch(r"[a-z0-9_]+\.check_[a-z0-9_]+", e)]:
+            raise ValueError(f"Lab {self.number} exercises={bad!r}: each '<module>.check_<name>', a checker "
+                             "in the lab's folder, e.g. 'loader_check.check_loader_script'")
 
     @property
     def source(self) -> str:
         """The notebook's source in ``notebooks/src/`` (``nb05_data_loading.py``)."""
         return f"nb{self.notebook.removesuffix('.ipynb')}.py"
+
+    @property
+    def checkers(self) -> dict[str, str]:
+        """Its exercises' checkers: ``labs`` name -> the module that defines it
+        (``{"check_loader_script": "coursekit.labs.lab05_data_loading.loader_check"}``)."""
+        return {e.rsplit(".", 1)[1]: f"{self.module}.{e.rsplit('.', 1)[0]}" for e in self.exercises}
 
     @property
     def module(self) -> str:

@@ -27,7 +27,7 @@ from coursekit.train.config import TrainConfig
 # the lab, declared once (coursekit.labs.kit.lab): its lists derive from it; read as text, so literals only
 LAB = Lab(number="04", slug="lab04_mixed_precision", title="Mixed precision and tensor cores",
           notebook="04_mixed_precision.ipynb", gpus=1, script_folders=("lab04_mixed_precision",),
-          recordings=("gpu_ladder",), exercises=("check_amp_script",))
+          recordings=("gpu_ladder",), exercises=("amp_check.check_amp_script",))
 
 FP16_SMALLEST_SUBNORMAL = 2.0**-24
 FP16_SMALLEST_NORMAL = 2.0**-14

@@ -29,7 +29,7 @@ from coursekit.train.config import TrainConfig
 # the lab, declared once (coursekit.labs.kit.lab): its lists derive from it; read as text, so literals only
 LAB = Lab(number="05", slug="lab05_data_loading", title="Data loading and the profiler",
           notebook="05_data_loading.ipynb", gpus=1, script_folders=("lab05_data_loading",),
-          recordings=("gpu_ladder",), exercises=("check_loader_script",))
+          recordings=("gpu_ladder",), exercises=("loader_check.check_loader_script",))
 
 TRACE_GLOB = "*.pt.trace.json"
 PROFILE_DIR = "profile"

@@ -78,7 +78,7 @@ from coursekit.train.config import TrainConfig
 # the lab, declared once (coursekit.labs.kit.lab): its lists derive from it; read as text, so literals only
 LAB = Lab(number="06", slug="lab06_data_parallel", title="Data parallelism",
           notebook="06_data_parallel.ipynb", gpus=2, script_folders=("lab06_data_parallel",),
-          recordings=("ddp_gpu",), exercises=("check_ddp_script",))
+          recordings=("ddp_gpu",), exercises=("ddp_check.check_ddp_script",))
 
 __all__ = ["BF16_TIME", "EQUIVALENCE_TOLERANCE_CPU", "EXAMPLE_NCCL_LOG", "FLOAT_BYTES", "GPUS", "MB", "NcclReport",
            "ONE_BUCKET_MB", "OVERLAP_SHARE", "RichTable", "SCRIPTS", "SOCKETS_SLOWER", "SOCKET_ENV", "TeamPart",

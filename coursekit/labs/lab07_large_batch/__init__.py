@@ -141,7 +141,7 @@ from coursekit.labs.lab07_large_batch.settings import (
 # the lab, declared once (coursekit.labs.kit.lab): its lists derive from it; read as text, so literals only
 LAB = Lab(number="07", slug="lab07_large_batch", title="Large-batch training",
           notebook="07_large_batch.ipynb", gpus=1, script_folders=("lab07_large_batch",),
-          recordings=("large_batch_gpu",), exercises=("check_large_batch_rules",))
+          recordings=("large_batch_gpu",), exercises=("rules_check.check_large_batch_rules",))
 
 __all__ = ["Arm", "CHANCE", "CPU_BASE_BATCH", "CPU_BASE_LR", "CPU_EPOCHS", "CPU_HOLDOUT", "CPU_LARGE", "CPU_MID",
            "CPU_SIDE", "CPU_STANDIN_VAL", "CPU_SUBSET", "CPU_TARGET_ACC", "CRITICAL_LR_FACTORS",

@@ -99,7 +99,7 @@ from coursekit.labs.kit.lab import Lab
 
 LAB = Lab(number="08", slug="lab08_model_parallel", title="Model parallelism",
           notebook="08_model_parallel.ipynb", gpus=2, script_folders=("lab08_model_parallel",),
-          recordings=("model_parallel_gpu",), exercises=("check_fsdp_script", "check_pipeline_script"))
+          recordings=("model_parallel_gpu",), exercises=("fsdp_check.check_fsdp_script", "pipeline_check.check_pipeline_script"))
 
 __all__ = [
     "activation_bytes", "bubble_configs", "bubble_excess", "bubble_runs", "bubble_table", "bubble_theory",

@@ -29,7 +29,7 @@ from coursekit.labs.lab10_resilience.transfer import minutes_lost, steps_redone
 # the lab, declared once (coursekit.labs.kit.lab): its lists derive from it; read as text, so literals only
 LAB = Lab(number="10", slug="lab10_resilience", title="When the cluster fights back",
           notebook="10_resilience.ipynb", gpus=2, script_folders=("lab10_resilience",),
-          exercises=("check_resume_script",))
+          exercises=("resume_check.check_resume_script",))
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts" / "lab10_resilience"  # the participants' lab10_resilience/
 
