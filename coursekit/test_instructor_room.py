@@ -175,7 +175,7 @@ def test_room_shows_each_participants_exercise_scores(course: Path, room: dict[s
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """Lab 10's clinic saves the diagnoses through ``save_exercise_score`` (lab10_resilience/test_clinic.py):
     the room's exercises column shows ada's latest score, bob's none."""
-    from coursekit.labs.kit.ticket import save_exercise_score
+    from coursekit.labs.kit.exercise_scores import save_exercise_score
 
     monkeypatch.setenv("COURSEKIT_PSEUDONYM", "ada")
     assert save_exercise_score("10", 1, 4, {"A": {"solved": True}}, course=room["ada"]) is None

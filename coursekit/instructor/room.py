@@ -74,7 +74,8 @@ def exit_ticket_cells(person: Participant) -> dict[str, Any]:
 def exercise_cells(person: Participant) -> dict[str, Any]:
     """The room's exercises column: each lab's latest in-notebook exercise score ("10 3/4": lab 10's clinic,
     cases diagnosed right of four), from the same course folders as the exit tickets."""
-    from coursekit.labs.kit.ticket import EXERCISES_SUBDIR, room_scores, scores_text
+    from coursekit.labs.kit.exercise_scores import EXERCISES_SUBDIR
+    from coursekit.labs.kit.ticket import room_scores, scores_text
 
     return {"exercises": scores_text(room_scores(person.course_folders, person.users, person.pseudonym,
                                                  kind=EXERCISES_SUBDIR))}

@@ -40,7 +40,6 @@ from coursekit.course import course_dir, user_name
 from coursekit.labs.kit import pool
 
 TICKETS_SUBDIR = "tickets"  # <course>/tickets/<lab>/<user>.json
-EXERCISES_SUBDIR = "exercises"  # <course>/exercises/<lab>/<user>.json: a lab's in-notebook exercise (score, total, detail)
 RECORD_SUFFIX = ".json"
 RECORD_FILE_MODE = 0o644  # the owner writes, the instructor reads
 LAB_PATTERN = re.compile(r"\d\d")  # "00" ... "09"
@@ -377,25 +376,6 @@ def room_scores(course_folders: list[Path] | set[Path], users: set[str], pseudon
             if record["lab"] not in latest or stamp >= (as_number(latest[record["lab"]].get("saved_at")) or 0.0):
                 latest[record["lab"]] = record
     return {lab: (int(r["score"]), int(r["total"])) for lab, r in sorted(latest.items())}
-
-
-def save_exercise_score(lab: str, score: int, total: int, detail: Mapping[str, Any],
-                        course: Path | None = None) -> str | None:
-    """Save this user's score in ``lab``'s in-notebook exercise (``detail``: what was answered, per item) for
-    the instructor's room; None when saved, else why not, in words (the exercise goes on either way)."""
-    from coursekit.labs.kit.participant import choose_pseudonym
-
-    try:
-        pseudonym = choose_pseudonym()
-    except ValueError:
-        pseudonym = ""
-    record = {"lab": check_lab(lab), "pseudonym": pseudonym, "saved_at": time.time(), "score": int(score),
-              "total": int(total), "detail": dict(detail)}
-    try:
-        save_own_record(own_record_path(EXERCISES_SUBDIR, lab, course), record)
-    except OSError as error:
-        return f"your answers could not be saved for the instructor ({error})"
-    return None
 
 
 def scores_text(scores: Mapping[str, tuple[int, int]]) -> str:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from coursekit.labs.kit.claims import ClaimResult, check_claim
-from coursekit.labs.kit.ticket import save_exercise_score
+from coursekit.labs.kit.exercise_scores import save_exercise_score
 from coursekit.labs.lab10_resilience.clinic_jobs import (
     CASES,
     FAULTY_RANK,

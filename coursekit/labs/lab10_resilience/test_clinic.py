@@ -207,7 +207,8 @@ def test_the_diagnoses_are_saved_for_the_instructors_room(capsys: pytest.Capture
     """Each answer updates the participant's own record of lab 10's exercise, which the room's exercises
     column reads as "10 1/4" (coursekit/test_instructor_room.py)."""
     from coursekit.course import course_dir
-    from coursekit.labs.kit.ticket import EXERCISES_SUBDIR, read_records
+    from coursekit.labs.kit.exercise_scores import EXERCISES_SUBDIR
+    from coursekit.labs.kit.ticket import read_records
 
     cases = cases_of()
     wrong, right = cases.label_of("oom_one_rank"), cases.label_of("rank_raises")
