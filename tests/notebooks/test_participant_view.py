@@ -151,9 +151,8 @@ def test_participant_copies_hold_no_outputs_of_the_solved_run(tmp_path):
 
 
 GPU_RECORDS = NOTEBOOKS.parent / "bench" / "results"  # bench/notebooks_gpu.py's last run of each notebook
-# what a last GPU run showed that was reworded after it (the next run of that notebook must show none of it):
-# the doctor's line on Fashion-MNIST said "lab 09's race in the cpu profile" in notebook 00's run of 2026-11-28
-REWORDED_SINCE_THE_RUN = {"00_cluster": ["cell 5: the cpu profile: 'cpu profile'"]}
+# what a last GPU run showed that was reworded after it (the next run of that notebook must show none of it): none now
+REWORDED_SINCE_THE_RUN: dict[str, list[str]] = {}
 # notebooks whose gpu profile has no run on record yet (each one an open item of its issue): the entry must go once
 # bench/notebooks_gpu.py has recorded a run
 NO_GPU_RUN_YET = {"10_resilience": "issue 37: lab 10's gpu profile has not run on a GPU machine yet"}
