@@ -113,3 +113,20 @@ def test_claims_are_read_in_the_labs_words_and_only_a_failed_one_fails(capsys):
         (claims.HOLDS, "a"), (claims.NOT_SEEN, "b"), (claims.NOT_CHECKED, "c"), (claims.FAILS, "d")]
     assert set(gpu_notebooks.VERDICTS) == {claims.HOLDS, claims.FAILS, claims.NOT_CHECKED, claims.NOT_SEEN}
     assert [c["statement"] for c in read if c["verdict"] == gpu_notebooks.FAILED_VERDICT] == ["d"]
+
+
+def test_the_stderr_of_a_failed_job_is_kept_and_a_clean_one_is_not(tmp_path):
+    """A crashed loader worker's message comes before the traceback's last lines that the notebook shows."""
+    course, kept = tmp_path / "course", tmp_path / "kept"
+    failed = course / "jobs" / "ada-load" / "2153_0_log.err"
+    clean = course / "jobs" / "ada-prof" / "2154_0_log.err"
+    failed.parent.mkdir(parents=True)
+    clean.parent.mkdir(parents=True)
+    failed.write_text("x" * 50_000 + "terminate called after throwing an instance of 'c10::Error'\n"
+                      "RuntimeError: DataLoader worker (pid 2534) is killed by signal: Aborted.\n")
+    clean.write_text("coursekit.train: completed after 40 steps\n")
+    paths = gpu_notebooks.keep_failed_job_logs(course, kept)
+    assert [p.name for p in paths] == ["jobs_ada-load_2153_0_log.err"]
+    text = paths[0].read_text()
+    assert "terminate called" in text and len(text) == gpu_notebooks.KEPT_LOG_BYTES
+    assert gpu_notebooks.keep_failed_job_logs(tmp_path / "nothing", kept) == []
