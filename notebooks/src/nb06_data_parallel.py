@@ -46,8 +46,8 @@ print(f"site {site.name!r} ({site.scheduler}): {site.description}")
 # through `RANK` / `LOCAL_RANK` / `WORLD_SIZE` and `MASTER_ADDR` / `MASTER_PORT`. The *rank* numbers
 # the processes of the whole job, the *local rank* those of one node (it picks the GPU), and rank 0's
 # address is where the others meet. `lab06_data_parallel/show_ranks.py` prints what it was given, joins the process
-# group and adds up the ranks with one `all_reduce`. Two processes: 2 GPUs on a cluster, 2 CPU
-# processes talking through gloo here.
+# group and adds up the ranks with one `all_reduce`. Two processes: one per GPU where there are GPUs (they
+# talk through NCCL), two CPU processes where there are none (they talk through gloo).
 
 # %% tags=["nbval-ignore-output"]
 (ranks_job,) = coursekit.submit_jobs(s.scripts["ranks"], n_gpu=s.n_processes, name=labs.job_name(pseudo, "ranks"),

@@ -114,9 +114,13 @@ def test_the_address_space_cap_binds_only_the_process_that_sets_it() -> None:
 
 
 def test_stop_claim_holds_when_the_survivor_ends_soon_and_fails_when_it_hangs() -> None:
-    clinic.stop_claim(*raised_pair(survivor_end=1.5), bound_s=CPU.stop_bound_s, timeout_s=60, what="raises")
+    timeout = CPU.stop_timeout_s
+    clinic.stop_claim(*raised_pair(survivor_end=1.5), bound_s=CPU.stop_bound_s, timeout_s=timeout, what="raises")
+    clinic.stop_claim(*raised_pair(survivor_end=19.5), bound_s=CPU.stop_bound_s, timeout_s=timeout, what="raises")
     with pytest.raises(AssertionError, match="did not hang"):  # it waited for the process group's timeout
-        clinic.stop_claim(*raised_pair(survivor_end=60.3), bound_s=CPU.stop_bound_s, timeout_s=60, what="raises")
+        clinic.stop_claim(*raised_pair(survivor_end=timeout + 0.3), bound_s=CPU.stop_bound_s, timeout_s=timeout,
+                          what="raises")
+    assert CPU.stop_bound_s <= CPU.stop_timeout_s / 3  # a hang until the timeout is far outside the bound
 
 
 def hang_ranks(waited: float, formed: bool = True) -> list[RankLog]:
