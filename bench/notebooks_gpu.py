@@ -137,9 +137,10 @@ def run_notebook(path: Path, log_dir: Path | None, profile: str = "gpu") -> dict
     claims = read_claims(lines)
     if log_dir is not None:
         log_dir.mkdir(parents=True, exist_ok=True)
-        (log_dir / f"gpu_nb{path.stem[:2]}.txt").write_text(text)
+        # what it printed, then the end of each failed job's stderr (in the same file: the device tool brings
+        # back a few files per call)
+        (log_dir / f"gpu_nb{path.stem[:2]}.txt").write_text(text + failed_job_logs(Path(course)))
         nbformat.write(notebook, log_dir / f"gpu_{path.name}")  # the executed notebook: plots and tables too
-        keep_failed_job_logs(Path(course), log_dir / f"gpu_nb{path.stem[:2]}_failed_jobs")
     failed_claims = [c for c in claims if c["verdict"] == FAILED_VERDICT]
     # what the labs say about themselves: the CIFAR-10 stand-in, jobs that did not complete (labs.failures)
     notes = sorted({line.strip() for line in lines if line.startswith("DATASET STAND-IN")
@@ -169,21 +170,19 @@ FAILURE_MARKS = ("Traceback", "killed by signal", "Aborted", "terminate called",
 KEPT_LOG_BYTES = 40_000  # the end of each failed job's stderr (a worker's own message comes before the traceback)
 
 
-def keep_failed_job_logs(course: Path, folder: Path) -> list[Path]:
-    """The stderr of every job in ``course`` that shows a failure, its last ``KEPT_LOG_BYTES`` copied into
-    ``folder`` (the course folder is a temporary one, gone with the GPU machine): a notebook's failure report
-    shows a job's last lines only, and the cause of a crash in a DataLoader worker comes before them."""
-    kept = []
+def failed_job_logs(course: Path) -> str:
+    """The stderr of every job in ``course`` that shows a failure, its last ``KEPT_LOG_BYTES`` under a heading
+    naming the file ("" when none): the course folder is a temporary one, gone with the GPU machine, and a
+    notebook's failure report shows a job's last lines only, while the cause of a crash in a DataLoader worker
+    comes before them."""
+    parts = []
     for log in sorted(course.rglob("*.err")):
         with log.open("rb") as handle:
             handle.seek(max(0, log.stat().st_size - KEPT_LOG_BYTES))
             tail = handle.read().decode("utf-8", "replace")
         if any(mark in tail for mark in FAILURE_MARKS):
-            folder.mkdir(parents=True, exist_ok=True)
-            target = folder / "_".join(log.relative_to(course).parts)
-            target.write_text(tail)
-            kept.append(target)
-    return kept
+            parts.append(f"\n--- failed job's stderr (its last {KEPT_LOG_BYTES} bytes): {log.relative_to(course)}\n{tail}")
+    return "".join(parts)
 
 
 def slowest_cells(notebook: Any, count: int = 5) -> list[dict[str, Any]]:

@@ -117,7 +117,7 @@ def test_claims_are_read_in_the_labs_words_and_only_a_failed_one_fails(capsys):
 
 def test_the_stderr_of_a_failed_job_is_kept_and_a_clean_one_is_not(tmp_path):
     """A crashed loader worker's message comes before the traceback's last lines that the notebook shows."""
-    course, kept = tmp_path / "course", tmp_path / "kept"
+    course = tmp_path / "course"
     failed = course / "jobs" / "ada-load" / "2153_0_log.err"
     clean = course / "jobs" / "ada-prof" / "2154_0_log.err"
     failed.parent.mkdir(parents=True)
@@ -125,8 +125,8 @@ def test_the_stderr_of_a_failed_job_is_kept_and_a_clean_one_is_not(tmp_path):
     failed.write_text("x" * 50_000 + "terminate called after throwing an instance of 'c10::Error'\n"
                       "RuntimeError: DataLoader worker (pid 2534) is killed by signal: Aborted.\n")
     clean.write_text("coursekit.train: completed after 40 steps\n")
-    paths = gpu_notebooks.keep_failed_job_logs(course, kept)
-    assert [p.name for p in paths] == ["jobs_ada-load_2153_0_log.err"]
-    text = paths[0].read_text()
-    assert "terminate called" in text and len(text) == gpu_notebooks.KEPT_LOG_BYTES
-    assert gpu_notebooks.keep_failed_job_logs(tmp_path / "nothing", kept) == []
+    text = gpu_notebooks.failed_job_logs(course)
+    assert text.count("--- failed job's stderr") == 1 and "jobs/ada-load/2153_0_log.err" in text
+    assert "terminate called" in text and "ada-prof" not in text
+    assert text.count("x") < gpu_notebooks.KEPT_LOG_BYTES < 50_000  # the end only
+    assert gpu_notebooks.failed_job_logs(tmp_path / "nothing") == ""
