@@ -1,5 +1,6 @@
 import itertools
 import pickle
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -16,6 +17,7 @@ from coursekit.train.data import (
     build_data,
     jpeg,
     make_generated_images,
+    make_loader,
     shutdown_workers,
 )
 from coursekit.train.data.pointclouds import SPECIES, make_point_clouds
@@ -189,6 +191,17 @@ def jpeg_tree(tmp_path_factory):
     assert jpeg.main(["--out", str(root), "--classes", "2", "--images-per-class", "4",
                       "--val-images-per-class", "2", "--width", str(TINY_JPEG[0]), "--height", str(TINY_JPEG[1])]) == 0
     return root
+
+
+def test_a_loader_worker_reads_jpeg_bytes_without_importing_torchvision(jpeg_tree, monkeypatch):
+    from torchvision import io
+
+    file = next((jpeg_tree / "train").glob("*/*.jpg"))
+    expected = io.read_file(str(file))
+    # a worker forked from a process with CUDA initialised aborts when it imports torchvision.io (lab 05, H200)
+    monkeypatch.setitem(sys.modules, "torchvision", None)
+    read = jpeg.read_bytes(str(file))
+    assert read.dtype == torch.uint8 and torch.equal(read, expected)
 
 
 def test_jpeg_tree_layout_and_imagenet_like_file_size(jpeg_tree, tmp_path):
@@ -382,6 +395,19 @@ def test_no_more_workers_than_batches_and_validation_workers_do_not_persist(jpeg
     data = build_data(cfg, SINGLE)
     assert (data.train_loader.num_workers, data.train_loader.persistent_workers) == (2, True)
     assert (data.val_loader.num_workers, data.val_loader.persistent_workers) == (1, False)
+
+
+def test_gpu_decoding_loader_spawns_its_workers_and_they_read_the_files(jpeg_tree):
+    # forked workers inherit the process's CUDA state and abort (lab 05's nvjpeg run on an H200); spawned ones
+    # start clean: the raw-bytes dataset and its collate function must cross to them
+    cfg = TrainConfig(dataset="jpeg_folder", data_dir=str(jpeg_tree), gpu_decode=True, batch_size=4, workers=1)
+    dataset = jpeg.image_folder(jpeg_tree / "train", 16, train=True, raw_bytes=True)
+    loader, _ = make_loader(dataset, cfg, SINGLE, train=True, collate_fn=jpeg.collate_bytes, endless=True)
+    assert loader.multiprocessing_context.get_start_method() == "spawn"
+    (packed, lengths), labels = next(iter(loader))
+    assert len(lengths) == len(labels) == 4 and int(lengths.sum()) == packed.numel()
+    cpu_cfg = TrainConfig(dataset="jpeg_folder", data_dir=str(jpeg_tree), batch_size=4, workers=1)
+    assert make_loader(dataset, cpu_cfg, SINGLE, train=True)[0].multiprocessing_context is None
 
 
 def test_loader_start_epochs_and_shutdown_cost_little_beside_the_steps(jpeg_tree, tmp_path):

@@ -188,6 +188,11 @@ def make_loader(dataset: Dataset, cfg: Any, ctx: RankInfo, train: bool, collate_
         extra["persistent_workers"] = cfg.persistent_workers and train
         if cfg.prefetch_factor is not None:
             extra["prefetch_factor"] = cfg.prefetch_factor
+        if getattr(cfg, "gpu_decode", False):
+            # nvjpeg runs on the GPU in this process while its workers read files: a worker forked from it
+            # inherits its CUDA state and aborts ("CUDA error: initialization error", lab 05 on an H200 after
+            # six earlier runs in the same process); spawned workers start clean
+            extra["multiprocessing_context"] = "spawn"
     if endless and sampler is not None:
         extra["batch_sampler"] = jpeg.EndlessEpochs(sampler, cfg.batch_size, cfg.drop_last and train)
     else:

@@ -144,9 +144,10 @@ def cpu_transform(image_size: int, train: bool) -> transforms.Compose:
 
 
 def read_bytes(path: str) -> torch.Tensor:
-    from torchvision import io
-
-    return io.read_file(path)
+    """A file's bytes as a uint8 tensor, read in a loader worker without importing torchvision there: a worker
+    forked from a process whose CUDA is initialised aborts with "CUDA error: initialization error" when it
+    imports ``torchvision.io`` (torch 2.11, torchvision 0.26: lab 05's nvjpeg run on an H200)."""
+    return torch.frombuffer(bytearray(Path(path).read_bytes()), dtype=torch.uint8)
 
 
 def image_folder(root: Path, image_size: int, train: bool, raw_bytes: bool) -> datasets.DatasetFolder:
