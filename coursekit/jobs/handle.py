@@ -196,6 +196,11 @@ class Job:
     # ------------------------------------------------------------ state
 
     @property
+    def final_state(self) -> str | None:
+        """The terminal state already known (asks nothing); None while the job may still change."""
+        return self._final
+
+    @property
     def state(self) -> str:
         """Slurm's state name (see slurm_cli.TERMINAL_STATES), ``VANISHED`` or ``UNKNOWN``."""
         if self._final is not None:

@@ -40,7 +40,7 @@ class SlurmBackend:
         self.job = job
         self.info: dict[str, str] = {}  # squeue's or sacct's latest row of the job
         self.accounted = False  # sacct asked once for a job that ended (exit code, elapsed, node)
-        if job._final is None:
+        if job.final_state is None:
             watcher().follow(job.job_id, job.submitted_at)
 
     # ------------------------------------------------------------ submission
@@ -124,7 +124,7 @@ class SlurmBackend:
         """squeue's or sacct's row of the job; sacct is asked once after the job ended (exit code)."""
         job = self.job
         job.state  # noqa: B018 - refreshes the row while the job is known to Slurm
-        if job._final is not None and not self.accounted:
+        if job.final_state is not None and not self.accounted:
             row = None
             if slurm_cli.accounting_enabled():
                 try:

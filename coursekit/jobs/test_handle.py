@@ -227,6 +227,16 @@ def test_a_reattached_finished_job_still_tells_its_node_and_elapsed(course: Path
     assert (job.state, job.elapsed, job.node) == ("COMPLETED", 123.0, "gpu7")
 
 
+
+def test_the_final_state_is_known_without_asking_and_only_once_it_cannot_change(course: Path,
+                                                                                slurm: FakeSlurmState) -> None:
+    assert make_job(course, final_state="COMPLETED").final_state == "COMPLETED"
+    assert make_job(course, final_state="PREEMPTED").final_state is None  # a requeue may still run it
+    running = make_job(course, "43")
+    assert running.final_state is None
+    slurm.squeue_rows = [{"job_id": "43", "state": "FAILED"}]
+    assert (running.state, running.final_state) == ("FAILED", "FAILED")
+
 CANCELLED_ERR = """srun: got SIGCONT
 srun: Job step aborted: Waiting up to 7 seconds for job step to finish.
 slurmstepd-node1: error: *** JOB 42 ON node1 CANCELLED AT 2026-11-26T05:35:06 ***
