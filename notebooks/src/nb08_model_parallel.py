@@ -68,7 +68,8 @@ print(f"{len(runs)} runs submitted; section 4 collects them")
 # precision and Adam (the Ultra-Scale Playbook's convention): 2 bytes of bf16 weights, 2 of bf16
 # gradients and k = 12 bytes of optimizer state (an fp32 master copy of the weight, Adam's m and v) —
 # 16 bytes per parameter. A 7-billion-parameter model therefore needs 112 GB before a single
-# activation is stored: more than an 80 GB H100. Data parallelism copies all of it on every GPU; the
+# activation is stored: more than an 80 GB H100. (This section counts as GPU makers do, 1 GB = 10⁹ bytes;
+# the measured tables below are in MiB, 2²⁰ bytes.) Data parallelism copies all of it on every GPU; the
 # ZeRO stages shard it over the N GPUs of the data-parallel group:
 #
 # | | per GPU |
@@ -189,8 +190,8 @@ print(f"{comm['allreduces_per_step']} all-reduces per step of {comm['bytes_per_a
 results = pending.results()
 failures.report_failures(results, "the lab's runs")
 table = mp.strategy_table(results.where(experiment="strategy"))
-table.with_columns("strategy", "n_gpu", "state", "max_abs_dw", "train_loss", "state_mb_per_rank",
-                   "formula_mb_per_rank", "memory_vs_formula", "tokens_per_s")
+table.with_columns("strategy", "n_gpu", "state", "max_abs_dw", "train_loss", "state_mib_per_rank",
+                   "formula_mib_per_rank", "memory_vs_formula", "tokens_per_s")
 
 # %% [markdown]
 # The bubble, measured (section 2): every stage's idle share of a step, beside (p−1)/(m+p−1).
@@ -232,14 +233,14 @@ for n in [n for n in s.zero_n if n != s.n_processes]:
                                   **s.job))
     failures.report_failures(zero[-1], f"ZeRO on {n} processes")
 zero = labs.ResultsTable([r for t in zero for r in t], title="ZeRO: training state per rank, measured vs formula")
-zero.with_columns("strategy", "n_gpu", "state_mb_per_rank", "formula_mb_per_rank", "memory_vs_formula")
+zero.with_columns("strategy", "n_gpu", "state_mib_per_rank", "formula_mib_per_rank", "memory_vs_formula")
 
 # %% tags=["nbval-ignore-output"]
 labels = [f"{r['strategy']} N={r['n_gpu']}" for r in zero]
 figure, ax = plots.new_figure()
-plots.bars(labels, [v or 0 for v in zero.column("state_mb_per_rank")], ax=ax, ylabel="training state per rank (MiB)",
+plots.bars(labels, [v or 0 for v in zero.column("state_mib_per_rank")], ax=ax, ylabel="training state per rank (MiB)",
            annotate="{:.2f}", title="DDP and ZeRO: measured on the largest rank (bars), formula (lines)")
-ax.hlines(zero.column("formula_mb_per_rank"), [i - 0.4 for i in range(len(zero))], [i + 0.4 for i in range(len(zero))],
+ax.hlines(zero.column("formula_mib_per_rank"), [i - 0.4 for i in range(len(zero))], [i + 0.4 for i in range(len(zero))],
           colors="black", linewidth=2, label="formula")
 ax.legend(loc="upper right")
 figure
@@ -328,7 +329,7 @@ checkpointing = mp.checkpointing_table(s.base, [table.one(strategy="serial"), ta
 checkpointing
 
 # %%
-labs.reveal("checkpointing_cut", checkpointing[0]["activations_mb"] / checkpointing[1]["activations_mb"])
+labs.reveal("checkpointing_cut", checkpointing[0]["activations_mib"] / checkpointing[1]["activations_mib"])
 
 # %% [markdown]
 # ## 6. The table
@@ -352,14 +353,14 @@ profile.explain(
         "communicates less than the alternatives; here it only shows its price.")
 
 # %% tags=["nbval-ignore-output"]
-summary = table.with_columns("strategy", "n_gpu", "state_mb_per_rank", "peak_mem_mb", "tokens_per_s", "max_abs_dw",
+summary = table.with_columns("strategy", "n_gpu", "state_mib_per_rank", "peak_mem_mib", "tokens_per_s", "max_abs_dw",
                              title="strategies, measured here")
 summary
 
 # %% tags=["nbval-ignore-output"]
 figure, axes = plots.new_figure(ncols=2)
 names = table.column("strategy")
-plots.bars(names, [v or 0 for v in table.column("state_mb_per_rank")], ax=axes[0], ylabel="training state per rank (MiB)",
+plots.bars(names, [v or 0 for v in table.column("state_mib_per_rank")], ax=axes[0], ylabel="training state per rank (MiB)",
            annotate="{:.2f}", title="memory per rank")
 plots.bars(names, [v or 0 for v in table.column("tokens_per_s")], ax=axes[1], ylabel="tokens/s",
            title="throughput")
@@ -406,8 +407,8 @@ verdicts = [
         "a send, kernel launches)", gain, gain_detail),
     labs.check_claim(
         "activation checkpointing cuts the activation memory (at least by half)",
-        with_ckpt["activations_mb"] <= 0.5 * no_ckpt["activations_mb"],
-        f"{no_ckpt['activations_mb']:.2f} MiB -> {with_ckpt['activations_mb']:.2f} MiB; tokens/s "
+        with_ckpt["activations_mib"] <= 0.5 * no_ckpt["activations_mib"],
+        f"{no_ckpt['activations_mib']:.2f} MiB -> {with_ckpt['activations_mib']:.2f} MiB; tokens/s "
         f"{no_ckpt['tokens_per_s']:,.0f} -> {with_ckpt['tokens_per_s']:,.0f}"),
 ]
 
@@ -428,11 +429,11 @@ ticket = labs.exit_ticket("08", {
                                "(the measured bubble, between 0 and 1)?",
                                gpipe_m1[0]["bubble_measured"] if len(gpipe_m1) else None, abs_tol=0.05),
     "checkpointing_cut": labs.Question("By how many times did activation checkpointing cut the activation memory?",
-                                       no_ckpt["activations_mb"] / with_ckpt["activations_mb"], unit="×",
+                                       no_ckpt["activations_mib"] / with_ckpt["activations_mib"], unit="×",
                                        rel_tol=0.1),
     "zero3_state": labs.Question("How many MiB of training state (weights, gradients, optimizer state) did a rank "
                                  "of ZeRO-3 hold in section 4?",
-                                 zero3[0]["state_mb_per_rank"] if len(zero3) else None, unit="MiB", rel_tol=0.05),
+                                 zero3[0]["state_mib_per_rank"] if len(zero3) else None, unit="MiB", rel_tol=0.05),
     "pipeline_rank0": labs.Question("In the check of your pipeline script, how many bytes of weights, gradients "
                                     "and momentum did rank 0 hold?",
                                     sum(rank0[k] for k in mp.STATE_KEYS) if rank0 else None, unit="bytes",
@@ -454,8 +455,8 @@ answers = ticket.blank()
 # %% tags=["exercise"]
 ### BEGIN SOLUTION
 answers = {"bubble_m1": gpipe_m1[0]["bubble_measured"] if len(gpipe_m1) else None,
-           "checkpointing_cut": no_ckpt["activations_mb"] / with_ckpt["activations_mb"],
-           "zero3_state": zero3[0]["state_mb_per_rank"] if len(zero3) else None,
+           "checkpointing_cut": no_ckpt["activations_mib"] / with_ckpt["activations_mib"],
+           "zero3_state": zero3[0]["state_mib_per_rank"] if len(zero3) else None,
            "pipeline_rank0": sum(rank0[k] for k in mp.STATE_KEYS) if rank0 else None,
            "bubble_p4_m12": (4 - 1) / (12 + 4 - 1),  # 3 / 15 = 0.2
            # per GPU, 64 GB usable: DP 16 x 13 = 208 GB; ZeRO-1 (2 + 2 + 12/8) x 13 = 71.5 GB; ZeRO-2 (2 + 14/8) x 13

@@ -131,10 +131,10 @@ def strategy_table(rows: Sequence[dict[str, Any]]) -> ResultsTable:
         dw = weights_difference(reference, weights) if reference and weights and strategy != "serial" else None
         table.append({
             "strategy": strategy, "n_gpu": n, "state": run["state"],
-            "state_mb_per_rank": measured / MIB if measured else None,
-            "formula_mb_per_rank": formula / MIB,
+            "state_mib_per_rank": measured / MIB if measured else None,
+            "formula_mib_per_rank": formula / MIB,
             "memory_vs_formula": measured / formula if measured else None,
-            "peak_mem_mb": max((r["peak_memory_bytes"] for r in ranks), default=0) / MIB or run["peak_mem_mb"],
+            "peak_mem_mib": max((r["peak_memory_bytes"] for r in ranks), default=0) / MIB or run["peak_mem_mb"],
             "tokens_per_s": block.get("tokens_per_s") or run["summary"].get("tokens_per_s"),
             "train_loss": block.get("final_loss", run["train_loss"]), "max_abs_dw": dw,
             "bubble_measured": block.get("bubble_fraction"), "bubble_theory": block.get("bubble_fraction_theory"),
@@ -197,8 +197,8 @@ def in_flight_activations(config: TrainConfig, stages: int, microbatches: int) -
     """Activations one stage holds at its peak: GPipe keeps all m micro-batches until their backward, 1F1B
     at most p (measured per micro-batch with saved-tensor hooks, divided by the stages)."""
     per_micro = activation_bytes(config, batch_size=max(config.batch_size // microbatches, 1)) / stages
-    return {"microbatches": microbatches, "per_microbatch_mb": per_micro / MIB,
-            "gpipe_mb": microbatches * per_micro / MIB, "1f1b_mb": min(stages, microbatches) * per_micro / MIB}
+    return {"microbatches": microbatches, "per_microbatch_mib": per_micro / MIB,
+            "gpipe_mib": microbatches * per_micro / MIB, "1f1b_mib": min(stages, microbatches) * per_micro / MIB}
 
 
 def bubble_table(rows: ResultsTable | Sequence[dict[str, Any]], stages: int) -> ResultsTable:
@@ -226,7 +226,7 @@ def checkpointing_table(base: TrainConfig, timed: ResultsTable | Sequence[dict[s
     table = ResultsTable(title=f"activation checkpointing, batch {base.batch_size}, {base.gpt_layers} blocks")
     for on in (False, True):
         table.append({"activation_checkpointing": on,
-                      "activations_mb": activation_bytes(base.replace(activation_checkpointing=on)) / MIB,
+                      "activations_mib": activation_bytes(base.replace(activation_checkpointing=on)) / MIB,
                       "tokens_per_s": speeds.get(on)})
     return table
 

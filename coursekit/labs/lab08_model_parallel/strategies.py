@@ -36,9 +36,9 @@ PIPELINES = ("gpipe", "1f1b")
 SINGLE_PROCESS = ("serial", "naive", "checkpointed")
 STATE_KEYS = ("param_bytes", "grad_bytes", "optimizer_bytes")
 KEY_PREFIXES = ("module.", "_orig_mod.", "_fsdp_wrapped_module.", "_checkpoint_wrapped_module.")
-GB = 1e9
+GB = 1e9  # section 1's arithmetic counts as GPU makers do (an "80 GB" H100: 80e9 bytes); measured tables use MIB
 # The engine trains bf16/fp16 under autocast: weights, gradients and optimizer state stay fp32 whatever
-# --precision says, so the per-rank state is the fp32 formula's (2xH100: ZeRO-1 776 MB measured = fp32's
+# --precision says, so the per-rank state is the fp32 formula's (2xH100: ZeRO-1 776 MiB measured = fp32's
 # 12 bytes per parameter, not mixed precision's 10)
 STATE_PRECISION = "fp32"
 MIB = 2**20
@@ -53,7 +53,7 @@ def seven_billion(num_parameters: int = 7_000_000_000, n: int = 8, optimizer: st
             for r in [*sharding_table(num_parameters, 1, optimizer, precision, ("ddp",)),
                       *sharding_table(num_parameters, n, optimizer, precision)]]
     return ResultsTable(rows, title=f"{num_parameters / 1e9:g}B parameters, {optimizer}, {precision}: "
-                                    f"training state per GPU (no activations), {gpu_gb:g} GB GPUs")
+                                    f"training state per GPU (no activations), {gpu_gb:g} GB GPUs, 1 GB = 10⁹ bytes")
 
 
 def lowest_fitting_stage(num_parameters: int, n: int, gpu_bytes: float, optimizer: str = "adamw",

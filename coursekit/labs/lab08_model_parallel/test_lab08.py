@@ -145,7 +145,7 @@ def test_checkpointing_cuts_the_saved_activations_of_the_gpt():
     plain, checkpointed = mp.activation_bytes(b), mp.activation_bytes(b.replace(activation_checkpointing=True))
     assert 0 < checkpointed < 0.5 * plain
     held = mp.in_flight_activations(b, stages=2, microbatches=4)
-    assert held["gpipe_mb"] == pytest.approx(2 * held["1f1b_mb"])
+    assert held["gpipe_mib"] == pytest.approx(2 * held["1f1b_mib"])
 
 
 def test_seven_billion_and_tensor_parallel_traffic():
