@@ -28,8 +28,7 @@ COURSE_CONFIG_FILE = "coursekit.toml"
 DATA_DIR_ENV = "COURSEKIT_DATA_DIR"
 JOBS_SUBDIR = "jobs"
 REGISTRY_FILE = "registry.jsonl"
-LEADERBOARD_SETTING, DEFAULT_LEADERBOARD = "leaderboard", "race/leaderboard.jsonl"  # lab 09's race file
-INSTRUCTOR_SETTING = "instructor"  # the instructor's Unix user: lab 09's baseline is theirs only
+INSTRUCTOR_SETTING = "instructor"  # the course's instructor (a Unix user): what only the instructor may do
 SUBMITIT_JOB_ID = "%j"  # submitit's placeholder: a job's folder before it has an id
 
 _config_cache: dict[Path, tuple[tuple[int, int], dict[str, Any]]] = {}
@@ -105,13 +104,6 @@ def course_instructor() -> str | None:
     """The instructor's Unix user (``instructor`` in coursekit.toml, which `coursekit instructor setup` writes);
     None when the course names none (a course of one, on a laptop: its user is the instructor too)."""
     return course_setting(INSTRUCTOR_SETTING) or None
-
-
-def own_runs_path(board: Path | None = None) -> Path:
-    """Where this Unix user posts lab 09's runs: ``<user>.jsonl`` in the folder of the leaderboard setting
-    (``board``; by default the course's), one file per user (``labs/lab09_race/leaderboard.py``)."""
-    board = Path(board or course_path(LEADERBOARD_SETTING, DEFAULT_LEADERBOARD))
-    return board.parent / f"{user_name(os.geteuid())}.jsonl"
 
 
 # ---------------------------------------------------------------- argument > environment > toml > default

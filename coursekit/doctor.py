@@ -23,13 +23,9 @@ from typing import IO, Any
 
 from coursekit import slurm_cli
 from coursekit.course import (
-    DEFAULT_LEADERBOARD,
-    LEADERBOARD_SETTING,
     course_dir,
-    course_path,
     data_dir,
     jobs_dir,
-    own_runs_path,
     user_name,
 )
 from coursekit.sites import load_site, site_names
@@ -135,7 +131,9 @@ def check_data() -> list[Check]:
 def check_leaderboard() -> Check:
     """Lab 09 appends to this user's own file of the leaderboard's folder (``<folder>/<user>.jsonl``): the user
     must be able to create it there (or own it already), and in a shared folder nobody else may remove it."""
-    board = course_path(LEADERBOARD_SETTING, DEFAULT_LEADERBOARD)
+    from coursekit.labs.lab09_race.leaderboard import leaderboard_path, own_runs_path
+
+    board = leaderboard_path()
     folder, mine = board.parent, own_runs_path(board)
     what = f"lab 09's leaderboard {board}"
     fix = f"make {folder} writable by every participant, sticky: chmod 1777 {folder}"

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from coursekit import cli, doctor
-from coursekit.course import own_runs_path
 from coursekit.jobs import registry
 from coursekit.jobs.handle import Job, get_job
+from coursekit.labs.lab09_race.leaderboard import own_runs_path
 
 COMMAND_TIMEOUT_S = 120
 

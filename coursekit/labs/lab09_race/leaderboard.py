@@ -61,14 +61,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from coursekit.course import (
-    DEFAULT_LEADERBOARD,
-    LEADERBOARD_SETTING,
-    course_instructor,
-    course_path,
-    own_runs_path,
-    user_name,
-)
+from coursekit.course import course_instructor, course_path, user_name
 from coursekit.labs.kit import pool
 from coursekit.labs.kit.participant import check_pseudonym
 from coursekit.labs.kit.pool import CLAIM_SUFFIX
@@ -86,6 +79,16 @@ RUN_FIELDS = ("status", "target_acc", "target_reached", "time_to_target_s", "ste
               "val_samples", "val_hash", "torch_version",
               "cuda_version", "device_name", "gpu_name", "gpu_count", "world_size", "num_parameters", "train_time_s",
               "total_time_s", "evaluations", "config")
+
+
+LEADERBOARD_SETTING, DEFAULT_LEADERBOARD = "leaderboard", "race/leaderboard.jsonl"  # coursekit.toml key, default
+
+
+def own_runs_path(board: Path | None = None) -> Path:
+    """Where this Unix user posts the race's runs: ``<user>.jsonl`` in the folder of the leaderboard setting
+    (``board``; by default the course's), one file per user."""
+    board = Path(board or course_path(LEADERBOARD_SETTING, DEFAULT_LEADERBOARD))
+    return board.parent / f"{user_name(os.geteuid())}.jsonl"
 
 
 def leaderboard_path() -> Path:
