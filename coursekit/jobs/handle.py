@@ -103,7 +103,7 @@ class Job:
         self.n_gpu, self.num_tasks = n_gpu, num_tasks
         self.submitted_at = submitted_at if submitted_at is not None else time.time()
         self.time_limit_min, self.pid, self.pid_start = time_limit_min, pid, pid_start
-        self.lab = lab  # the lab ("00" ... "09") the notebook that submitted it was at, when known
+        self.lab = lab  # the lab (its two-digit number) the notebook that submitted it was at, when known
         self._final = final_state if final_state not in UNCACHED_TERMINAL else None
         self.last_error: SlurmError | None = None
         self.state_reason = ""  # why the state is what it is (Slurm's pending reason, or why UNKNOWN)

@@ -3,7 +3,7 @@
 One JSON object per line, appended under an exclusive lock (several kernels may submit at once):
 ``{"event": "submitted", "job_id": ..., "name": ..., "folder": ..., ...}`` when a job is submitted and
 ``{"event": "state", "job_id": ..., "state": ...}`` when coursekit learns a final state. Later lines
-update earlier ones. A submission record carries ``"lab"`` (``"00"`` ... ``"09"``) when the kernel knows which
+update earlier ones. A submission record carries ``"lab"`` (its two-digit number, ``"00"``, ``"01"``...) when the kernel knows which
 lab it is working on (``set_current_lab``, called by ``labs.lab_settings``): ``coursekit instructor room``
 reads it; older records lack it. Records only: after a kernel restart, ``coursekit.jobs.handle.list_jobs()`` and
 ``get_job(id)`` build the handles back from them. Where the file lives: ``coursekit.course.CoursePaths``.
@@ -24,7 +24,7 @@ _current_lab: str | None = None  # the lab this kernel works on, recorded with e
 
 
 def set_current_lab(lab: str | None) -> None:
-    """Note the lab (``"00"`` ... ``"09"``) this kernel works on: the next submissions record it."""
+    """Note the lab (its two-digit number, ``"00"``, ``"01"``...) this kernel works on: the next submissions record it."""
     if lab is not None and not (isinstance(lab, str) and lab.isdigit() and len(lab) == 2):
         raise ValueError(f"lab={lab!r}: use a lab number such as '02'")
     global _current_lab
