@@ -198,7 +198,7 @@ def test_a_loader_worker_reads_jpeg_bytes_without_importing_torchvision(jpeg_tre
 
     file = next((jpeg_tree / "train").glob("*/*.jpg"))
     expected = io.read_file(str(file))
-    # a worker forked from a process with CUDA initialised aborts when it imports torchvision.io (lab 05, H200)
+    # a forked worker of a process that used CUDA aborted inside that import (lab 05 on an H200)
     monkeypatch.setitem(sys.modules, "torchvision", None)
     read = jpeg.read_bytes(str(file))
     assert read.dtype == torch.uint8 and torch.equal(read, expected)

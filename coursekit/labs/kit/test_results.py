@@ -56,7 +56,8 @@ def test_format_value(value, text):
 
 
 @pytest.mark.parametrize("name, words", [("images_per_s_median", "images/s (median)"), ("val_acc", "validation accuracy"),
-                                         ("total_time_s", "total time (s)"), ("gradients_mb", "gradients (MiB)"), ("weights_gb", "weights (GB)"),
+                                         ("total_time_s", "total time (s)"), ("gradients_mb", "gradients (MiB)"),
+                                         ("weights_gb", "weights (GB)"),
                                          ("state", "state"), ("num_workers", "loader workers")])
 def test_column_label(name, words):
     assert column_label(name) == words

@@ -144,9 +144,9 @@ def cpu_transform(image_size: int, train: bool) -> transforms.Compose:
 
 
 def read_bytes(path: str) -> torch.Tensor:
-    """A file's bytes as a uint8 tensor, read in a loader worker without importing torchvision there: a worker
-    forked from a process whose CUDA is initialised aborts with "CUDA error: initialization error" when it
-    imports ``torchvision.io`` (torch 2.11, torchvision 0.26: lab 05's nvjpeg run on an H200)."""
+    """A file's bytes as a uint8 tensor, in a loader worker, without importing ``torchvision.io`` there (a worker
+    forked from a process that uses CUDA aborted inside that import on an H200: lab 05's nvjpeg run; such workers
+    are spawned now, ``make_loader``, and need none of torchvision.io's CUDA code to read bytes)."""
     return torch.frombuffer(bytearray(Path(path).read_bytes()), dtype=torch.uint8)
 
 
