@@ -1,7 +1,8 @@
 """A progress bar over the jobs a lab waits for (tqdm.auto: a widget in a notebook, text in a terminal).
 
 ``labs.run_sweep`` and ``Sweep.results`` wait for their jobs with one bar, "3/8 jobs ended", so that a
-sweep of several minutes is never silent. The bar appears only when the wait lasts more than
+sweep of several minutes is never silent (a notebook's widget bar, which a saved notebook keeps at its first
+drawing, is followed by one line saying how the wait ended). The bar appears only when the wait lasts more than
 ``PROGRESS_DELAY_S`` and is a no-op where tqdm is not installed (it comes with the ``lab`` extra). Where
 nobody watches it redraw (stderr is not a terminal and this is no notebook: a CLI piped to a file, a batch
 job's log), there is no bar: its redraws would fill the file; one line says how the wait ended instead.
@@ -69,8 +70,15 @@ class JobsBar:
                       file=sys.stderr, flush=True)
             self._quiet_since = None
         if self._bar is not None:
+            # a notebook's bar is a widget: a saved notebook keeps its first drawing ("0/64") and not where it
+            # ended, so where it was drawn one plain line says how the wait ended, for whoever reads it later
+            drawn_widget = getattr(self._bar, "displayed", False)
+            elapsed = self._bar.format_dict.get("elapsed", 0.0)
             self._bar.close()
             self._bar = None
+            if drawn_widget:
+                print(f"{self.desc or 'jobs'}: {self.count}/{self.total} {PROGRESS_UNIT}s ended after "
+                      f"{elapsed:.0f} s", flush=True)
 
     def __enter__(self) -> JobsBar:
         return self

@@ -55,3 +55,27 @@ def test_where_nobody_sees_redraws_there_is_no_bar_and_one_line_says_how_the_wai
     with JobsBar(2, "quick") as bar:
         bar.done(2)
     assert capsys.readouterr().err == ""  # a short wait says nothing, as a bar would not have shown
+
+
+def test_a_drawn_notebook_bar_leaves_a_line_saying_how_the_wait_ended(monkeypatch, capsys):
+    """A saved notebook keeps a widget's first drawing ("0/64"): the line after it must say where it ended."""
+    from tqdm.notebook import tqdm as notebook_tqdm
+
+    class DrawnWidget:  # what tqdm.notebook keeps: drawn once its delay passed, its elapsed time
+        displayed = True
+        format_dict = {"elapsed": 332.4}
+
+        def close(self) -> None:
+            pass
+
+    real = notebook_tqdm(total=1, delay=3600)  # the attributes read are tqdm's own: not drawn before its delay
+    assert real.displayed is False and "elapsed" in real.format_dict
+    real.close()
+    bar = JobsBar(64, "lab 07", enabled=False)
+    bar._bar, bar.count = DrawnWidget(), 64
+    bar.close()
+    assert capsys.readouterr().out == "lab 07: 64/64 jobs ended after 332 s\n"
+    DrawnWidget.displayed = False  # a wait shorter than the delay drew nothing: nothing to say
+    bar._bar = DrawnWidget()
+    bar.close()
+    assert capsys.readouterr().out == ""
