@@ -17,6 +17,9 @@ from typing import Any
 
 PROGRESS_DELAY_S = 1.0  # shorter waits show no bar
 PROGRESS_UNIT = "job"
+# the bar is told on every poll (5 a second for local jobs) and redraws at most this often: in a notebook each
+# redraw is a widget update sent through the JupyterLab server and drawn by the browser
+REDRAW_S = 1.0
 
 
 def redraws_seen() -> bool:
@@ -48,7 +51,7 @@ class JobsBar:
             # smoothing=0: the rate is the mean since the start; jobs that end together would otherwise show
             # the rate of their last few moments ("3/3 [00:52, 4.48job/s]")
             self._bar = tqdm(total=total, desc=desc or None, unit=PROGRESS_UNIT, delay=PROGRESS_DELAY_S,
-                             leave=True, smoothing=0)
+                             mininterval=REDRAW_S, leave=True, smoothing=0)
 
     def done(self, count: int) -> None:
         """``count`` jobs have ended (called on every poll: it also refreshes the elapsed time)."""

@@ -79,3 +79,9 @@ def test_a_drawn_notebook_bar_leaves_a_line_saying_how_the_wait_ended(monkeypatc
     bar._bar = DrawnWidget()
     bar.close()
     assert capsys.readouterr().out == ""
+
+
+def test_the_bar_redraws_at_most_once_a_second_however_often_it_is_told(monkeypatch):
+    monkeypatch.setattr(progress, "redraws_seen", lambda: True)
+    with JobsBar(3, "ada-bs") as bar:
+        assert bar._bar.mininterval == progress.REDRAW_S >= 1.0
