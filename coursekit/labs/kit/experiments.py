@@ -119,10 +119,7 @@ def wait_all(jobs: Sequence[Any], timeout_s: float | None = DEFAULT_TIMEOUT_S,
 class RunsBar(JobsBar):
     """A :class:`JobsBar` that counts runs (``done(n)``: ``n`` of ``total`` runs have ended)."""
 
-    def __init__(self, total: int, desc: str = "", enabled: bool = True) -> None:
-        super().__init__(total, desc, enabled)
-        if self._bar is not None:  # tqdm reads its unit on every refresh; the bar shows after a delay
-            self._bar.unit = RUN_UNIT
+    unit = RUN_UNIT
 
 
 def run_ended(folder: str | Path) -> bool:

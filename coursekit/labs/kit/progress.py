@@ -35,6 +35,8 @@ def redraws_seen() -> bool:
 class JobsBar:
     """``with JobsBar(total, desc) as bar: ... bar.done(n)``: ``n`` of ``total`` jobs have ended."""
 
+    unit = PROGRESS_UNIT  # what the bar counts (a subclass counts runs)
+
     def __init__(self, total: int, desc: str = "", enabled: bool = True) -> None:
         if isinstance(total, bool) or not isinstance(total, int) or total < 0:
             raise ValueError(f"total={total!r}: give the number of jobs waited for, an int >= 0")
@@ -50,7 +52,7 @@ class JobsBar:
                 return
             # smoothing=0: the rate is the mean since the start; jobs that end together would otherwise show
             # the rate of their last few moments ("3/3 [00:52, 4.48job/s]")
-            self._bar = tqdm(total=total, desc=desc or None, unit=PROGRESS_UNIT, delay=PROGRESS_DELAY_S,
+            self._bar = tqdm(total=total, desc=desc or None, unit=self.unit, delay=PROGRESS_DELAY_S,
                              mininterval=REDRAW_S, leave=True, smoothing=0)
 
     def done(self, count: int) -> None:
@@ -69,7 +71,7 @@ class JobsBar:
         if self._quiet_since is not None:
             waited = time.monotonic() - self._quiet_since
             if waited >= PROGRESS_DELAY_S:
-                print(f"{self.desc or 'jobs'}: {self.count}/{self.total} {PROGRESS_UNIT}s ended after {waited:.0f} s",
+                print(f"{self.desc or 'jobs'}: {self.count}/{self.total} {self.unit}s ended after {waited:.0f} s",
                       file=sys.stderr, flush=True)
             self._quiet_since = None
         if self._bar is not None:
@@ -80,7 +82,7 @@ class JobsBar:
             self._bar.close()
             self._bar = None
             if drawn_widget:
-                print(f"{self.desc or 'jobs'}: {self.count}/{self.total} {PROGRESS_UNIT}s ended after "
+                print(f"{self.desc or 'jobs'}: {self.count}/{self.total} {self.unit}s ended after "
                       f"{elapsed:.0f} s", flush=True)
 
     def __enter__(self) -> JobsBar:

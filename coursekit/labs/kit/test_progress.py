@@ -57,7 +57,7 @@ def test_where_nobody_sees_redraws_there_is_no_bar_and_one_line_says_how_the_wai
     assert capsys.readouterr().err == ""  # a short wait says nothing, as a bar would not have shown
 
 
-def test_a_drawn_notebook_bar_leaves_a_line_saying_how_the_wait_ended(monkeypatch, capsys):
+def test_a_drawn_notebook_bar_leaves_a_line_saying_how_the_wait_ended(capsys):
     """A saved notebook keeps a widget's first drawing ("0/64"): the line after it must say where it ended."""
     from tqdm.notebook import tqdm as notebook_tqdm
 
@@ -79,6 +79,11 @@ def test_a_drawn_notebook_bar_leaves_a_line_saying_how_the_wait_ended(monkeypatc
     bar._bar = DrawnWidget()
     bar.close()
     assert capsys.readouterr().out == ""
+    runs = experiments.RunsBar(64, "lab 07", enabled=False)  # a bar over runs says runs
+    runs._bar, runs.count = DrawnWidget(), 3
+    DrawnWidget.displayed = True
+    runs.close()
+    assert capsys.readouterr().out == "lab 07: 3/64 runs ended after 332 s\n"
 
 
 def test_the_bar_redraws_at_most_once_a_second_however_often_it_is_told(monkeypatch):
