@@ -67,12 +67,15 @@ class JobsBar:
         self._first = False
         self.count = count
 
+    def _say_how_it_ended(self, seconds: float, file: Any) -> None:
+        print(f"{self.desc or 'jobs'}: {self.count}/{self.total} {self.unit}s ended after {seconds:.0f} s",
+              file=file, flush=True)
+
     def close(self) -> None:
         if self._quiet_since is not None:
             waited = time.monotonic() - self._quiet_since
             if waited >= PROGRESS_DELAY_S:
-                print(f"{self.desc or 'jobs'}: {self.count}/{self.total} {self.unit}s ended after {waited:.0f} s",
-                      file=sys.stderr, flush=True)
+                self._say_how_it_ended(waited, sys.stderr)
             self._quiet_since = None
         if self._bar is not None:
             # a notebook's bar is a widget: a saved notebook keeps its first drawing ("0/64") and not where it
@@ -82,8 +85,7 @@ class JobsBar:
             self._bar.close()
             self._bar = None
             if drawn_widget:
-                print(f"{self.desc or 'jobs'}: {self.count}/{self.total} {self.unit}s ended after "
-                      f"{elapsed:.0f} s", flush=True)
+                self._say_how_it_ended(elapsed, sys.stdout)
 
     def __enter__(self) -> JobsBar:
         return self
