@@ -180,10 +180,14 @@ def test_the_pre_timeout_signal_requeues_checkpointable_jobs_which_resume(course
         time.sleep(0.2)
     seen: dict[str, set[str]] = {what: set() for what in jobs}
     last_bump = dict.fromkeys(jobs, -math.inf)
-    # the test asks squeue itself: the handle's watcher slows down for old jobs (30 s), as a room needs
+    # the test asks squeue itself: the handle's watcher slows down for old jobs (30 s), as a room needs. It stops
+    # once each job has been held by its requeue and has ended again, or has left the queue: not waiting for the
+    # ended rows to leave squeue (MinJobAge, 30 s) took 30 s off the test
     while rows := {what: row for what, job in jobs.items()
                    if (row := slurm_cli.row_for(slurm_cli.squeue([j.job_id for j in jobs.values()]), job.job_id))}:
         assert time.monotonic() < deadline, f"still queued: {({w: r['state'] for w, r in rows.items()})} (seen {seen})"
+        if all(slurm_cli.is_terminal(row["state"]) and last_bump[what] > -math.inf for what, row in rows.items()):
+            break
         for what, row in rows.items():
             seen[what].add(row["state"])
             held = row["state"] == "PENDING" and row.get("reason") == "BeginTime"
@@ -195,7 +199,7 @@ def test_the_pre_timeout_signal_requeues_checkpointable_jobs_which_resume(course
                 last_bump[what] = time.monotonic()
         time.sleep(0.3)
     for job in jobs.values():
-        watcher().poke(job.job_id)  # it left the queue: the handle asks accounting now
+        watcher().poke(job.job_id)  # it ended: the handle asks again now, not after its slowed-down delay
 
     assert counted.wait(END_S) == "COMPLETED", f"states seen {seen}; stderr:\n{counted.tail(30, 'err')}"
     log = counted.stdout.read_text()
