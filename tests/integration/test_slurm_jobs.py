@@ -85,8 +85,10 @@ def test_a_sweep_of_two_commands_by_three_gpu_counts(course: Path, slurm_cluster
 
 
 def test_torchrun_launcher_starts_one_process_per_gpu(course: Path) -> None:
-    show = ("-c 'import os; print(\"rank\", os.environ[\"RANK\"], os.environ[\"LOCAL_WORLD_SIZE\"], "
-            "os.environ[\"WORLD_SIZE\"], os.environ[\"SLURM_NTASKS\"])'")
+    # torchrun's two processes share the task's stdout: each writes its line in one call (print() writes each
+    # word, each space and the newline apart, unbuffered, and two lines came out as "rankrank 0  12  22  21 ")
+    show = ("-c 'import os; os.write(1, \" \".join([\"rank\"] + [os.environ[v] for v in "
+            "(\"RANK\", \"LOCAL_WORLD_SIZE\", \"WORLD_SIZE\", \"SLURM_NTASKS\")]).encode() + b\"\\n\")'")
     job = coursekit.submit_jobs(show, n_gpu=2, launcher="torchrun", name="ddp")[0]
     assert job.wait(END_S) == "COMPLETED", job.tail(20, "err")
     ranks = sorted(line for line in job.stdout.read_text().splitlines() if line.startswith("rank"))
