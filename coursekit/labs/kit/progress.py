@@ -59,9 +59,10 @@ class JobsBar:
         """``count`` jobs have ended (called on every poll: it also refreshes the elapsed time)."""
         count = max(self.count, min(count, self.total))
         if self._bar is not None and self._first and count:
-            # those that had ended before the wait began: counted, but not in the rate (nor in the time left)
+            # those that had ended before the wait began: counted, but not in the rate (nor in the time left).
+            # Not drawn now: drawn at once, a wait for jobs that had all ended showed a bar and, in a notebook,
+            # "1/1 jobs ended after 0 s" under the line of the wait that had really waited for them
             self._bar.initial = self._bar.n = self._bar.last_print_n = count
-            self._bar.refresh()
         elif self._bar is not None:
             self._bar.update(count - self.count)
         self._first = False

@@ -26,6 +26,20 @@ def test_bar_counts_up_to_the_total_and_closes(monkeypatch):
     assert bar._bar is None
 
 
+def test_a_wait_for_jobs_that_had_all_ended_draws_nothing(monkeypatch, capsys):
+    """A second wait for the same jobs (a cell that reads their results again) is not a wait: no bar, no line."""
+    monkeypatch.setattr(progress, "redraws_seen", lambda: True)
+    with JobsBar(2, "ada-long") as bar:
+        bar.done(2)
+        assert bar._bar.n == 2 and bar._bar.initial == 2  # counted, not in the rate
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(progress, "PROGRESS_DELAY_S", 0.0)  # a wait that lasts: the bar shows its count
+    with JobsBar(2, "ada-long") as bar:
+        bar.done(1)
+        bar.done(2)
+    assert "2/2" in capsys.readouterr().err
+
+
 def test_bar_disabled_or_empty_draws_nothing():
     assert JobsBar(0)._bar is None and JobsBar(2, enabled=False)._bar is None
     with pytest.raises(ValueError, match="total="):
