@@ -1,6 +1,7 @@
 import itertools
 import pickle
 import sys
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -250,14 +251,10 @@ def test_empty_image_folder_is_a_clear_error(tmp_path):
 def _threads_left(before: set) -> list:
     """Threads started since `before` and still running: another test's thread that ends meanwhile (an asyncio
     child watcher, a stop thread) must not count, as it did when the tests compared thread counts."""
-    import threading
-
     return [thread for thread in threading.enumerate() if thread not in before]
 
 
 def test_decoding_thread_keeps_order_stops_early_and_raises_loader_errors(jpeg_tree):
-    import threading
-
     files = sorted((jpeg_tree / "train").glob("*/*.jpg"))
     batches = [([jpeg.read_bytes(str(f))], torch.tensor([i])) for i, f in enumerate(files)]
     threads_before = set(threading.enumerate())
@@ -315,7 +312,6 @@ def _epoch(decoded, epoch: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
 
 @pytest.mark.parametrize("endless", [False, True])
 def test_decoding_runs_into_the_next_epoch_and_gives_what_a_fresh_pass_gives(jpeg_tree, endless, monkeypatch):
-    import threading
     import time
 
     from torch.utils.data import DataLoader
