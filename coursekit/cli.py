@@ -177,6 +177,9 @@ def build_parser() -> argparse.ArgumentParser:
                                "metrics and a plot (local executor: no Slurm needed)")
     demo.add_argument("--site", default=None, help="site profile (default: local)")
     demo.add_argument("--output", default=None, help="folder for the plot (default: demo-output)")
+    from coursekit import demo as demo_module
+
+    demo_module.add_data_arguments(demo)
     demo.set_defaults(handler=cmd_demo)
 
     from coursekit import instructor
@@ -189,7 +192,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     """The README's main job (coursekit/demo.py)."""
     from coursekit import demo
 
-    return demo.run_demo(args.site or demo.DEMO_SITE, args.output or demo.DEMO_OUTPUT)
+    return demo.run_demo_on(args.site or demo.DEMO_SITE, args.output or demo.DEMO_OUTPUT, args.data, args.data_dir)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from coursekit import cli
+from coursekit import cli, demo
 from coursekit.metrics import epochs, read_metrics, summary
 
 
@@ -24,3 +24,27 @@ def test_demo_runs_a_real_job_and_writes_its_plot(tmp_path: Path, monkeypatch: p
     assert summary(records)["status"] == "completed"
     final_accuracy = epochs(records)[-1]["val_acc"]
     assert final_accuracy > 0.3, f"the demo's model learnt nothing: val_acc {final_accuracy}"  # chance is 0.1
+    assert "generated images: a stand-in" in printed and "--data fashion-mnist" in printed  # not evidence
+
+
+def test_the_demo_on_missing_fashion_mnist_names_the_option_and_submits_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("COURSEKIT_COURSE_DIR", str(tmp_path / "course"))
+    empty = tmp_path / "no-data"
+    empty.mkdir()
+    assert cli.main(["demo", "--data", "fashion-mnist", "--data-dir", str(empty), "--output", str(tmp_path)]) == 2
+    error = capsys.readouterr().err
+    assert "--data fashion-mnist" in error and "coursekit instructor data fashion-mnist" in error, error
+    assert not (tmp_path / "course" / "jobs").exists()  # nothing was submitted
+
+
+def test_the_demo_on_fashion_mnist_reads_the_folder_it_was_given(tmp_path: Path) -> None:
+    from coursekit.train.data import fashion_mnist
+
+    for name in fashion_mnist.FILES:  # the demo checks that the four files are there; the job reads them
+        (tmp_path / f"{name}.gz").write_bytes(b"")
+    config = demo.data_config("fashion-mnist", str(tmp_path))
+    assert (config.dataset, config.data_dir, config.num_samples) == ("fashion-mnist", str(tmp_path), None)
+    assert "real data" in demo.data_words(config) and "stand-in" not in demo.data_words(config)
+    with pytest.raises(ValueError, match="--data-dir is for --data fashion-mnist"):
+        demo.data_config("generated", str(tmp_path))
