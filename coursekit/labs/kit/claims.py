@@ -73,15 +73,6 @@ def share_of_increases(values: Sequence[float]) -> float:
     return ups / (len(values) - 1)
 
 
-def gain_per_doubling(x: Sequence[float], y: Sequence[float]) -> list[float]:
-    """Ratio y[i+1]/y[i] normalised to one doubling of x: log2 gain per log2 step of x."""
-    gains = []
-    for (x0, y0), (x1, y1) in zip(zip(x, y, strict=True), zip(x[1:], y[1:], strict=True), strict=False):
-        doublings = math.log2(x1 / x0)
-        gains.append((y1 / y0) ** (1 / doublings) if doublings > 0 else float("nan"))
-    return gains
-
-
 def saturates(x: Sequence[float], y: Sequence[float], min_total_gain: float = 1.5) -> tuple[bool, str]:
     """Does y grow with x (by ``min_total_gain`` overall) and grow less over the larger half of x than over the
     smaller half? Each half is a least-squares log-log slope, so one noisy point does not decide."""

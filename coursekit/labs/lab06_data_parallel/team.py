@@ -55,9 +55,6 @@ class TeamPart:
         """The part that runs ``batch_size``'s row."""
         return self.batches.index(batch_size) % self.parts
 
-    def gpu_minutes(self, minutes_per_job: float) -> float:
-        return len(self.my_batches) * sum(self.n_gpus) * minutes_per_job
-
     def __str__(self) -> str:
         if self.parts == 1:
             return (f"no team: you run the whole sweep ({len(self.batches)} per-GPU batches x GPU counts "
