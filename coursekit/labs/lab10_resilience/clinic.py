@@ -42,6 +42,12 @@ MODULE = "-m coursekit.labs.lab10_resilience.clinic_jobs"
 N_PROCESSES = 2  # every clinic job: two ranks (2 GPUs, or 2 gloo processes on a CPU)
 MAX_TRIES = 3  # wrong diagnoses of one job before its answer is shown
 ALL_RANKS = "all"  # the rank answer of a fault every rank shares
+# a clinic job ends within two minutes however it fails (the NCCL hang: its 20 s timeout + the watchdog's minute);
+# this limit, whatever the lab's other jobs get, ends one whose hang nothing noticed
+CLINIC_TIME_MAX = "00:05:00"
+# NCCL: the watchdog aborts the process after a collective's timeout (torch's default since 2.2, pinned here so that
+# a site's TORCH_NCCL_ASYNC_ERROR_HANDLING=0 cannot turn the hang into one that lasts until the time limit)
+CLINIC_ENV = {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "3"}
 
 CAUSES: dict[str, str] = {
     "exception": "one rank raised an exception (a bug or bad data on that rank)",
@@ -66,12 +72,16 @@ EXPLANATIONS = {
         "srun --kill-on-bad-exit on Slurm, coursekit.launch.stop_local_peer_tasks on the local site."),
     "mismatched_collectives": (
         "symptom: no traceback at first, the job just stops progressing; after the process group's timeout "
-        "both ranks fail with 'Timed out waiting ... for recv' (NCCL: the watchdog's 'collective operation "
-        "timeout', and the process aborts about a minute later, once the watchdog gave up waiting for its debug "
-        "dump). Rank 1's log says it skipped a step; rank 0 did one more all-reduce.",
+        "a rank fails. gloo: both ranks, with 'Timed out waiting ... for recv'. NCCL: rank 0, with the "
+        "watchdog's 'collective operation timeout', and its process aborts about a minute later, once the "
+        "watchdog gave up waiting for its debug dump; rank 1 went on (its barrier was matched with rank 0's "
+        "all-reduce, NCCL does not compare them) and waits until the launcher stops it. Rank 1's log says it "
+        "skipped a step; rank 0 did one more all-reduce.",
         "cause: the ranks called different collectives: rank 1 skipped an all-reduce, so rank 0's last all-reduce "
-        "met rank 1's barrier. With TORCH_DISTRIBUTED_DEBUG=DETAIL torch compares the calls and names them "
-        "('Detected mismatch between collectives ... ALLREDUCE vs BARRIER').",
+        "met rank 1's barrier. With TORCH_DISTRIBUTED_DEBUG=DETAIL torch compares the calls before running them "
+        "and each rank fails at once with 'Detected mismatch between collectives on ranks': rank 0's own call "
+        "is the ALLREDUCE, rank 1's the BARRIER (the other rank's op in the message can be one of the check's "
+        "own collectives: read each rank's own).",
         "fix: every rank calls the same collectives in the same order (no collective under `if rank == 0` or a "
         "data-dependent `continue`; uneven shards: DistributedSampler(drop_last=True) or DDP's join()); set a "
         "short timeout while debugging (init_process_group(timeout=...)) instead of torch's 30 minutes."),
@@ -203,7 +213,8 @@ def submit_cases(pseudonym: str, settings: Mapping[str, Any] | ClinicSettings, *
     if not isinstance(debug, bool):
         raise ValueError(f"debug={debug!r}: use True (TORCH_DISTRIBUTED_DEBUG=DETAIL) or False")
     wanted = [_check_label(label) for label in labels]
-    env = dict(job_options.pop("env", None) or {})
+    env = {**(job_options.pop("env", None) or {}), **CLINIC_ENV}
+    job_options["time_max"] = CLINIC_TIME_MAX
     if the_settings.nccl_debug:
         env["NCCL_DEBUG"] = "INFO"
     if debug:

@@ -9,6 +9,9 @@ from dataclasses import dataclass
 from typing import Any
 
 LAST_LINES = 4  # each rank's last own lines shown among the symptoms
+# an earlier line of a rank is shown too when it says the rank left the common path (lab 10's mismatched collectives:
+# "this rank's batch was empty: step skipped", three steps before the end)
+OFF_PATH = re.compile(r"\bskipped\b")
 MAX_HITS_PER_RANK = 4  # error lines shown per rank
 HIT_CHARS = 600  # an error line shown up to this length (torch's mismatch report runs to ~550 characters)
 LINE = re.compile(r"^\[clinic rank (?P<rank>\d+) t=(?P<t>\d+(?:\.\d+)?)\] (?P<text>.*)$")
@@ -23,7 +26,8 @@ CLIENTS_JOINED = re.compile(r"(\d+)/(\d+) clients joined")
 DIALLED = re.compile(r"\(([\w.\-]+), (\d+)\)|(?:host|to) [\w.\-]+:(\d+)")
 FORMED = "process group formed"  # clinic_jobs' line once init_process_group returned
 RANK_PREFIX = re.compile(r"^\[rank\d+\]: ")
-SOURCE_LINE = re.compile(r"^(\s{2,}|\s*File \"|\s*\^)")  # a traceback's frame and source lines: not errors
+# a traceback's frame and source lines, and a C++ stack's frames ("frame #0: c10::Error::Error(...)"): not errors
+SOURCE_LINE = re.compile(r"^(\s{2,}|\s*File \"|\s*\^|frame #\d+: )")
 ASKED_WORLD = re.compile(r"of world size (\d+) joins .* at tcp://[\w.\-]+:(\d+)")
 
 
@@ -100,7 +104,8 @@ class Symptoms:
             end = f"t+{r.end - start:.1f} s" if r.end is not None and self.start else "?"
             lines.append(f"  rank {r.rank}: ended at {end}, exit code {r.exit_code}"
                          + (f" — {r.exit_line}" if r.exit_line else ""))
-            for t, text in r.events[-LAST_LINES:]:
+            earlier = [event for event in r.events[:-LAST_LINES] if OFF_PATH.search(event[1])]
+            for t, text in earlier + r.events[-LAST_LINES:]:
                 lines.append(f"    t+{t - start:5.1f} s  {text[:160]}")
             for hit in _distinct(r.hits)[:MAX_HITS_PER_RANK]:
                 lines.append(f"    error line: {hit[:HIT_CHARS]}")

@@ -262,3 +262,45 @@ def test_detail_names_the_mismatch_at_once_and_a_timeout_or_a_silent_log_does_no
     assert not clinic.mismatch_named(timed_out, CPU.hang_timeout_s)[0]  # named, but only at the timeout
     silent = [rank_log(0, (0.0, "step 4"), (0.2, "failed: RuntimeError: Timed out"), err="Timed out\n")]
     assert not clinic.mismatch_named(silent, CPU.hang_timeout_s)[0]
+
+
+def test_clinic_jobs_get_a_short_limit_and_nccl_aborts_on_timeout_whatever_the_lab_passes(
+        monkeypatch: pytest.MonkeyPatch, own_course: Path) -> None:
+    submitted = []
+
+    def fake_submit(command: str, **options: object) -> list[str]:
+        submitted.append(options)
+        return [f"job {len(submitted)}"]
+
+    monkeypatch.setattr("coursekit.jobs.submit.submit_jobs", fake_submit)
+    site_env = {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "0", "OMP_NUM_THREADS": "1"}  # a site that turned the abort off
+    cases = clinic.submit_cases("ada", clinic.clinic_settings("gpu"), labels=["A", "B"], time_max="00:20:00",
+                                env=site_env)
+    assert list(cases.jobs) == ["A", "B"] and len(submitted) == 2
+    for options in submitted:
+        assert options["time_max"] == clinic.CLINIC_TIME_MAX  # a hang nothing noticed ends at 5 minutes, not 20
+        assert options["env"]["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "3"  # the watchdog aborts after the timeout
+        assert options["env"]["OMP_NUM_THREADS"] == "1" and options["env"]["NCCL_DEBUG"] == "INFO"
+    assert site_env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "0"  # the caller's dict is not changed
+
+
+def test_the_symptoms_show_a_skipped_step_even_when_it_is_not_among_the_last_lines() -> None:
+    skipped = "step 2: loss 1.0, this rank's batch was empty: step skipped"
+    rank1 = rank_log(1, (0.0, "process group formed"), (0.1, "step 1: loss 1, all-reducing the gradients"),
+                     (0.2, skipped), (0.3, "step 3: loss 1, all-reducing the gradients"),
+                     (0.4, "step 4: loss 1, all-reducing the gradients"),
+                     (0.5, "every step done: waiting at the barrier before saving the checkpoint"),
+                     (0.6, "checkpoint saved"))
+    shown = str(clinic.Symptoms("A", "7", "FAILED", None, [rank1], []))
+    assert skipped in shown and "step 1: loss 1" not in shown  # the skip, then the last four lines only
+    assert shown.index(skipped) < shown.index("checkpoint saved")
+
+
+def test_a_cpp_stack_is_not_shown_as_error_lines() -> None:
+    err = ("frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x9d (0x7f in libc10.so)\n"
+           "frame #1: c10::DistNetworkError::DistNetworkError(c10::SourceLocation, std::string) + 0x72 (0x7f in "
+           "libc10.so)\n"
+           "torch.distributed.DistNetworkError: Failed to recv, got 0 bytes. Connection was likely closed.\n")
+    log = clinic.read_rank_log(1, stamped(1, (0.0, "rank 1 of world size 3 joins")), err, None)
+    assert log.hits == ["torch.distributed.DistNetworkError: Failed to recv, got 0 bytes. Connection was likely "
+                        "closed."], log.hits
