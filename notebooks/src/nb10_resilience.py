@@ -95,8 +95,7 @@ print(f"resumable run: job {runs.interrupted.job_id} (time limit {s.resume_time_
 # %% tags=["nbval-ignore-output"]
 states = resume.follow_runs(runs, s.timeout_s)
 print(states)
-print("\n".join(line for line in runs.interrupted.tail(40, "out").splitlines()
-                if resume.REQUEUED_MARK in line or resume.STARTED_MARK in line))
+print("\n".join(resume.requeue_lines(runs)))  # submitit's own lines of the job's log
 
 # %%
 profile.explain(

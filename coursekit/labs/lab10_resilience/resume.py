@@ -263,12 +263,23 @@ def compare_folders(interrupted_out: Path, reference_out: Path, device: str) -> 
                         title=f"the resumed run against the uninterrupted one ({device})")
 
 
+def _interrupted_log(runs: ResumeRuns) -> str:
+    path = runs.interrupted.stdout
+    return path.read_text(errors="replace") if path.is_file() else ""
+
+
+def requeue_lines(runs: ResumeRuns) -> list[str]:
+    """The lines of the interrupted job's log where submitit started it and requeued it (submitit's own lines,
+    which ``job.tail`` leaves out)."""
+    return [line for line in _interrupted_log(runs).splitlines() if REQUEUED_MARK in line or STARTED_MARK in line]
+
+
 def compare_runs(runs: ResumeRuns) -> ResumeComparison:
     """Compare the two finished jobs: :func:`compare_folders`, and what the interrupted job's log and records show."""
     records = read_steps(runs.interrupted_out)
     by_start = starts(records)
     stops = [r.get("signal", "?") for r in records if r.get("event") == "stopped"]
-    log = runs.interrupted.stdout.read_text(errors="replace") if runs.interrupted.stdout.is_file() else ""
+    log = _interrupted_log(runs)
     return ResumeComparison(
         table=compare_folders(runs.interrupted_out, runs.reference_out, runs.device), device=runs.device,
         tolerance=TOLERANCE[runs.device], starts=len(by_start), stop_signals=stops,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import signal
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -103,3 +104,16 @@ def test_bad_input_is_refused(tmp_path):
         resume.start_resume_runs(resume_check.SOLUTION, steps=10, checkpoint_every=5, time_max=1, signal_after_s=0)
     with pytest.raises(ValueError, match="device='tpu'"):
         resume.start_resume_runs(resume_check.SOLUTION, steps=10, checkpoint_every=5, time_max=1, device="tpu")
+
+
+def test_the_requeue_lines_are_submitits_own_which_the_job_tail_leaves_out(tmp_path):
+    stdout = tmp_path / "7_0_log.out"
+    stdout.write_text("submitit INFO (2026-11-29 13:40:00,000) - Starting with JobEnvironment(job_id=7, ...)\n"
+                      "step 1 loss 2.3\nstep 2 loss 2.1\n"
+                      "submitit INFO (2026-11-29 13:40:09,000) - Requeued job 7 (1 remaining timeouts)\n"
+                      "submitit INFO (2026-11-29 13:40:11,000) - Starting with JobEnvironment(job_id=7, ...)\n"
+                      "step 3 loss 1.9\n")
+    job = SimpleNamespace(stdout=stdout)
+    runs = resume.ResumeRuns(job, job, tmp_path, tmp_path, "cpu", None)
+    lines = resume.requeue_lines(runs)
+    assert [line.split(" - ")[1].split(" ")[0] for line in lines] == ["Starting", "Requeued", "Starting"]
