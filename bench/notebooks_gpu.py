@@ -177,9 +177,13 @@ def failed_job_logs(course: Path) -> str:
     comes before them."""
     parts = []
     for log in sorted(course.rglob("*.err")):
-        with log.open("rb") as handle:
-            handle.seek(max(0, log.stat().st_size - KEPT_LOG_BYTES))
-            tail = handle.read().decode("utf-8", "replace")
+        try:
+            with log.open("rb") as handle:
+                handle.seek(max(0, log.stat().st_size - KEPT_LOG_BYTES))
+                tail = handle.read().decode("utf-8", "replace")
+        except OSError as error:  # a job's folder cleaned up meanwhile: the run's result is still written
+            parts.append(f"\n--- {log.relative_to(course)}: not read ({error})")
+            continue
         if any(mark in tail for mark in FAILURE_MARKS):
             parts.append(f"\n--- failed job's stderr (its last {KEPT_LOG_BYTES} bytes): {log.relative_to(course)}\n{tail}")
     return "".join(parts)

@@ -130,3 +130,15 @@ def test_the_stderr_of_a_failed_job_is_kept_and_a_clean_one_is_not(tmp_path):
     assert "terminate called" in text and "ada-prof" not in text
     assert text.count("x") < gpu_notebooks.KEPT_LOG_BYTES < 50_000  # the end only
     assert gpu_notebooks.failed_job_logs(tmp_path / "nothing") == ""
+
+
+def test_a_job_log_that_cannot_be_read_is_named_and_the_others_still_read(tmp_path):
+    course = tmp_path / "course"
+    unreadable = course / "jobs" / "ada-a" / "1_0_log.err"
+    failed = course / "jobs" / "ada-b" / "2_0_log.err"
+    unreadable.parent.mkdir(parents=True)
+    failed.parent.mkdir(parents=True)
+    unreadable.mkdir()  # a folder where a file is expected: open() raises, as for a file removed meanwhile
+    failed.write_text("Traceback (most recent call last):\nValueError: bad\n")
+    text = gpu_notebooks.failed_job_logs(course)
+    assert "jobs/ada-a/1_0_log.err: not read" in text and "ValueError: bad" in text
