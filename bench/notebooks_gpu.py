@@ -48,6 +48,12 @@ CELL_TIMEOUT_S = 1800
 VERDICTS = ("CLAIM HOLDS", "CLAIM DOES NOT HOLD", "NOT CHECKED HERE", "NOT SEEN ON THIS DATA")
 FAILED_VERDICT = VERDICTS[1]
 NOTEBOOK_TIMEOUT_S = 1500
+LAB_BUDGET_S = 420  # a lab's gpu profile takes at most 7 minutes on its GPUs: a longer run is said to be over it
+
+
+def over_budget(run: dict[str, Any]) -> str:
+    """" (over the 7-min budget)" for a run that took longer than LAB_BUDGET_S, else ""."""
+    return f" (over the {LAB_BUDGET_S / 60:.0f}-min budget)" if run.get("wall_s", 0) > LAB_BUDGET_S else ""
 TIME_LIMIT_S = 570  # under 10 min, with time to write the results
 KILL_GRACE_S = 10
 GPU_ENV = {"MPLBACKEND": "Agg", "NCCL_NVLS_ENABLE": "0",
@@ -231,7 +237,7 @@ def write_report(results_files: list[Path], report: Path = REPORT) -> None:
         name = run["notebook"]
         counts = [sum(c["verdict"] == v for c in run["claims"]) for v in VERDICTS]
         m = run["machine"]
-        lines.append(f"| {name} | {'yes' if run['passed'] else '**no**'} | {run['wall_s'] / 60:.1f} min | "
+        lines.append(f"| {name} | {'yes' if run['passed'] else '**no**'} | {run['wall_s'] / 60:.1f} min{over_budget(run)} | "
                      f"{' / '.join(map(str, counts))} | {m.get('gpus')}× {m.get('gpu_name')}, torch "
                      f"{m.get('torch')}, CUDA {m.get('cuda')} | {run['date']} |")
     for _, run in sorted(runs.items()):
@@ -414,7 +420,8 @@ def main(argv: list[str] | None = None) -> int:
             if key not in seen and state["state"] != "pending":
                 seen.add(key)
                 detail = ((f"on GPU {state.get('gpus')}" if total else "without a GPU") if state["state"] == "running" else
-                          f"{'passed' if state.get('passed') else 'FAILED'} in {state.get('wall_s', 0):.0f} s; "
+                          f"{'passed' if state.get('passed') else 'FAILED'} in {state.get('wall_s', 0):.0f} s"
+                          f"{over_budget(state)}; "
                           f"{len(state.get('claims', []))} claims; error: {state.get('error')}")
                 print(f"{name}: {state['state']} {detail}", flush=True)
 

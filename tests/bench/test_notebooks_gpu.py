@@ -3,6 +3,7 @@ the multi-GPU labs get two, timeouts and the run's time limit are honoured, resu
 
 from __future__ import annotations
 
+import json
 import sys
 import threading
 import time
@@ -142,3 +143,16 @@ def test_a_job_log_that_cannot_be_read_is_named_and_the_others_still_read(tmp_pa
     failed.write_text("Traceback (most recent call last):\nValueError: bad\n")
     text = gpu_notebooks.failed_job_logs(course)
     assert "jobs/ada-a/1_0_log.err: not read" in text and "ValueError: bad" in text
+
+
+def test_a_run_longer_than_seven_minutes_is_said_to_be_over_its_budget(tmp_path):
+    record = tmp_path / "gpu_notebooks_09.json"
+    machine = {"gpus": 1, "gpu_name": "NVIDIA H200", "torch": "2.11.0", "cuda": "13.0"}
+    runs = [{"notebook": name, "wall_s": wall, "passed": True, "error": None, "claims": []}
+            for name, wall in (("09_race.ipynb", 430.0), ("02_batch_size.ipynb", 312.5))]
+    record.write_text(json.dumps({"machine": machine, "command": "x", "date": "2026-11-29", "notebooks": runs}))
+    report = tmp_path / "REPORT.md"
+    gpu_notebooks.write_report([record], report)
+    rows = {line.split(" | ")[0]: line for line in report.read_text().splitlines() if line.startswith("| 0")}
+    assert "7.2 min (over the 7-min budget)" in rows["| 09_race.ipynb"]
+    assert "over" not in rows["| 02_batch_size.ipynb"]
