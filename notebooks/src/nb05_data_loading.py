@@ -154,11 +154,14 @@ data = [row["data_time_mean_s"] * 1e3 for row in table]  # means: data / (data +
 compute = [row["compute_time_mean_s"] * 1e3 for row in table]
 left.bar(positions, compute, label="compute")
 left.bar(positions, data, bottom=compute, label="waiting for data")
-left.set_xticks(list(positions), table.column("loader"), rotation=20, ha="right", fontsize="small")
+short = loading.ladder_labels(table.column("loader"))  # "… +pin": the setting to its left, plus pinned memory
+left.set_xticks(list(positions), short, rotation=20, ha="right", fontsize="small")
 left.set_ylabel("ms per step (mean of the measured steps)")
 left.legend(fontsize="small")
-plots.bars(table.column("loader"), [100 * f for f in table.column("data_fraction")], ax=right,
+plots.bars(short, [100 * f for f in table.column("data_fraction")], ax=right,
            ylabel="% of step time waiting for data", title="share waiting for data")
+for ax in (left, right):
+    ax.set_xlabel("loader (… : the one to its left, plus)" if loading.LADDER_MARK in " ".join(short) else "loader")
 figure
 
 # %%

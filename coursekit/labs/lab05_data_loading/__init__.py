@@ -82,6 +82,21 @@ def loader_label(options: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
+LADDER_MARK = "…"  # a figure's label: "… +pin" is the setting to its left, plus pinned memory
+
+
+def ladder_labels(labels: list[str]) -> list[str]:
+    """Short labels for a figure of a ladder of loader settings: a setting that keeps everything of the one before
+    and adds to it is shown by what it adds ("… +pin"); any other keeps its whole label."""
+    short = []
+    for before, label in zip([None, *labels], labels, strict=False):
+        words, previous = label.split(), (before or "").split()
+        added = [word for word in words if word not in previous]
+        keeps_all = bool(previous) and words[0] == previous[0] and set(previous) <= set(words) and added
+        short.append(" ".join([LADDER_MARK, *added]) if keeps_all else label)
+    return short
+
+
 def trace_file(run_dir: str | Path) -> Path:
     """The newest profiler trace of a run (ValueError when the run wrote none)."""
     found = sorted((Path(run_dir) / PROFILE_DIR).glob(TRACE_GLOB), key=lambda p: p.stat().st_mtime)

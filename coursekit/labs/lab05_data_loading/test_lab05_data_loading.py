@@ -123,3 +123,10 @@ def test_the_feeding_lesson_holds_only_where_the_data_holds_it():
 def test_transfer_question_rounds_up():
     assert loading.workers_needed(300, 50) == 6 and loading.workers_needed(310, 50) == 7
     assert loading.workers_needed(loading.TRANSFER_DECODE_MS, loading.TRANSFER_COMPUTE_MS) == 6
+
+
+def test_a_ladder_of_loader_settings_is_labelled_by_what_each_rung_adds():
+    labels = ["workers=0", "workers=8", "workers=8 +pin", "workers=8 +pin +persistent +prefetch4",
+              "workers=8 +pin +persistent +nvjpeg +prefetch4", "workers=4 +pin"]
+    assert loading.ladder_labels(labels) == ["workers=0", "workers=8", "… +pin", "… +persistent +prefetch4", "… +nvjpeg",
+                                        "workers=4 +pin"]  # fewer workers: not the one before plus something

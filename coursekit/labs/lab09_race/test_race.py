@@ -218,3 +218,19 @@ def test_a_failed_run_says_why_with_its_own_error_lines(monkeypatch: pytest.Monk
     said = capsys.readouterr().out
     assert "ada/tuned-x: posted 0 run(s)" in said
     assert "FAILED seed 1 (job 7) FAILED: ValueError: channels_last applies" in said
+
+
+def test_the_board_figure_wraps_its_notes_and_says_who_never_reached_the_target_under_its_axis() -> None:
+    from coursekit.labs.kit.results import ResultsTable
+    from coursekit.labs.lab09_race.view import TITLE_WIDTH, plot_leaderboard
+
+    notes = "times unverified: this site keeps no Slurm accounting (the local site), so nothing stands behind a posted " \
+            "time but its line; ranked as posted"
+    rows = [{"participant": "ada", "submission": "t", "counts": True, "time_to_target_s": 14.8, "std_s": 0.9},
+            {"participant": "baseline", "submission": "baseline", "counts": True, "time_to_target_s": 61.7, "std_s": 9.7},
+            {"participant": "bob", "submission": "x", "counts": False, "time_to_target_s": None, "std_s": None}]
+    ax = plot_leaderboard(ResultsTable(rows, title=f"Leaderboard — lab 09 (target 89.0%) — {notes}")).axes[0]
+    title = ax.get_title().splitlines()
+    assert title[0] == "Leaderboard — lab 09 (target 89.0%)" and " ".join(title[1:]) == notes
+    assert all(len(line) <= TITLE_WIDTH for line in title)
+    assert ax.get_xlabel().endswith("\n1 entry never reached the target") and not ax.texts  # nothing over the bars

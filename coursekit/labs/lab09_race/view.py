@@ -4,6 +4,7 @@ and a plot of time-to-target with error bars per entry, the baseline marked."""
 from __future__ import annotations
 
 import html
+import textwrap
 import threading
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,9 @@ from coursekit.labs.kit.results import ResultsTable
 from coursekit.labs.lab09_race.leaderboard import BASELINE, group_runs, leaderboard_path, read_race
 from coursekit.labs.lab09_race.rules import Rules
 from coursekit.labs.lab09_race.verify import UNVERIFIED, EntryKey, entries, rerun_groups, rerun_state
+
+TITLE_WIDTH = 75  # characters a line of the figure's title holds: the board's notes wrap under its name
+BOARD_FIGSIZE = (9.0, 4.0)  # inches: room for the entries' names beside their bars
 
 DEFAULT_REFRESH_S = 5.0
 DEFAULT_STOP_AFTER_S = 3 * 3600.0  # a workshop's afternoon; stop() ends it earlier
@@ -163,7 +167,7 @@ def live_leaderboard(rules: Rules, kit_code_hash: str, path: Path | None = None,
 def plot_leaderboard(table: ResultsTable, title: str = "") -> Any:
     """Time-to-target (mean ± std over seeds) per entry; marked entries in red with their rank left empty;
     the baseline as a dashed line."""
-    figure, ax = new_figure()
+    figure, ax = new_figure(figsize=BOARD_FIGSIZE)
     shown = [r for r in table if r["time_to_target_s"] is not None]
     labels = [f"{r['participant']}/{r['submission']}" + ("" if r["counts"] else " (marked)") for r in shown]
     colors = [BASELINE_COLOR if r["participant"] == BASELINE else COUNTS_COLOR if r["counts"] else MARKED_COLOR
@@ -176,12 +180,17 @@ def plot_leaderboard(table: ResultsTable, title: str = "") -> Any:
     for row in shown:
         if row["participant"] == BASELINE and row["counts"]:
             ax.axvline(row["time_to_target_s"], color=RECORDED_COLOR, linestyle="--", label="baseline")
-            ax.legend(fontsize="small", loc="lower right")
+            ax.legend(fontsize="small", loc="lower left", bbox_to_anchor=(1.0, 0.0), frameon=False)
             break
-    ax.set_xlabel("time to target (s, mean ± std over seeds)")
-    ax.set_title(title or table.title)
     missing = len(table) - len(shown)
-    if missing:
-        ax.text(0.99, 0.01, f"{missing} entr{'y' if missing == 1 else 'ies'} never reached the target",
-                transform=ax.transAxes, ha="right", va="bottom", fontsize="small")
+    never = f"\n{missing} entr{'y' if missing == 1 else 'ies'} never reached the target" if missing else ""
+    ax.set_xlabel(f"time to target (s, mean ± std over seeds){never}")
+    ax.set_title(wrapped_title(title or table.title), fontsize="medium")
     return figure
+
+
+def wrapped_title(title: str) -> str:
+    """The board's name on the first line, its notes (after the second " — ") wrapped under it."""
+    parts = title.split(" — ", 2)
+    head, notes = " — ".join(parts[:2]), parts[2] if len(parts) > 2 else ""
+    return "\n".join([head, *textwrap.wrap(notes, TITLE_WIDTH)])
