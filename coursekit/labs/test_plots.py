@@ -62,3 +62,11 @@ def test_axes_speak_words_with_units_and_legends_sit_beside_the_curves():
     assert axes.get_ylabel() == "validation accuracy" and axes.get_legend() is not None
     figure = batch_size.accuracy_figure(batch_size.add_time_to_accuracy(sweep_table(), 0.3), 0.3)
     assert figure.axes[0].get_legend()._loc == 2
+
+
+def test_crowded_bar_labels_are_drawn_steeper_and_anchored_so_that_they_do_not_cross():
+    long = [f"{n} micro-batches, no_sync until the last (one bucket)" for n in range(9)]
+    crowded = plots.bars(long, list(range(9))).axes[0].get_xticklabels()
+    assert {(t.get_rotation(), t.get_rotation_mode()) for t in crowded} == {(plots.STEEP_ROTATION, "anchor")}
+    short = plots.bars(["fp32", "tf32", "bf16"], [1, 2, 3]).axes[0].get_xticklabels()
+    assert {(t.get_rotation(), t.get_rotation_mode()) for t in short} == {(20, "default")}

@@ -20,6 +20,10 @@ DPI = 80
 RECORDED_COLOR = "tab:gray"
 OOM_COLOR = "tab:red"
 LEGEND_ANCHOR = (1.02, 1.0)  # just right of the axes, top-aligned (constrained layout makes room)
+# tick labels whose longest line times their number passes this are crowded: at a shallow angle they would cross
+# each other, so they are drawn steeper, each anchored at its tick (measured: nine DDP-step names at 20 degrees)
+CROWDED_CHARS = 200
+STEEP_ROTATION = 35
 
 
 def new_figure(ncols: int = 1, figsize: tuple[float, float] | None = None) -> tuple[Figure, Any]:
@@ -27,6 +31,14 @@ def new_figure(ncols: int = 1, figsize: tuple[float, float] | None = None) -> tu
     figure = Figure(figsize=figsize or (FIGSIZE if ncols == 1 else WIDE_FIGSIZE), dpi=DPI, layout="constrained")
     axes = figure.subplots(1, ncols)
     return figure, axes
+
+
+def set_tick_labels(ax: Any, labels: Sequence[str], rotation: float = 20) -> None:
+    """Category labels under the bars at ``rotation`` degrees, or steeper where they would cross each other."""
+    longest = max((len(line) for label in labels for line in str(label).splitlines()), default=0)
+    crowded = longest * len(labels) > CROWDED_CHARS
+    ax.set_xticks(list(range(len(labels))), labels, rotation=STEEP_ROTATION if crowded else rotation, ha="right",
+                  rotation_mode="anchor" if crowded else "default", fontsize="small")
 
 
 def label_of(row: dict[str, Any], keys: Sequence[str]) -> str:
@@ -102,7 +114,7 @@ def bars(labels: Sequence[str], values: Sequence[float], ax: Any = None, title: 
         figure, ax = new_figure()
     positions = range(len(labels))
     drawn = ax.bar(positions, values, yerr=errors, capsize=3, color=color)
-    ax.set_xticks(list(positions), labels, rotation=20, ha="right", fontsize="small")
+    set_tick_labels(ax, labels)
     for bar, value in zip(drawn, values, strict=True):
         if value is not None:
             ax.annotate(annotate.format(value), (bar.get_x() + bar.get_width() / 2, bar.get_height()),
@@ -126,7 +138,7 @@ def stacked_bars(labels: Sequence[str], parts: dict[str, Sequence[float]], ax: A
         bottoms = [b + v for b, v in zip(bottoms, values, strict=True)]
     if limit is not None:
         ax.axhline(limit, color=OOM_COLOR, linestyle="--", label=limit_label or f"limit {limit:g}")
-    ax.set_xticks(positions, labels, rotation=15, ha="right", fontsize="small")
+    set_tick_labels(ax, labels, rotation=15)
     ax.set_ylabel(ylabel)
     outside_legend(ax)
     if title:

@@ -15,14 +15,14 @@ from coursekit.labs.lab07_large_batch.settings import GRID_FACTORS, _without_bat
 
 def accuracy_figure(summary: ResultsTable) -> Any:
     """Final accuracy of each arm of A (mean ± std over seeds), grouped by batch."""
-    from coursekit.labs.kit.plots import WIDE_FIGSIZE, new_figure
+    from coursekit.labs.kit.plots import WIDE_FIGSIZE, new_figure, set_tick_labels
 
     figure, ax = new_figure(figsize=WIDE_FIGSIZE)
     rows = list(summary)
     ax.bar(range(len(rows)), [r["val_acc"] for r in rows], yerr=[r["val_acc_std"] for r in rows], capsize=3,
            color=[f"C{sorted({r['batch_size'] for r in rows}).index(r['batch_size'])}" for r in rows])
     labels = [f"{_without_batch(r['arm'])}\nB={r['batch_size']}, lr {r['lr']:g}" for r in rows]
-    ax.set_xticks(range(len(rows)), labels, rotation=30, ha="right", fontsize="small")
+    set_tick_labels(ax, labels, rotation=30)
     finite = [r["val_acc"] for r in rows if r["val_acc"] == r["val_acc"]]
     if finite:
         ax.set_ylim(max(0.0, min(finite) - 0.05), min(1.0, max(finite) + 0.02))
