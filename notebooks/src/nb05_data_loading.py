@@ -334,14 +334,20 @@ graded = ticket.grade(answers)
 no_workers = table[0]
 with_workers = [row for row in table if row["config"].workers > 0]
 best = min(with_workers, key=lambda row: row["data_fraction"])
-# by at least 5 points: the cpu profile's 4 steps an epoch start each epoch with the loader's pipeline empty,
-# so the cut depends on the machine (2 cores, one thread: 76 % -> 49 %; 16 Xeon cores beside three other
-# notebooks: 84 % -> 76 %); a loader whose workers did nothing moves the share by the runs' noise, 1-3 points
+# by at least 5 points (a loader whose workers did nothing moves the share by the runs' noise, 1-3 points); checked
+# on a GPU node, where each worker has a core of its own: on a CPU the workers take their cores from the training
+# process and from whatever else runs (2 idle cores: 76 % -> 49 %; the same 2 cores beside two busy processes:
+# 72 % -> 73 %, no cut at all)
 verdicts = [
     labs.check_claim("worker processes cut the share of step time spent waiting for data",
                      best["data_fraction"] < no_workers["data_fraction"] - 0.05,
                      f"{100 * no_workers['data_fraction']:.0f} % with workers=0, "
-                     f"{100 * best['data_fraction']:.0f} % with {best['loader']}"),
+                     f"{100 * best['data_fraction']:.0f} % with {best['loader']}",
+                     applies=profile.is_gpu,
+                     why_not="in the cpu profile a worker process has no core of its own: it takes its time from the "
+                             "training process and from whatever else runs on the machine, so whether it cuts the "
+                             "wait depends on the machine's load, not on the loader: the shares are in the table "
+                             "above"),
     labs.check_claim("with workers an epoch takes less time than without",
                      min(row["epoch_time_s"] for row in with_workers) < no_workers["epoch_time_s"],
                      ", ".join(f"{row['loader']}: {row['epoch_time_s']:.2f} s" for row in table),
