@@ -24,8 +24,9 @@ def main() -> None:
 
     from coursekit.labs.kit.settings import job_options
     from coursekit.labs.lab10_resilience import clinic
+    from coursekit.labs.lab10_resilience.settings import clinic_settings
 
-    settings = clinic.clinic_settings("gpu")
+    settings = clinic_settings("gpu")
     started = time.monotonic()
     cases = clinic.submit_cases("probe", settings, **job_options("gpu", "00:05:00"))
     hang = cases.label_of("mismatched_collectives")

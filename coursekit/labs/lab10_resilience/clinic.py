@@ -37,6 +37,7 @@ from coursekit.labs.lab10_resilience.clinic_logs import (
     job_symptoms,
     read_rank_log,
 )
+from coursekit.labs.lab10_resilience.settings import ClinicSettings
 
 MODULE = "-m coursekit.labs.lab10_resilience.clinic_jobs"
 N_PROCESSES = 2  # every clinic job: two ranks (2 GPUs, or 2 gloo processes on a CPU)
@@ -105,42 +106,6 @@ EXPLANATIONS = {
 }
 
 THIS_LAB = "10"  # the diagnoses are saved as lab 10's exercise
-
-
-@dataclass(frozen=True)
-class ClinicSettings:
-    """The clinic's numbers in one profile (``s.clinic`` as a dict: ``ClinicSettings(**s.clinic)``)."""
-
-    device: str  # "cpu" or "auto" (the GPU of each rank)
-    stop_timeout_s: float  # rank_raises, oom_one_rank: process-group timeout, far above stop_bound_s
-    hang_timeout_s: float  # mismatched_collectives: the short timeout (torch's default: 30 min)
-    rendezvous_timeout_s: float  # rendezvous_fails
-    stop_bound_s: float  # the survivor must end this soon after the failing rank
-    hang_margin_s: float  # the hang ends within [timeout, timeout + margin]
-    nccl_debug: bool  # NCCL_DEBUG=INFO in the jobs' environment (GPUs)
-
-
-def clinic_settings(profile: str) -> dict[str, Any]:
-    """The clinic's defaults in ``profile`` ("cpu" or "gpu"), as the dict a lab's settings hold."""
-    if profile == "cpu":
-        # 2 shared cores: a rank's teardown and the launcher's stop (PEER_STOP_GRACE_S + the task's own grace)
-        # take seconds; the hang's timeout also bounds the rendezvous, so it must outlast the gap between the two
-        # ranks' imports of torch (2-6 s measured on 2 idle cores; more where eight processes start at once
-        # beside a busy machine, as a room's notebooks or CI do). The survivor's stop took 19.5 s in one CI run
-        # (2 cores, three test workers): the bound is a third of the process group's timeout, so a survivor that
-        # hangs until the timeout still fails the claim by a wide margin
-        values = ClinicSettings(device="cpu", stop_timeout_s=120, hang_timeout_s=15, rendezvous_timeout_s=5,
-                                stop_bound_s=40, hang_margin_s=15, nccl_debug=False)
-    elif profile == "gpu":
-        # NCCL's watchdog notices a timed-out collective at the timeout, then waits up to a minute for its flight
-        # recorder's dump (TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILLISEC, 60 s by default) before it aborts the process:
-        # on 2 H200s (torch 2.11, bench/results/clinic_gpu.json) the watchdog caught the 20 s timeout and the
-        # ranks ended 85 s into the hang
-        values = ClinicSettings(device="auto", stop_timeout_s=120, hang_timeout_s=20, rendezvous_timeout_s=20,
-                                stop_bound_s=30, hang_margin_s=90, nccl_debug=True)
-    else:
-        raise ValueError(f"profile={profile!r}: use 'cpu' or 'gpu'")
-    return dict(values.__dict__)
 
 
 def _settings(settings: Mapping[str, Any] | ClinicSettings) -> ClinicSettings:
@@ -400,6 +365,6 @@ def clinic_claims(cases: ClinicCases) -> list[ClaimResult]:
     return results
 
 
-__all__ = ["ALL_RANKS", "CAUSES", "ClinicCases", "ClinicSettings", "MAX_TRIES", "RankLog", "Symptoms",
-           "clinic_claims", "clinic_settings", "diagnose", "explanation", "hang_claim", "job_symptoms",
+__all__ = ["ALL_RANKS", "CAUSES", "ClinicCases", "MAX_TRIES", "RankLog", "Symptoms",
+           "clinic_claims", "diagnose", "explanation", "hang_claim", "job_symptoms",
            "oom_claim", "read_rank_log", "rendezvous_claim", "solution", "stop_claim", "submit_cases", "symptoms"]

@@ -1,6 +1,6 @@
 """Lab 10's numbers: :class:`ResilienceSettings`, one frozen dataclass whose typed fields are the lab's settings in
 the order ``profile.settings("10")`` prints them; :func:`settings` gives them as the dict every lab's
-``settings(profile)`` returns."""
+``settings(profile)`` returns; :class:`ClinicSettings` is the failure clinic's part."""
 
 from __future__ import annotations
 
@@ -8,13 +8,48 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from coursekit.labs.kit.settings import QUIET, job_options, on_cifar10, workshop_budget
-from coursekit.labs.lab10_resilience.clinic import clinic_settings
 from coursekit.train.config import TrainConfig
 
 GPUS = 2  # GPUs the notebook needs at once in the gpu profile (the clinic's two ranks)
 SCRIPT_PATHS = {"resume": "lab10_resilience/train_resume.py"}
 STARVING = {"workers": 0}  # lab 05's lesson: the loader in the training process, the GPU waits
 FED = {"workers": 8, "pin_memory": True, "non_blocking": True, "persistent_workers": True, "prefetch_factor": 4}
+
+
+@dataclass(frozen=True)
+class ClinicSettings:
+    """The clinic's numbers in one profile (``s.clinic`` as a dict: ``ClinicSettings(**s.clinic)``)."""
+
+    device: str  # "cpu" or "auto" (the GPU of each rank)
+    stop_timeout_s: float  # rank_raises, oom_one_rank: process-group timeout, far above stop_bound_s
+    hang_timeout_s: float  # mismatched_collectives: the short timeout (torch's default: 30 min)
+    rendezvous_timeout_s: float  # rendezvous_fails
+    stop_bound_s: float  # the survivor must end this soon after the failing rank
+    hang_margin_s: float  # the hang ends within [timeout, timeout + margin]
+    nccl_debug: bool  # NCCL_DEBUG=INFO in the jobs' environment (GPUs)
+
+
+def clinic_settings(profile: str) -> dict[str, Any]:
+    """The clinic's defaults in ``profile`` ("cpu" or "gpu"), as the dict a lab's settings hold."""
+    if profile == "cpu":
+        # 2 shared cores: a rank's teardown and the launcher's stop (PEER_STOP_GRACE_S + the task's own grace)
+        # take seconds; the hang's timeout also bounds the rendezvous, so it must outlast the gap between the two
+        # ranks' imports of torch (2-6 s measured on 2 idle cores; more where eight processes start at once
+        # beside a busy machine, as a room's notebooks or CI do). The survivor's stop took 19.5 s in one CI run
+        # (2 cores, three test workers): the bound is a third of the process group's timeout, so a survivor that
+        # hangs until the timeout still fails the claim by a wide margin
+        values = ClinicSettings(device="cpu", stop_timeout_s=120, hang_timeout_s=15, rendezvous_timeout_s=5,
+                                stop_bound_s=40, hang_margin_s=15, nccl_debug=False)
+    elif profile == "gpu":
+        # NCCL's watchdog notices a timed-out collective at the timeout, then waits up to a minute for its flight
+        # recorder's dump (TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILLISEC, 60 s by default) before it aborts the process:
+        # on 2 H200s (torch 2.11, bench/results/clinic_gpu.json) the watchdog caught the 20 s timeout and the
+        # ranks ended 85 s into the hang
+        values = ClinicSettings(device="auto", stop_timeout_s=120, hang_timeout_s=20, rendezvous_timeout_s=20,
+                                stop_bound_s=30, hang_margin_s=90, nccl_debug=True)
+    else:
+        raise ValueError(f"profile={profile!r}: use 'cpu' or 'gpu'")
+    return dict(values.__dict__)
 
 
 @dataclass(frozen=True)
@@ -28,7 +63,7 @@ class ResilienceSettings:
     resume_signal_after_s: float | None  # the notebook signals the job itself after so long (None: the site's clock)
     resume_device: str  # "cpu" or "cuda"
     resume_args: list[str]  # more options of the script (a larger model on a GPU)
-    clinic: dict[str, Any]  # the failure clinic's timeouts and bounds (``clinic.ClinicSettings``)
+    clinic: dict[str, Any]  # the failure clinic's timeouts and bounds (``ClinicSettings``)
     gpu_view_base: TrainConfig  # the GPU view's training job; its two loaders differ
     gpu_view_loaders: dict[str, dict[str, Any]]  # {"starving": ..., "fed": ...}
     gpu_view_refresh_s: float  # the view redraws this often

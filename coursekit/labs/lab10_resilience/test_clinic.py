@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 from coursekit.labs.lab10_resilience import clinic, clinic_jobs
-from coursekit.labs.lab10_resilience.clinic import ClinicCases, ClinicSettings, RankLog
+from coursekit.labs.lab10_resilience.clinic import ClinicCases, RankLog
+from coursekit.labs.lab10_resilience.settings import ClinicSettings, clinic_settings
 
 T0 = 1_000_000.0
-CPU = ClinicSettings(**clinic.clinic_settings("cpu"))
+CPU = ClinicSettings(**clinic_settings("cpu"))
 
 
 def stamped(rank: int, *events: tuple[float, str]) -> str:
@@ -73,10 +74,10 @@ def test_the_command_line_refuses_what_cannot_fail_as_planned() -> None:
 
 def test_settings_per_profile_keep_the_hang_short_and_the_stop_bound_below_the_timeout() -> None:
     for profile in ("cpu", "gpu"):
-        s = ClinicSettings(**clinic.clinic_settings(profile))
+        s = ClinicSettings(**clinic_settings(profile))
         assert s.hang_timeout_s < 60 and s.stop_bound_s < s.stop_timeout_s
     with pytest.raises(ValueError, match="profile"):
-        clinic.clinic_settings("tpu")
+        clinic_settings("tpu")
     with pytest.raises(ValueError, match="s.clinic"):
         clinic._settings({"device": "cpu"})
 
@@ -274,7 +275,7 @@ def test_clinic_jobs_get_a_short_limit_and_nccl_aborts_on_timeout_whatever_the_l
 
     monkeypatch.setattr("coursekit.jobs.submit.submit_jobs", fake_submit)
     site_env = {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "0", "OMP_NUM_THREADS": "1"}  # a site that turned the abort off
-    cases = clinic.submit_cases("ada", clinic.clinic_settings("gpu"), labels=["A", "B"], time_max="00:20:00",
+    cases = clinic.submit_cases("ada", clinic_settings("gpu"), labels=["A", "B"], time_max="00:20:00",
                                 env=site_env)
     assert list(cases.jobs) == ["A", "B"] and len(submitted) == 2
     for options in submitted:
