@@ -48,6 +48,11 @@ GHOST_STANDARD_ERRORS = 2.0
 EQUAL_STEPS_RECOVERY_MIN = 0.75  # given the reference's steps, the large batch wins back at least 75 % of the gap
 
 
+def percent(share: float) -> str:
+    """A share as a whole percent: "96%", and "0%" for a share that rounds to zero from below (never "-0%")."""
+    return f"{round(share, 2) or 0.0:.0%}"
+
+
 def check_claims(table: ResultsTable, s: Any) -> list[ClaimResult]:
     """The lab's claims on the measured table; each can fail. ``s.strict_claims`` False (the small CPU run):
     printed as measured, not asserted. Reported either way, never asserted: ghost batch norm's gain, whether
@@ -63,11 +68,11 @@ def check_claims(table: ResultsTable, s: Any) -> list[ClaimResult]:
                     f"gap {big['gap']:+.3f} ± {big['gap_std']:.3f} (paired over {len(s.seeds)} seeds)", strict=strict),
         check_claim(f"at {k_mid}x the batch, {mid_scaled} wins back at least {RECOVERY_MID_MIN:.0%} of the gap of "
                     f"{mid_naive}", mid["gap"] > 0 and mid["share"] >= RECOVERY_MID_MIN,
-                    f"won back {mid['won']:+.3f} of a {mid['gap']:+.3f} gap ({mid['share']:.0%})",
+                    f"won back {mid['won']:+.3f} of a {mid['gap']:+.3f} gap ({percent(mid['share'])})",
                     applies=mid["gap"] > 0, why_not=f"no gap at the middle batch ({mid['gap']:+.3f})", strict=strict),
         check_claim(f"at {k_large}x the batch, linear scaling ({big_scaled}) wins back a smaller share than at "
                     f"{k_mid}x", big["share"] < mid["share"],
-                    f"{big['share']:.0%} of {big['gap']:+.3f} vs {mid['share']:.0%} of {mid['gap']:+.3f}",
+                    f"{percent(big['share'])} of {big['gap']:+.3f} vs {percent(mid['share'])} of {mid['gap']:+.3f}",
                     applies=big["gap"] > 0 and mid["gap"] > 0, why_not="no gap at one of the two batches",
                     strict=strict),
     ]
@@ -153,7 +158,7 @@ def _large_batch_claims(table: ResultsTable, s: Any, strict: bool) -> list[Claim
     results.append(check_claim(
         f"at equal epochs, no LR rule or optimizer at batch {large} closes the gap: each ends more than "
         f"{100 * OPTIMIZER_TIE:g} points below {arms['reference']}", top["below_reference"] > OPTIMIZER_TIE,
-        f"closest: {top['arm']} {100 * top['below_reference']:.1f} points below (won back {top['won_back']:.0%} "
+        f"closest: {top['arm']} {100 * top['below_reference']:.1f} points below (won back {percent(top['won_back'])} "
         "of the gap)", strict=strict))
     gain, gain_std = ghost_gain(table, s)
     seeds = len(shared_seeds(table, [arms["large_ghost"], arms["large_linear"]]))
@@ -169,7 +174,7 @@ def _large_batch_claims(table: ResultsTable, s: Any, strict: bool) -> list[Claim
     results.append(check_claim(
         f"given the reference's {steps} steps, {arms['large_equal_steps']} wins back at least "
         f"{EQUAL_STEPS_RECOVERY_MIN:.0%} of the gap at equal epochs", equal["share"] >= EQUAL_STEPS_RECOVERY_MIN,
-        f"won back {equal['won']:+.3f} of a {equal['gap']:+.3f} gap ({equal['share']:.0%}; paired over the seeds both "
+        f"won back {equal['won']:+.3f} of a {equal['gap']:+.3f} gap ({percent(equal['share'])}; paired over the seeds both "
         "ran)", applies=equal["gap"] > 0, why_not=f"no gap at equal epochs ({equal['gap']:+.3f})", strict=strict))
     return results
 
