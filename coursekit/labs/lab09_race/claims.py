@@ -9,6 +9,7 @@ import math
 from typing import Any
 
 from coursekit.labs.lab09_race.leaderboard import BASELINE
+from coursekit.labs.lab09_race.verify import CONFIRM_Z
 
 FASTER_SE = 3.0  # the tuned entry must beat the baseline by this many standard errors of the difference of the means
 RIVAL_MARKS = ("confirm_fraction", "validation set differs")  # what the rival's marks must name
@@ -36,8 +37,8 @@ def race_claims(board: list[dict[str, Any]], participant: str, submission: str, 
     rival_row = rows.get((rival, "small-val"))
     faster, faster_evidence = faster_by(ours, base, seeds)
     return [
-        {"statement": "every seed of the baseline reached the target, the held-out half confirms it, and the "
-                      "baseline counts",
+        {"statement": "every seed of the baseline reached the target, the held-out half confirms it (its accuracy at "
+                      f"the stops no more than {CONFIRM_Z:g} standard errors below the target), and the baseline counts",
          "holds": base is not None and bool(base["counts"]) and base["reached"] == seeds
          and base.get("confirm_acc") is not None,
          "evidence": f"baseline: {base['reached'] if base else 0} of {seeds} seeds, held-out half "
