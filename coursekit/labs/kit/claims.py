@@ -51,6 +51,13 @@ def check_claim(statement: str, holds: bool, evidence: str, *, applies: bool = T
 
 # --- small statistics the claims use ------------------------------------------------------------
 
+def percent(share: float, digits: int = 0, sign: bool = False) -> str:
+    """A share as a percent for a claim's evidence ("96%", with ``sign`` "+1.1%"), never "-0%" or "-0.0%": a share
+    that rounds to zero from below reads as zero."""
+    rounded = round(share, digits + 2) or 0.0
+    return f"{rounded:{'+' if sign else ''}.{digits}%}"
+
+
 def loglog_slope(x: Sequence[float], y: Sequence[float]) -> float:
     """Least-squares slope of log(y) against log(x): -1 when y falls as 1/x."""
     if len(x) != len(y) or len(x) < 2:

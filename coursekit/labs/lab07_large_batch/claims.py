@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from coursekit.labs.kit.claims import ClaimResult, check_claim
+from coursekit.labs.kit.claims import ClaimResult, check_claim, percent
 from coursekit.labs.kit.results import ResultsTable
 from coursekit.labs.lab07_large_batch.analysis import (
     OPTIMIZER_TIE,
@@ -46,11 +46,6 @@ SQRT_OVER_LINEAR_MIN = 0.0  # at the large batch the square-root rule ends above
 # (3 seeds on one GPU: +0.005 ± 0.002 in one run, +0.003 ± 0.004 in another: a coin flip is "not seen")
 GHOST_STANDARD_ERRORS = 2.0
 EQUAL_STEPS_RECOVERY_MIN = 0.75  # given the reference's steps, the large batch wins back at least 75 % of the gap
-
-
-def percent(share: float) -> str:
-    """A share as a whole percent: "96%", and "0%" for a share that rounds to zero from below (never "-0%")."""
-    return f"{round(share, 2) or 0.0:.0%}"
 
 
 def check_claims(table: ResultsTable, s: Any) -> list[ClaimResult]:

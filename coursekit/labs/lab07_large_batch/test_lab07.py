@@ -372,8 +372,3 @@ def test_the_claims_on_the_recorded_gpu_run():
     closest = lb.large_batch_recovery(ResultsTable(rows), gpu_settings())[0]
     assert closest["arm"] == "LAMB lr 0.025 B=4096" and closest["below_reference"] > 0.01  # twice the tie
 
-
-def test_a_share_that_rounds_to_zero_from_below_reads_0_percent_not_minus_0() -> None:
-    from coursekit.labs.lab07_large_batch.claims import percent
-
-    assert [percent(x) for x in (-0.004, 0.0, 0.96, 1.08, -0.2)] == ["0%", "0%", "96%", "108%", "-20%"]
