@@ -39,10 +39,18 @@ STANDIN_MARK = "DATASET STAND-IN"
 FASHION_MARK = "REAL DATA: FASHION-MNIST"
 STAGE_COMMAND = "python -m coursekit.labs.kit.datasets --stage --data-dir {data_dir}"
 CIFAR10, FASHION_MNIST, GENERATED = "cifar10", "fashion-mnist", "generated"  # TrainConfig's dataset names
+TEST_IMAGES = {CIFAR10: CIFAR10_TEST, FASHION_MNIST: 10_000}  # validated on their own test split (no val_fraction)
 COURSE_FOLDER, SYSTEM_COPY = "the course's data folder", "Debian's system copy"  # where real files came from
 # the data sets the labs ask for, and who asks (the doctor names them); lab 05's JPEG tree is written on first use
 WANTED = {CIFAR10: "CIFAR-10 (labs 02, 04, 07; 00 and 09 in the gpu profile)",
           FASHION_MNIST: "Fashion-MNIST (lab 09's small race on a CPU)"}
+
+
+def validation_text(config: Any) -> str:
+    """Which images a configuration validates on, in words: a real set's test split, else its ``val_fraction``."""
+    if config.dataset in TEST_IMAGES:
+        return f"validated on its {TEST_IMAGES[config.dataset]:,} test images"
+    return f"validation {config.val_fraction:.0%}"
 
 
 def cifar10_present(folder: str | Path) -> bool:

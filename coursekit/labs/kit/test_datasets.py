@@ -56,3 +56,8 @@ def test_cifar10_kept_when_staged(tmp_path):
 def test_cli_says_where_it_is_missing(tmp_path, capsys):
     assert datasets.main(["--data-dir", str(tmp_path)]) == 1
     assert "is NOT in" in capsys.readouterr().out
+
+
+def test_the_validation_text_names_a_real_sets_test_split_and_a_generated_sets_fraction() -> None:
+    assert datasets.validation_text(TrainConfig(dataset="fashion-mnist")) == "validated on its 10,000 test images"
+    assert datasets.validation_text(TrainConfig(dataset="generated", val_fraction=0.25)) == "validation 25%"

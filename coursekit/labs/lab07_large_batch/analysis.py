@@ -26,10 +26,12 @@ def cells(table: ResultsTable, part: str = "A") -> ResultsTable:
     out = []
     for arm in dict.fromkeys(table.where(part=part).column("arm")):
         rows = table.where(part=part, arm=arm)
-        acc, acc_std = mean_std(list(arm_accuracy(table, arm, part).values()))
+        accuracies = list(arm_accuracy(table, arm, part).values())
+        acc, acc_std = mean_std(accuracies)
         cell = {"arm": arm, "batch_size": rows[0]["batch_size"], "lr": rows[0]["lr"],
                 "optimizer": rows[0].get("optimizer", "sgd"), "seeds": len(rows),
-                "val_acc": acc, "val_acc_std": acc_std, "steps": rows[0]["summary"].get("steps"),
+                "val_acc": acc, "val_acc_std": acc_std if len(accuracies) > 1 else None,  # one seed: no spread
+                "steps": rows[0]["summary"].get("steps"),
                 "time_s": mean_std([r["total_time_s"] or float("nan") for r in rows])[0],
                 "diverged": sum(not _ok(r) for r in rows)}
         if part == "B":
@@ -98,7 +100,7 @@ def grid_table(table: ResultsTable, s: Any) -> ResultsTable:
             acc, acc_std = mean_std([accuracy[seed] for seed in seeds])
             lr = table.where(part="A", arm=name)[0]["lr"]
             points.append({"optimizer": optimizer, "arm": name, "lr": lr, "lr_multiple": lr / s.grid_centres[optimizer],
-                           "seeds": len(seeds), "val_acc": acc, "val_acc_std": acc_std})
+                           "seeds": len(seeds), "val_acc": acc, "val_acc_std": acc_std if len(seeds) > 1 else None})
         best = max(points, key=lambda point: point["val_acc"])
         rows += [{**point, "best": point is best} for point in points]
     return ResultsTable(rows, title=f"A. the same LR grid for each optimizer at batch {s.large_batch}")

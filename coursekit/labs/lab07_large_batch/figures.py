@@ -19,7 +19,7 @@ def accuracy_figure(summary: ResultsTable) -> Any:
 
     figure, ax = new_figure(figsize=WIDE_FIGSIZE)
     rows = list(summary)
-    ax.bar(range(len(rows)), [r["val_acc"] for r in rows], yerr=[r["val_acc_std"] for r in rows], capsize=3,
+    ax.bar(range(len(rows)), [r["val_acc"] for r in rows], yerr=[r["val_acc_std"] or 0.0 for r in rows], capsize=3,
            color=[f"C{sorted({r['batch_size'] for r in rows}).index(r['batch_size'])}" for r in rows])
     labels = [f"{_without_batch(r['arm'])}\nB={r['batch_size']}, lr {r['lr']:g}" for r in rows]
     set_tick_labels(ax, labels, rotation=30)
@@ -40,7 +40,7 @@ def grid_figure(grid: ResultsTable, reference_acc: float | None = None) -> Any:
     for index, optimizer in enumerate(dict.fromkeys(grid.column("optimizer"))):
         points = grid.where(optimizer=optimizer)
         centre = points[0]["lr"] / points[0]["lr_multiple"]
-        ax.errorbar(points.column("lr_multiple"), points.column("val_acc"), yerr=points.column("val_acc_std"),
+        ax.errorbar(points.column("lr_multiple"), points.column("val_acc"), yerr=[std or 0.0 for std in points.column("val_acc_std")],
                     marker="o", capsize=3, color=f"C{index}", label=f"{optimizer.upper()} (centre lr {centre:g})")
         best = best_of_grid(points)[optimizer]
         ax.scatter([best["lr_multiple"]], [best["val_acc"]], s=150, facecolors="none", edgecolors=f"C{index}")
@@ -72,7 +72,7 @@ def spike_figure(table: ResultsTable, steps: int = 3 * SPIKE_STEPS) -> Any:
     left.set_title(f"B. the first steps at batch {table.where(part='B')[0]['batch_size']}")
     left.legend(fontsize="small")
     rows = list(summary)
-    right.bar(range(len(rows)), [r["val_acc"] for r in rows], yerr=[r["val_acc_std"] for r in rows], capsize=3,
+    right.bar(range(len(rows)), [r["val_acc"] for r in rows], yerr=[r["val_acc_std"] or 0.0 for r in rows], capsize=3,
               color=[f"C{i // 2}" for i in range(len(rows))])
     right.set_xticks(range(len(rows)), [r["arm"] for r in rows], rotation=20, fontsize="small")
     right.set_ylabel("final test accuracy")

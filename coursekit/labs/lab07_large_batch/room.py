@@ -224,7 +224,8 @@ def room_table(room: RoomRuns, arms: Sequence[str]) -> ResultsTable:
         mine = mean_std(found["mine"], empty=None)
         everyone = mean_std(found["room"], empty=None)
         rows.append({"arm": arm, "your_seeds": len(found["mine"]), "your_acc": mine[0],
-                     "room_seeds": len(found["room"]), "room_acc": everyone[0], "room_std": everyone[1]})
+                     "room_seeds": len(found["room"]), "room_acc": everyone[0],
+                     "room_std": everyone[1] if len(found["room"]) > 1 else None})
     return ResultsTable(rows, title="A. final accuracy: yours and the room's (mean ± std over seeds)")
 
 

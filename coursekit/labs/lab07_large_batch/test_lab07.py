@@ -166,6 +166,9 @@ def test_the_analysis_reads_the_planted_table():
     assert lb.b_simple_at(lb.noise_series(table), 320) == pytest.approx(600 * 320 / 300)
     rec = lb.recovery(table, "reference B=256", "naive B=4096", "sqrt 4x + warm-up B=4096")
     assert rec["gap"] == pytest.approx(0.04) and rec["share"] == pytest.approx(0.375)
+    single = [row for row in a if row["seeds"] == 1]  # the first-seed-only arms: a std of one value is no spread
+    assert single and all(row["val_acc_std"] is None for row in single)
+    assert all(row["val_acc_std"] is not None for row in a if row["seeds"] > 1)
 
 
 def test_every_claim_holds_on_a_table_planted_to_show_them():

@@ -9,7 +9,7 @@ import math
 from typing import Any
 
 from coursekit.labs.lab09_race.leaderboard import BASELINE
-from coursekit.labs.lab09_race.verify import CONFIRM_Z
+from coursekit.labs.lab09_race.verify import CONFIRM_Z, confirm_floor
 
 FASTER_SE = 3.0  # the tuned entry must beat the baseline by this many standard errors of the difference of the means
 RIVAL_MARKS = ("confirm_fraction", "validation set differs")  # what the rival's marks must name
@@ -42,15 +42,24 @@ def race_claims(board: list[dict[str, Any]], participant: str, submission: str, 
          "holds": base is not None and bool(base["counts"]) and base["reached"] == seeds
          and base.get("confirm_acc") is not None,
          "evidence": f"baseline: {base['reached'] if base else 0} of {seeds} seeds, held-out half "
-                     f"{(base or {}).get('confirm_acc') or 0:.1%} at the stops, marks: {base['marks'] if base else '-'}"},
+                     f"{(base or {}).get('confirm_acc') or 0:.1%} at the stops{_floor_text(base)}, "
+                     f"marks: {base['marks'] if base else '-'}"},
         {"statement": "an entry that changes the validation set is marked with the broken rule, not ranked",
          "holds": rival_row is not None and not rival_row["counts"] and rival_row["rank"] is None
          and all(mark in rival_row["marks"] for mark in RIVAL_MARKS),
          "evidence": rival_row["marks"] if rival_row else "no rival entry posted"},
         {"statement": "your entry keeps the rules and counts (same code, same validation set, every seed reached)",
          "holds": ours is not None and bool(ours["counts"]),
-         "evidence": (ours["marks"] or "no marks") if ours else "no entry posted"},
+         "evidence": (ours["marks"] if ours["marks"] not in ("", "-") else "no marks") if ours else "no entry posted"},
         {"statement": f"the tuned entry beats the baseline by more than {FASTER_SE:g} standard errors of the "
                       "difference (the seeds' spread)",
          "holds": faster, "evidence": faster_evidence, "applies": speed_applies, "why_not": speed_why_not},
     ]
+
+
+def _floor_text(base: dict[str, Any] | None) -> str:
+    """Where the baseline's held-out accuracy would be marked as luck: " (target 89.0%, marked under 88.3%)"."""
+    runs = (base or {}).get("runs") or []
+    target = next((float(r["target_acc"]) for r in runs if r.get("target_acc") is not None), None)
+    found = confirm_floor(runs, target) if target is not None else None
+    return "" if found is None else f" (target {target:.1%}; a mean under {found[0]:.1%} would be marked as luck)"

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from coursekit.labs.kit.datasets import TEST_IMAGES, validation_text
 from coursekit.train.checks import static_problems
 from coursekit.train.config import TrainConfig
 
@@ -87,8 +88,9 @@ class Rules:
         """The rules, as printed in the notebook."""
         b = self.baseline
         part = "stopping part of the validation set" if b.confirm_fraction else "full validation set"
-        task = (f"{b.dataset}" + (f" ({b.num_samples:,} samples, {b.num_classes} classes, {b.image_size} px, "
-                                  f"validation {b.val_fraction:.0%}, data seed {b.data_seed})" if b.num_samples else ""))
+        images = "training images" if b.dataset in TEST_IMAGES else "samples"
+        task = (f"{b.dataset}" + (f" ({b.num_samples:,} {images}, {b.num_classes} classes, {b.image_size} px, "
+                                  f"{validation_text(b)}, data seed {b.data_seed})" if b.num_samples else ""))
         lines = [f"Race {self.name!r}",
                  f"  task: reach {self.target_acc:.1%} validation accuracy on {task} as fast as possible",
                  f"  evaluation: the {part} every {b.eval_every} steps" if b.eval_every

@@ -55,3 +55,15 @@ def test_a_baseline_with_a_missed_seed_or_an_entry_that_does_not_count_fails() -
     rows = board()
     rows[1].update(counts=False, marks="code hash x is not the kit's")
     assert verdicts(rows)[2] is False and verdicts(rows)[3] is False
+
+
+def test_the_baseline_evidence_says_where_its_held_out_accuracy_would_be_marked_and_a_clean_entry_has_no_marks() -> None:
+    rows = board()
+    rows[0]["runs"] = [{"target_reached": True, "target_acc": 0.89, "confirm_acc": 0.885, "confirm_samples": 5000,
+                        "val_samples": 5000, "seed": seed} for seed in range(3)]
+    rows[1]["marks"] = "-"  # what the board writes for an entry that counts
+    claims = race_claims(rows, "ada", "tuned-1", "ada-rival", 3, speed_applies=True)
+    # 2 standard errors of the mean of 3 seeds, both halves' noise: 2 sqrt(0.89 0.11 (2/5000) / 3) = 0.72 points
+    assert "held-out half 88.6% at the stops (target 89.0%; a mean under 88.3% would be marked as luck)" \
+        in claims[0]["evidence"]
+    assert claims[2]["evidence"] == "no marks"

@@ -91,8 +91,9 @@ def confirmed_accuracy(runs: list[dict[str, Any]]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def luck_mark(runs: list[dict[str, Any]], target: float) -> str | None:
-    """Why the runs' target looks reached on evaluation luck (None: the held-out part confirms it, or there is none).
+def confirm_floor(runs: list[dict[str, Any]], target: float) -> tuple[float, float, int, float] | None:
+    """The held-out accuracy below which the runs' target looks reached on evaluation luck: ``(floor, mean held-out
+    accuracy, seeds, held-out samples)``; None where no run that reached the target has a held-out part.
 
     The standard error of the mean over ``k`` seeds counts the noise of both parts of the validation set: the
     stopping part (a run stops at its first evaluation over the target, so its own noise can put it there) and
@@ -105,11 +106,19 @@ def luck_mark(runs: list[dict[str, Any]], target: float) -> str | None:
     held = sum(int(r["confirm_samples"]) for r in confirmed) / len(confirmed)
     stopping = sum(int(r["val_samples"]) for r in confirmed) / len(confirmed)
     error = math.sqrt(target * (1 - target) * (1 / held + 1 / stopping) / len(confirmed))
-    if mean >= target - CONFIRM_Z * error:
+    return target - CONFIRM_Z * error, mean, len(confirmed), held
+
+
+def luck_mark(runs: list[dict[str, Any]], target: float) -> str | None:
+    """Why the runs' target looks reached on evaluation luck (None: the held-out part confirms it, or there is none):
+    their mean held-out accuracy at the stops is under :func:`confirm_floor`."""
+    found = confirm_floor(runs, target)
+    if found is None or found[1] >= found[0]:
         return None
+    floor, mean, seeds, held = found
     return (f"the target looks reached on evaluation luck: at the stops, the held-out part of the validation set "
-            f"({held:,.0f} samples, never used for stopping) gave {mean:.1%} (mean of {len(confirmed)} seeds), more "
-            f"than {CONFIRM_Z:g} standard errors ({CONFIRM_Z * error:.1%}) below the target {target:.1%}")
+            f"({held:,.0f} samples, never used for stopping) gave {mean:.1%} (mean of {seeds} seeds), more "
+            f"than {CONFIRM_Z:g} standard errors ({target - floor:.1%}) below the target {target:.1%}")
 
 
 def marks_of(runs: list[dict[str, Any]], rules: Rules, kit_code_hash: str,
