@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from coursekit.labs.kit.claims import check_claim
-from coursekit.labs.kit.hardware import gpu_info
+from coursekit.labs.kit.claims import check_claim, percent
+from coursekit.labs.kit.hardware import gpu_info, peak_tflops
 from coursekit.labs.kit.lab import Lab
 from coursekit.labs.kit.plots import _plain_log2_ticks, new_figure, outside_legend
 from coursekit.labs.kit.results import ResultsTable
@@ -132,9 +132,31 @@ def bytes_per_parameter(row: dict[str, Any]) -> float:
 def anatomy_table(rows: Sequence[dict[str, Any]]) -> ResultsTable:
     table = ResultsTable(rows, title="measured in a job, one training step")
     table.add_column("bytes_per_param", bytes_per_parameter)
+    table.add_column("parameters_m", lambda r: r["num_parameters"] / 1e6)
     for key in ("parameters_bytes", "gradients_bytes", "optimizer_state_bytes", "activations_bytes"):
         table.add_column(key.replace("_bytes", "_mib"), lambda r, k=key: r[k] / MIB)
     return table
+
+
+# ResNet-50's training arithmetic per 224 x 224 image: ~8.2 GFLOP forward (4.1 G multiply-adds), twice that backward;
+# torch's FlopCounterMode counts 24.3 GFLOP (test_lab03_gpu_memory.py), with a 1000- or a 10-class head alike
+RESNET50_TRAIN_GFLOP = 24.3
+
+
+def speedup_note(gpu: dict[str, Any], cpu: dict[str, Any], gflop_per_image: float = RESNET50_TRAIN_GFLOP) -> str:
+    """Where a GPU-over-CPU ratio of images/s comes from: the same arithmetic per image, so the ratio of the FLOP/s
+    each row sustained; with the GPU's datasheet fp32 peak where ``hardware.peak_tflops`` knows it. Each row: a
+    ``device`` (the GPU's name in it), ``images_per_s`` and ``batch_size``."""
+    tflops = {name: row["images_per_s"] * gflop_per_image / 1e3 for name, row in (("gpu", gpu), ("cpu", cpu))}
+    text = (f"Both did the same arithmetic per image, about {gflop_per_image:.0f} GFLOP for a training step of "
+            "ResNet-50 (8 forward, twice that backward), so the ratio of images/s is the ratio of the FLOP/s each "
+            f"sustained in fp32: {gpu['device']} {tflops['gpu']:.1f} TFLOP/s at batch {gpu['batch_size']}, "
+            f"{cpu['device']} {1e3 * tflops['cpu']:.0f} GFLOP/s at batch {cpu['batch_size']}.")
+    peak = peak_tflops(gpu["device"], "fp32")
+    if peak:
+        text += (f" In fp32 the GPU computes on its CUDA cores, whose datasheet peak is {peak:.0f} TFLOP/s: the step "
+                 f"sustained {percent(tflops['gpu'] / peak)} of it.")
+    return text
 
 
 def estimate_table(estimates: Sequence[Any], title: str = "the engine's calculator") -> ResultsTable:
@@ -228,11 +250,11 @@ def check_peak_claims(peaks: ResultsTable | None, tolerance: float, applies: boo
                          f"{tolerance:.0%} of torch.cuda.max_memory_allocated")):
         rows = [r for r in peaks or [] if r["case"] == case]
         label = rows[0]["label"] if rows else case
+        per_batch = ", ".join(f"{r['batch_size']}: {r['estimate_mib']:.0f}/{r['peak_mem_mib']:.0f} MiB "
+                              f"({percent(r['estimate_mib'] / r['peak_mem_mib'] - 1, 1, sign=True)})" for r in rows)
         results.append(check_claim(
             statement, bool(rows) and all(abs(r["estimate_mib"] / r["peak_mem_mib"] - 1) <= tolerance for r in rows),
-            f"{label}, per batch (estimate/measured): " + (", ".join(
-                f"{r['batch_size']}: {r['estimate_mib']:.0f}/{r['peak_mem_mib']:.0f} MiB "
-                f"({r['estimate_mib'] / r['peak_mem_mib'] - 1:+.1%})" for r in rows) or "no completed run"),
+            f"{label}, per batch (estimate/measured): " + (per_batch or "no completed run"),
             applies=applies, why_not=why_not))
     return results
 

@@ -25,6 +25,7 @@ def test_tables_add_megabytes():
     table = anatomy.anatomy_table(rows)
     assert table[0]["bytes_per_param"] == 12.0
     assert table[0]["parameters_mib"] == rows[0]["parameters_bytes"] / 2**20
+    assert table[0]["parameters_m"] == rows[0]["num_parameters"] / 1e6
 
 
 # --- the calculator against the allocator, on rows shaped like the GPU run ------------------------------------
@@ -45,6 +46,38 @@ def peak_rows(calibration=CALIBRATION, held_out=HELD_OUT, error=0.0):
 def test_peak_claims_hold_within_the_tolerance():
     tolerance = anatomy.settings("gpu")["peak_tolerance"]
     assert [c.holds for c in anatomy.check_peak_claims(peak_rows(error=0.05), tolerance, True, "")] == [True, True]
+
+
+def test_a_peak_that_rounds_to_zero_from_below_reads_as_zero():
+    """The H200 run printed "7513/7514 MiB (-0.0%)"."""
+    rows = ResultsTable([{"case": case, "label": case, "batch_size": 32, "peak_mem_mib": 7514, "estimate_mib": 7513}
+                         for case in ("calibration", "held out")])
+    evidence = anatomy.check_peak_claims(rows, 0.1, True, "")[0].evidence
+    assert "(+0.0%)" in evidence and "-0.0%" not in evidence
+
+
+def test_resnet50_training_flop_per_image():
+    """The constant the speed-up note uses, against torch's own count of a forward and a backward."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from coursekit.train.models import build_model
+
+    model = build_model(TrainConfig(model="resnet50", image_size=224), 1000, (3, 224, 224))
+    counter = FlopCounterMode(display=False)
+    with counter:
+        model(torch.randn(2, 3, 224, 224)).sum().backward()
+    assert counter.get_total_flops() / 2 / 1e9 == pytest.approx(anatomy.RESNET50_TRAIN_GFLOP, rel=0.01)
+
+
+def test_the_speedup_note_is_the_ratio_of_sustained_flops():
+    gpu = {"device": "NVIDIA H200", "images_per_s": 742, "batch_size": 64}  # the H200 run's rows
+    cpu = {"device": "CPU x86_64 (16 threads)", "images_per_s": 14.7, "batch_size": 64}
+    note = anatomy.speedup_note(gpu, cpu)
+    assert "NVIDIA H200 18.0 TFLOP/s at batch 64" in note and "(16 threads) 357 GFLOP/s at batch 64" in note
+    assert "datasheet peak is 67 TFLOP/s" in note and "sustained 27% of it" in note
+    unknown = anatomy.speedup_note({**gpu, "device": "Some GPU"}, cpu)
+    assert "TFLOP/s at batch 64" in unknown and "peak" not in unknown  # no peak invented for an unknown GPU
 
 
 @pytest.mark.parametrize("rows, claim", [

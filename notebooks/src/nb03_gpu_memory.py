@@ -34,7 +34,9 @@ print(s)
 #
 # One training step of ResNet-50 on 224 × 224 images: about 4.1 billion multiply-adds per image forward
 # (≈ 8 GFLOP: a multiply-add is two floating-point operations, the count lab 04's TFLOP/s use), twice
-# that backward. A CPU core does tens of GFLOP/s; a GPU's tensor cores do hundreds of TFLOP/s, and its
+# that backward. The engine runs it in strict fp32 (TF32 off): on a GPU, fp32 arithmetic runs on the
+# CUDA cores, whose peak is about 67 TFLOP/s on an H200 (or an H100 SXM); the tensor cores, with hundreds
+# of TFLOP/s, multiply only lower-precision formats (lab 04). A CPU core does tens of GFLOP/s. A GPU's
 # memory moves terabytes per second.
 #
 # Memory in this lab is in binary units, as PyTorch and `nvidia-smi` report it: **MiB** (2²⁰ bytes) and
@@ -72,6 +74,8 @@ steps_table = labs.run_sweep(step_configs, name=labs.job_name(pseudo, "step"), o
                              timeout_s=s.timeout_s, title="ResNet-50, one training step")
 failed = failures.report_failures(steps_table, "the step jobs")
 steps_table = failures.completed(steps_table)
+for row in steps_table:
+    row["batch_size"] = row["config"].batch_size
 recording = labs.load_recording("gpu_ladder")
 if recording and profile.is_cpu:
     fp32 = recorded.ladder_table(recording).one(rung="fp32")
@@ -92,6 +96,13 @@ on_cpu = [r["images_per_s"] for r in steps_table if r["state"] != "recorded" and
 on_gpu = [r["images_per_s"] for r in steps_table if r["state"] == "recorded" or r["config"].device != "cpu"]
 gpu_vs_cpu = on_gpu[0] / on_cpu[0] if on_cpu and on_gpu else None
 labs.reveal("gpu_vs_cpu", gpu_vs_cpu)
+
+# %% tags=["nbval-ignore-output"]
+gpu_row = next((r for r in steps_table if r["state"] == "recorded" or r["config"].device != "cpu"), None)
+cpu_row = next((r for r in steps_table if r["state"] != "recorded" and r["config"].device == "cpu"), None)
+if gpu_row and cpu_row:
+    note = anatomy.speedup_note(gpu_row, cpu_row)
+    profile.explain(gpu=note, cpu=note)
 
 # %% [markdown]
 # ## 2. What training keeps in memory
@@ -133,11 +144,13 @@ gpu = measured[0]["gpu"] if measured else None
 gpu_gib = anatomy.gpu_memory_gib(gpu, default=s.example_gpu_memory_gib)
 gpu_label = gpu["name"] if gpu and gpu["name"] else "example GPU (an H100)"
 print(f"jobs' GPU: {gpu_label}, {gpu_gib:.1f} GiB" if gpu and gpu["name"] else "jobs' GPU: none")
-measured.with_columns("model", "optimizer", "batch_size", "parameters_mib", "gradients_mib", "optimizer_state_mib",
-                      "activations_mib", "bytes_per_param")
+measured.with_columns("model", "optimizer", "batch_size", "parameters_m", "parameters_mib", "gradients_mib",
+                      "optimizer_state_mib", "activations_mib", "bytes_per_param")
 
 # %% [markdown]
-# The same figures from the calculator (`coursekit.train.memory.estimate_memory`), in both conventions.
+# The job's network ends in a 10-class head (`parameters_m`: for ResNet-50, 23.5 M parameters); the 25.6 M
+# usually quoted for ResNet-50, and the table of section 3, count ImageNet's 1000-class head (2 M weights
+# more). The same figures from the calculator (`coursekit.train.memory.estimate_memory`), in both conventions.
 # It measures the activations of a two-sample forward and scales them to the batch.
 
 # %% tags=["exact-arithmetic"]

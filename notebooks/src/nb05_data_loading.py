@@ -76,7 +76,7 @@ sweep, prof_sweep = loading.submit_sweeps([configs, [profiled]], one_at_a_time=T
 print(f"{len(configs)} loader runs and the profiled run submitted in one job: read on while it runs")
 profile.explain(
     gpu=f"Each run trains {base.model} ({base.precision}, channels_last) for {base.test_steps} steps of "
-        f"{base.batch_size} images, two passes over the folder, so that an epoch boundary is in every run. "
+        f"{base.batch_size} images, nearly two passes over the folder, so that an epoch boundary is in every run. "
         "Together they take about five minutes.",
     cpu="Each run computes with one thread, leaving the second core to a worker, as the CPU cores of a GPU node "
         "are free while the GPU computes.")
@@ -132,7 +132,9 @@ profile.explain(gpu="The last configuration of your sweep decodes on the GPU: it
 #   (each worker prepares a whole batch, all workers start together) shows a small median and a large mean;
 # * `images_per_s`: images / wall time of those steps;
 # * `epoch_time_s`: the faster epoch, counted from its start, so the workers' start and the first batch
-#   are in it: images per epoch / `epoch_time_s` is normally lower than `images_per_s`.
+#   are in it: with workers, the epoch's images / `epoch_time_s` is usually lower than `images_per_s`.
+#   With `workers=0` nothing starts at an epoch's beginning and the two rates are close, unless a slow
+#   one-off step lies among the measured steps (the mean counts it, the faster epoch may not).
 
 # %% tags=["nbval-ignore-output"]
 table = sweep.results(timeout_s=s.timeout_s, title="loader settings")
@@ -146,6 +148,7 @@ table.with_columns("loader", "state", "data_fraction", "data_time_mean_s", "comp
 
 # %%
 print("states:", table.column("state"))
+profile.explain(gpu=loading.one_off_note(list(table), base.batch_size))
 
 # %%
 figure, (left, right) = plots.new_figure(ncols=2)
@@ -210,8 +213,8 @@ elif lesson["cpu"] and lesson["gpu"]:
 # - **output**: it wrote its times per step (waiting for data, the whole step) to the file `--out` names;
 # - **workers**, **pinning**, **persistent**: the settings your DataLoader and your copies really used;
 # - **wait_share**: the share of a step spent waiting for data fell to at most half of
-#   `train_starving.py`'s. Reading a file is waiting, not computing: workers overlap such waits even on
-#   a machine with two busy cores.
+#   `train_starving.py`'s. Reading a file is waiting, not computing: workers overlap such waits even
+#   where they have no core of their own.
 
 # %% tags=["exercise", "nbval-ignore-output"]
 ### BEGIN SOLUTION
@@ -230,7 +233,8 @@ for name in ("workers", "pinning", "persistent"):
 # `torch.profiler` records every operator the steps run, on the CPU and (with CUDA) on the GPU. The
 # engine's `--profile` records `--profile-steps` steps after one step of wait and one of warm-up, and
 # writes a Chrome trace into the run's `profile/` folder plus a text summary of the operators
-# that took the most time. We profiled the run without workers, where the loader is inside the steps
+# that took the most time (shown below without its `ProfilerStep*` row: the steps themselves, not an
+# operator). We profiled the run without workers, where the loader is inside the steps
 # (`profiled`, submitted in section 2 with the loader runs, in the same job after them).
 
 # %% tags=["nbval-ignore-output"]
@@ -279,12 +283,15 @@ print(f"trace: {from_trace:.2f}, metrics: {from_metrics:.2f}")
 # %% [markdown] tags=["solution"]
 # They come from different jobs (the profiled run and the sweep's `workers=0` run, each with its own
 # machine noise) and different steps (a few steps after one of wait and one of warm-up, against every step
-# after the first five), and they do not measure the same thing. The trace counts the time the training
-# process spends inside the DataLoader, including time when the GPU is still computing the previous
-# step: the process queues a step's kernels and goes on to the next batch without waiting for them. The
-# engine counts as waiting only the wall time the GPU did not spend on the step. With a GPU the trace's
-# share is therefore the larger one; without a GPU (no overlap) the two are close. The profiler's own
-# overhead on the host lengthens the traced steps a little more.
+# after the first five): a one-off slow step of the sweep's run, if any, weighs on the engine's share
+# alone. And they do not measure the same thing. The trace counts the time the training process spends
+# inside the DataLoader; the engine counts as waiting the wall time in which the device did not compute
+# the step. With a GPU, the process queues a step's kernels and goes on to the next batch while the GPU
+# still computes: the trace counts that time as DataLoader, the engine as compute, but it is at most the
+# GPU's busy share of the profiled steps (which the summary prints). The profiler's own cost — it records
+# every operator, and the transforms run many small ones per image (`aten::copy_`'s calls in the table) —
+# adds time to the traced steps, mostly inside the DataLoader: compare `profiled_ms` per step with the
+# sweep's `data_time_mean_s + compute_time_mean_s`.
 
 # %% [markdown]
 # ## 4. Exit ticket
@@ -335,26 +342,22 @@ no_workers = table[0]
 with_workers = [row for row in table if row["config"].workers > 0]
 best = min(with_workers, key=lambda row: row["data_fraction"])
 # by at least 5 points (a loader whose workers did nothing moves the share by the runs' noise, 1-3 points); checked
-# on a GPU node, where each worker has a core of its own: on a CPU the workers take their cores from the training
-# process and from whatever else runs (2 idle cores: 76 % -> 49 %; the same 2 cores beside two busy processes:
-# 72 % -> 73 %, no cut at all)
+# on a GPU node, where each worker has a core of its own, not on a CPU, where the workers share the cores
 verdicts = [
     labs.check_claim("worker processes cut the share of step time spent waiting for data",
                      best["data_fraction"] < no_workers["data_fraction"] - 0.05,
                      f"{100 * no_workers['data_fraction']:.0f} % with workers=0, "
                      f"{100 * best['data_fraction']:.0f} % with {best['loader']}",
                      applies=profile.is_gpu,
-                     why_not="in the cpu profile a worker process has no core of its own: it takes its time from the "
-                             "training process and from whatever else runs on the machine, so whether it cuts the "
-                             "wait depends on the machine's load, not on the loader: the shares are in the table "
-                             "above"),
+                     why_not="on a CPU a worker takes its time from the training process and from whatever else "
+                             "runs on the machine, so whether it cuts the wait depends on the machine's load, not on "
+                             "the loader: the shares are in the table above"),
     labs.check_claim("with workers an epoch takes less time than without",
                      min(row["epoch_time_s"] for row in with_workers) < no_workers["epoch_time_s"],
                      ", ".join(f"{row['loader']}: {row['epoch_time_s']:.2f} s" for row in table),
                      applies=profile.is_gpu,
-                     why_not="in the cpu profile the workers share the machine's cores with the training process and "
-                             "with whatever else runs (on two cores a worker has no core of its own): the epoch "
-                             "times are in the table above"),
+                     why_not="on a CPU the workers share the machine's cores with the training process and with "
+                             "whatever else runs: the epoch times are in the table above"),
     labs.check_claim("the profiler trace shows the steps waiting inside the DataLoader when there is no worker",
                      trace is not None and trace["steps"] == s.profile_steps and trace["dataloader_share"] > 0.1,
                      f"{trace['steps']} steps, {100 * trace['dataloader_share']:.0f} % in the DataLoader"

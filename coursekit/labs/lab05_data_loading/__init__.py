@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import statistics
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,7 @@ from coursekit.labs.kit.lab import Lab
 from coursekit.labs.kit.profiles import data_dir
 from coursekit.labs.kit.results import ResultsTable
 from coursekit.labs.kit.settings import QUIET, job_options, workshop_budget
+from coursekit.metrics import measured_windows
 from coursekit.train.config import TrainConfig
 
 # the lab, declared once (coursekit.labs.kit.lab): its lists derive from it; read as text, so literals only
@@ -35,6 +38,11 @@ TRACE_GLOB = "*.pt.trace.json"
 PROFILE_DIR = "profile"
 TOP_OPERATORS_FILE = "top_operators.txt"
 STEP_PREFIX = "ProfilerStep#"
+# torch's summary row of the profiled steps themselves, not an operator: its GPU column reads the steps' wall time
+# as a share of the kernels' time (thousands of %), so the lab's copy of the summary leaves it out
+PROFILER_STEP_ROW = "ProfilerStep*"
+GPU_BUSY_LINE, SELF_CPU_LINE = "GPU busy", "Self CPU time"
+SECONDS = re.compile(r"\b(\d+\.\d+) s\b")
 DATALOADER_MARK = "enumerate(DataLoader)"
 GPU_STEP_CATEGORIES = ("gpu_user_annotation",)  # the GPU's copy of a ProfilerStep (torch 2.x traces)
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -163,9 +171,16 @@ def summarize_trace(path: str | Path, top: int = 8) -> dict[str, Any]:
 
 
 def top_operators_text(run_dir: str | Path, rows: int = 10) -> str:
-    """The head of the engine's own summary (``profile/top_operators.txt``): title, header and ``rows`` lines."""
+    """The head of the engine's own summary (``profile/top_operators.txt``): title, header and the first ``rows``
+    operators (torch's ``ProfilerStep*`` row left out: the steps, not an operator), then the totals, the seconds
+    of the GPU's busy line to hundredths."""
     lines = (Path(run_dir) / PROFILE_DIR / TOP_OPERATORS_FILE).read_text(encoding="utf-8").splitlines()
-    return "\n".join(lines[: 4 + rows] + [line for line in lines if line.startswith(("GPU busy", "Self CPU time"))])
+    body = lines[4:]
+    end = next((i for i, line in enumerate(body) if line.startswith("-")), len(body))  # the table's closing rule
+    operators = [line for line in body[:end] if not line.strip().startswith(PROFILER_STEP_ROW)]
+    totals = [SECONDS.sub(lambda m: f"{float(m.group(1)):.2f} s", line) if line.startswith(GPU_BUSY_LINE) else line
+              for line in lines if line.startswith((GPU_BUSY_LINE, SELF_CPU_LINE))]
+    return "\n".join(lines[:4] + operators[:rows] + totals)
 
 
 # ----------------------------------------------------------------- the lab's numbers, per profile
@@ -191,7 +206,8 @@ def settings(profile: str) -> dict[str, Any]:
                             {"workers": 1, "persistent_workers": True, "prefetch_factor": 4}],
                 "profile_steps": 2, "job": job_options(profile, "00:10:00"), "timeout_s": 300,
                 "scripts": SCRIPT_PATHS}
-    # test_steps: no validation pass; 40 steps = 2 epochs of the tree, so epoch boundaries are in the runs
+    # test_steps: no validation pass; 40 steps: nearly 2 epochs of the tree (21 batches each, the last of 80 images),
+    # so an epoch boundary is in every run
     base = TrainConfig(model="resnet50", dataset="jpeg_folder", image_size=224, batch_size=256, epochs=1,
                        precision="bf16", channels_last=True, test_steps=40, **QUIET)
     loaders = [{"workers": 0}, {"workers": 4}, {"workers": 8}, {"workers": 8, "pin_memory": True},
@@ -246,3 +262,49 @@ def workers_needed(decode_ms: float, compute_ms: float) -> int:
     """Workers (one core each) that keep a step fed in the steady state: one batch per step, each worker
     delivering one batch per ``decode_ms``: at least ``decode_ms / compute_ms``, rounded up."""
     return -(-int(round(1000 * decode_ms)) // int(round(1000 * compute_ms)))
+
+
+# A run's one-off step: one measured step that computed more than all its other measured steps together
+ONE_OFF_SHARE = 0.5
+
+
+def one_off_step(row: dict[str, Any]) -> dict[str, Any] | None:
+    """The measured step (``coursekit.metrics.measured_windows``) of a results row that holds more than
+    ``ONE_OFF_SHARE`` of the compute time of all its measured steps, with its ``images``, ``compute_s``, the
+    ``median_s`` of the measured steps' compute and that ``share``; None when no step does, or when a step record
+    covers several steps."""
+    windows = [w for w in measured_windows(row.get("steps") or []) if w.get("compute_time_s") is not None]
+    if len(windows) < 2 or any(w["window_steps"] != 1 for w in windows):
+        return None
+    total = sum(w["compute_time_s"] for w in windows)
+    slow = max(windows, key=lambda w: w["compute_time_s"])
+    if total <= 0 or slow["compute_time_s"] / total <= ONE_OFF_SHARE:
+        return None
+    return {"step": slow["step"], "images": round(slow["images_per_s"] * slow["window_time_s"]),
+            "compute_s": slow["compute_time_s"], "median_s": statistics.median(w["compute_time_s"] for w in windows),
+            "share": slow["compute_time_s"] / total}
+
+
+def one_off_note(rows: list[dict[str, Any]], batch_size: int) -> str:
+    """A paragraph on the loader runs whose compute mean one step dominates (``one_off_step``), "" when none does.
+    The cause it names for the first run's step at a smaller batch is read from the engine: ``cudnn.benchmark`` on a
+    GPU (cuDNN times its kernels for each new input shape, the epoch's last batch being one) and the sweep's runs in
+    one process, whose cache of those choices the later runs find filled."""
+    notes = []
+    for index, row in enumerate(rows):
+        slow = one_off_step(row)
+        if slow is None:
+            continue
+        label = row.get("loader") or loader_label({"workers": row["config"].workers})
+        seen = (f"`{label}` computed {1e3 * slow['median_s']:.0f} ms in its median step, but {slow['compute_s']:.1f} s "
+                f"in step {slow['step']}")
+        if index == 0 and slow["images"] < batch_size:
+            notes.append(f"{seen}, the epoch's last batch ({slow['images']} images): there cuDNN chose its kernels "
+                         "anew for the smaller batch, a one-off inside the measured steps of the job's first run (the "
+                         "runs after it, in the same process, reuse the choice).")
+        else:
+            notes.append(f"{seen}: a one-off of that run.")
+    if not notes:
+        return ""
+    return (" ".join(notes) + " Such a step raises the row's `compute_time_mean_s` and lowers its `data_fraction` "
+            "and `images_per_s`; an epoch without it can then run faster than `images_per_s`.")
