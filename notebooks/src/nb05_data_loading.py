@@ -76,7 +76,8 @@ sweep, prof_sweep = loading.submit_sweeps([configs, [profiled]], one_at_a_time=T
 print(f"{len(configs)} loader runs and the profiled run submitted in one job: read on while it runs")
 profile.explain(
     gpu=f"Each run trains {base.model} ({base.precision}, channels_last) for {base.test_steps} steps of "
-        f"{base.batch_size} images, nearly two passes over the folder, so that an epoch boundary is in every run. "
+        f"{base.batch_size} images, two passes over the folder in full batches, so that an epoch boundary is in "
+        "every run. "
         "Together they take about five minutes.",
     cpu="Each run computes with one thread, leaving the second core to a worker, as the CPU cores of a GPU node "
         "are free while the GPU computes.")

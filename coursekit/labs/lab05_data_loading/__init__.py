@@ -206,10 +206,12 @@ def settings(profile: str) -> dict[str, Any]:
                             {"workers": 1, "persistent_workers": True, "prefetch_factor": 4}],
                 "profile_steps": 2, "job": job_options(profile, "00:10:00"), "timeout_s": 300,
                 "scripts": SCRIPT_PATHS}
-    # test_steps: no validation pass; 40 steps: nearly 2 epochs of the tree (21 batches each, the last of 80 images),
-    # so an epoch boundary is in every run
+    # test_steps: no validation pass; 40 steps: 2 epochs of the tree (20 full batches each), so an epoch boundary is
+    # in every run. drop_last: the tree's last 80 images made a batch of another shape inside the measured steps,
+    # for which cuDNN (benchmark mode) timed its kernels again: the first run of the sweep showed a compute mean of
+    # 0.245 s a step against 0.054 s in the others (H200)
     base = TrainConfig(model="resnet50", dataset="jpeg_folder", image_size=224, batch_size=256, epochs=1,
-                       precision="bf16", channels_last=True, test_steps=40, **QUIET)
+                       precision="bf16", channels_last=True, test_steps=40, drop_last=True, **QUIET)
     loaders = [{"workers": 0}, {"workers": 4}, {"workers": 8}, {"workers": 8, "pin_memory": True},
                {"workers": 8, "pin_memory": True, "non_blocking": True},
                {"workers": 8, "pin_memory": True, "non_blocking": True, "persistent_workers": True,
