@@ -25,6 +25,7 @@ from coursekit.labs.kit.claims import (
     percent,
     saturates,
     share_of_increases,
+    signed,
     time_to_target,
 )
 from coursekit.labs.kit.datasets import on_standin
@@ -53,7 +54,7 @@ from coursekit.labs.lab06_data_parallel.horovod import horovod_table
 __all__ = ["LABS", "Profile", "Question", "ResultsTable", "Sweep", "check_claim", "choose_profile", "choose_pseudonym",
            "collect", "energy_columns", "energy_note", "engine_command", "exit_ticket", "horovod_table", "is_oom",
            "job_name", "lab_declarations", "lab_gpus", "lab_settings", "load_recording", "loglog_slope", "on_standin",
-           "percent", "predict", "reveal", "run_sweep", "saturates", "share_of_increases", "submit_sweep", "summarize_run",
+           "percent", "predict", "reveal", "run_sweep", "saturates", "share_of_increases", "signed", "submit_sweep", "summarize_run",
            "time_to_target", "wait_all", "wait_until_training"]  # + every lab's checkers (_LAZY, below)
 
 

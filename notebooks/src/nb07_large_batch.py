@@ -234,8 +234,8 @@ grid.where(best=True)
 # %% tags=["nbval-ignore-output"]
 ghost, ghost_std = lb.ghost_gain(table, s)
 equal = lb.equal_steps_recovery(table, s)
-print(f"ghost batch norm: {ghost:+.3f} ± {ghost_std:.3f} against the same run with plain batch norm")
-print(f"equal steps: won back {equal['won']:+.3f} of a {equal['gap']:+.3f} gap ({labs.percent(equal['share'])})"
+print(f"ghost batch norm: {labs.signed(ghost)} ± {ghost_std:.3f} against the same run with plain batch norm")
+print(f"equal steps: won back {labs.signed(equal['won'])} of a {labs.signed(equal['gap'])} gap ({labs.percent(equal['share'])})"
       + (": over 100 %, it ended above the reference" if equal["share"] > 1 else ""))
 
 # %% [markdown]

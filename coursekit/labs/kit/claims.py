@@ -58,6 +58,12 @@ def percent(share: float, digits: int = 0, sign: bool = False) -> str:
     return f"{rounded:{'+' if sign else ''}.{digits}%}"
 
 
+def signed(value: float, digits: int = 3) -> str:
+    """A signed number for a claim's evidence ("+0.039", "-0.012"), never "-0.000": a value that rounds to zero
+    from below reads as zero."""
+    return f"{round(value, digits) + 0.0:+.{digits}f}"
+
+
 def loglog_slope(x: Sequence[float], y: Sequence[float]) -> float:
     """Least-squares slope of log(y) against log(x): -1 when y falls as 1/x."""
     if len(x) != len(y) or len(x) < 2:

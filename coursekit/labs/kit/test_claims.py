@@ -77,3 +77,4 @@ def test_time_to_target_and_mean_std():  # mean_std: coursekit.metrics, the one 
 def test_a_share_that_rounds_to_zero_from_below_reads_as_zero_not_minus_zero() -> None:
     assert [claims.percent(x) for x in (-0.004, 0.0, 0.96, 1.08, -0.2)] == ["0%", "0%", "96%", "108%", "-20%"]
     assert [claims.percent(x, 1, sign=True) for x in (-0.0004, 0.011, -0.011)] == ["+0.0%", "+1.1%", "-1.1%"]
+    assert [claims.signed(x) for x in (-0.0001, 0.0392, -0.0121)] == ["+0.000", "+0.039", "-0.012"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from coursekit.labs.kit.claims import ClaimResult, check_claim, percent
+from coursekit.labs.kit.claims import ClaimResult, check_claim, percent, signed
 from coursekit.labs.kit.results import ResultsTable
 from coursekit.labs.lab07_large_batch.analysis import (
     OPTIMIZER_TIE,
@@ -60,14 +60,14 @@ def check_claims(table: ResultsTable, s: Any) -> list[ClaimResult]:
     mid = recovery(table, ref, mid_naive, mid_scaled)
     results = [
         check_claim(f"at equal epochs, {big_naive} ends at least {GAP_MIN:.2f} below {ref}", big["gap"] >= GAP_MIN,
-                    f"gap {big['gap']:+.3f} ± {big['gap_std']:.3f} (paired over {len(s.seeds)} seeds)", strict=strict),
+                    f"gap {signed(big['gap'])} ± {big['gap_std']:.3f} (paired over {len(s.seeds)} seeds)", strict=strict),
         check_claim(f"at {k_mid}x the batch, {mid_scaled} wins back at least {RECOVERY_MID_MIN:.0%} of the gap of "
                     f"{mid_naive}", mid["gap"] > 0 and mid["share"] >= RECOVERY_MID_MIN,
-                    f"won back {mid['won']:+.3f} of a {mid['gap']:+.3f} gap ({percent(mid['share'])})",
-                    applies=mid["gap"] > 0, why_not=f"no gap at the middle batch ({mid['gap']:+.3f})", strict=strict),
+                    f"won back {signed(mid['won'])} of a {signed(mid['gap'])} gap ({percent(mid['share'])})",
+                    applies=mid["gap"] > 0, why_not=f"no gap at the middle batch ({signed(mid['gap'])})", strict=strict),
         check_claim(f"at {k_large}x the batch, linear scaling ({big_scaled}) wins back a smaller share than at "
                     f"{k_mid}x", big["share"] < mid["share"],
-                    f"{percent(big['share'])} of {big['gap']:+.3f} vs {percent(mid['share'])} of {mid['gap']:+.3f}",
+                    f"{percent(big['share'])} of {signed(big['gap'])} vs {percent(mid['share'])} of {signed(mid['gap'])}",
                     applies=big["gap"] > 0 and mid["gap"] > 0, why_not="no gap at one of the two batches",
                     strict=strict),
     ]
@@ -137,7 +137,7 @@ def _large_batch_claims(table: ResultsTable, s: Any, strict: bool) -> list[Claim
     gain, gain_std = sqrt_over_linear(table, s)
     results = [check_claim(
         f"at batch {large}, square-root scaling ({arms['large_sqrt']}) ends above linear scaling "
-        f"({arms['large_linear']})", gain > SQRT_OVER_LINEAR_MIN, f"{gain:+.3f} ± {gain_std:.3f} (paired over seeds)",
+        f"({arms['large_linear']})", gain > SQRT_OVER_LINEAR_MIN, f"{signed(gain)} ± {gain_std:.3f} (paired over seeds)",
         strict=strict)]
     print(optimizer_finding(optimizer_comparison(table, s), large))
     grid = grid_table(table, s)
@@ -162,15 +162,15 @@ def _large_batch_claims(table: ResultsTable, s: Any, strict: bool) -> list[Claim
         f"ghost batch norm (virtual batches of {s.ghost_batch}) narrows the gap at batch {large}: "
         f"{arms['large_ghost']} ends above {arms['large_linear']} by more than {GHOST_STANDARD_ERRORS:g} standard "
         "errors", gain > GHOST_STANDARD_ERRORS * error,
-        f"{gain:+.3f} ± {gain_std:.3f} over {seeds} seeds (paired; standard error {error:.3f})",
+        f"{signed(gain)} ± {gain_std:.3f} over {seeds} seeds (paired; standard error {error:.3f})",
         applies=seeds >= 2, why_not=f"{seeds} seed: a standard error needs two or more", strict=False))
     equal = equal_steps_recovery(table, s)
     steps = next(arm.steps for arm in s.arms if arm.name == arms["large_equal_steps"])
     results.append(check_claim(
         f"given the reference's {steps} steps, {arms['large_equal_steps']} wins back at least "
         f"{EQUAL_STEPS_RECOVERY_MIN:.0%} of the gap at equal epochs", equal["share"] >= EQUAL_STEPS_RECOVERY_MIN,
-        f"won back {equal['won']:+.3f} of a {equal['gap']:+.3f} gap ({percent(equal['share'])}; paired over the seeds both "
-        "ran)", applies=equal["gap"] > 0, why_not=f"no gap at equal epochs ({equal['gap']:+.3f})", strict=strict))
+        f"won back {signed(equal['won'])} of a {signed(equal['gap'])} gap ({percent(equal['share'])}; paired over the seeds both "
+        "ran)", applies=equal["gap"] > 0, why_not=f"no gap at equal epochs ({signed(equal['gap'])})", strict=strict))
     return results
 
 
