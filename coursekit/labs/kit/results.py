@@ -33,6 +33,7 @@ COLUMN_LABELS = {
 UNIT_SUFFIXES = {"_s": "s", "_ms": "ms", "_mb": "MiB", "_gb": "GB", "_mib": "MiB", "_gib": "GiB", "_bytes": "bytes"}
 HEADER_STYLE = "text-align:right;white-space:nowrap;padding:2px 8px"
 CELL_STYLE = "text-align:right;white-space:nowrap;padding:2px 8px;font-variant-numeric:tabular-nums"
+WRAP_STYLE = "text-align:left;white-space:normal;min-width:20em;padding:2px 8px"  # a column of sentences
 
 
 def column_label(name: str) -> str:
@@ -69,10 +70,11 @@ class ResultsTable:
     """Rows of measurements; ``table.column("images_per_s")``, ``table.where(batch_size=64)``, ``print(table)``."""
 
     def __init__(self, rows: Iterable[dict[str, Any]] = (), columns: Sequence[str] | None = None,
-                 title: str = "") -> None:
+                 title: str = "", wrap: Sequence[str] = ()) -> None:
         self.rows: list[dict[str, Any]] = [dict(r) for r in rows]
         self.title = title
         self._columns = list(columns) if columns is not None else None
+        self.wrap = tuple(wrap)  # columns of sentences: left-aligned and wrapped in HTML, not one long line
 
     # --- shape -------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -106,7 +108,7 @@ class ResultsTable:
 
     def with_columns(self, *columns: str, title: str | None = None) -> ResultsTable:
         """The same rows, printed with only these columns."""
-        return ResultsTable(self.rows, columns=columns, title=self.title if title is None else title)
+        return ResultsTable(self.rows, columns=columns, title=self.title if title is None else title, wrap=self.wrap)
 
     def add_column(self, name: str, fn: Callable[[dict[str, Any]], Any]) -> ResultsTable:
         """Compute a new column from each row (in place) and return the table."""
@@ -126,11 +128,11 @@ class ResultsTable:
         """Rows matching a predicate and/or column == value pairs."""
         rows = [r for r in self.rows
                 if all(r.get(k) == v for k, v in equals.items()) and (predicate is None or predicate(r))]
-        return ResultsTable(rows, columns=self._columns, title=self.title)
+        return ResultsTable(rows, columns=self._columns, title=self.title, wrap=self.wrap)
 
     def sorted_by(self, name: str, reverse: bool = False) -> ResultsTable:
         rows = sorted(self.rows, key=lambda r: (r.get(name) is None, r.get(name)), reverse=reverse)
-        return ResultsTable(rows, columns=self._columns, title=self.title)
+        return ResultsTable(rows, columns=self._columns, title=self.title, wrap=self.wrap)
 
     def one(self, **equals: Any) -> dict[str, Any]:
         """The single row matching column == value pairs (ValueError when there are 0 or several)."""
@@ -157,8 +159,10 @@ class ResultsTable:
         columns = self.columns
         head = "".join(f"<th style='{HEADER_STYLE}' title='{html.escape(c)}'>{html.escape(column_label(c))}</th>"
                        for c in columns)
-        body = "".join("<tr>" + "".join(f"<td style='{CELL_STYLE}'>{html.escape(format_value(row.get(c), digits))}</td>"
-                                        for c in columns) + "</tr>" for row in self.rows)
+        styles = [WRAP_STYLE if c in self.wrap else CELL_STYLE for c in columns]
+        body = "".join("<tr>" + "".join(f"<td style='{style}'>{html.escape(format_value(row.get(c), digits))}</td>"
+                                        for c, style in zip(columns, styles, strict=True)) + "</tr>"
+                       for row in self.rows)
         caption = f"<caption style='text-align:left'><b>{html.escape(self.title)}</b></caption>" if self.title else ""
         return (f"<table style='border-collapse:collapse'>{caption}<thead><tr>{head}</tr></thead>"
                 f"<tbody>{body}</tbody></table>")

@@ -71,3 +71,11 @@ def test_html_view_has_readable_headers_escaped_cells_and_the_title():
     assert ">batch size</th>" in page and ">images/s</th>" in page and "title='images_per_s'" in page
     assert ">1235</td>" in page and ">yes</td>" in page and "&lt;b&gt;" in page
     assert page.count("<tr>") == 1 + len(table) and "white-space:nowrap" in page
+
+
+def test_a_column_of_sentences_wraps_in_html_and_keeps_wrapping_through_where_and_with_columns():
+    table = ResultsTable([{"rank": 1, "marks": "a long sentence " * 10}], wrap=("marks",))
+    for shown in (table, table.where(rank=1), table.with_columns("rank", "marks"), table.sorted_by("rank")):
+        cells = shown.to_html().split("<td ")[1:]
+        assert "white-space:nowrap" in cells[0] and "white-space:normal" in cells[1]
+    assert "white-space:normal" not in ResultsTable([{"marks": "x"}]).to_html()

@@ -311,7 +311,7 @@ def entries(runs: list[dict[str, Any]], rules: Rules, kit_code_hash: str,
                   "which sees every job, is the one that counts")
     else:
         title += " — every ranked time backed by Slurm's accounting"
-    table = ResultsTable(rows, columns=columns, title=title)
+    table = ResultsTable(rows, columns=columns, title=title, wrap=("marks",))  # the marks are sentences
     table.problems = list(problems)  # type: ignore[attr-defined]
     table.evidence = UNVERIFIED if accounting is None else "sacct"  # type: ignore[attr-defined]
     table.verified = final  # type: ignore[attr-defined]
