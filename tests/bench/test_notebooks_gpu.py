@@ -116,13 +116,17 @@ def test_claims_are_read_in_the_labs_words_and_only_a_failed_one_fails(capsys):
     assert [c["statement"] for c in read if c["verdict"] == gpu_notebooks.FAILED_VERDICT] == ["d"]
 
 
+def job_log(course, job_folder, name):
+    """The path of a job's log in a course folder, its folder made."""
+    path = course / "jobs" / job_folder / name
+    path.parent.mkdir(parents=True)
+    return path
+
+
 def test_the_stderr_of_a_failed_job_is_kept_and_a_clean_one_is_not(tmp_path):
     """A crashed loader worker's message comes before the traceback's last lines that the notebook shows."""
     course = tmp_path / "course"
-    failed = course / "jobs" / "ada-load" / "2153_0_log.err"
-    clean = course / "jobs" / "ada-prof" / "2154_0_log.err"
-    failed.parent.mkdir(parents=True)
-    clean.parent.mkdir(parents=True)
+    failed, clean = job_log(course, "ada-load", "2153_0_log.err"), job_log(course, "ada-prof", "2154_0_log.err")
     failed.write_text("x" * 50_000 + "terminate called after throwing an instance of 'c10::Error'\n"
                       "RuntimeError: DataLoader worker (pid 2534) is killed by signal: Aborted.\n")
     clean.write_text("coursekit.train: completed after 40 steps\n")
@@ -135,10 +139,7 @@ def test_the_stderr_of_a_failed_job_is_kept_and_a_clean_one_is_not(tmp_path):
 
 def test_a_job_log_that_cannot_be_read_is_named_and_the_others_still_read(tmp_path):
     course = tmp_path / "course"
-    unreadable = course / "jobs" / "ada-a" / "1_0_log.err"
-    failed = course / "jobs" / "ada-b" / "2_0_log.err"
-    unreadable.parent.mkdir(parents=True)
-    failed.parent.mkdir(parents=True)
+    unreadable, failed = job_log(course, "ada-a", "1_0_log.err"), job_log(course, "ada-b", "2_0_log.err")
     unreadable.mkdir()  # a folder where a file is expected: open() raises, as for a file removed meanwhile
     failed.write_text("Traceback (most recent call last):\nValueError: bad\n")
     text = gpu_notebooks.failed_job_logs(course)
