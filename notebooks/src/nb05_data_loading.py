@@ -149,7 +149,6 @@ table.with_columns("loader", "state", "data_fraction", "data_time_mean_s", "comp
 
 # %%
 print("states:", table.column("state"))
-profile.explain(gpu=loading.one_off_note(list(table), base.batch_size))
 
 # %%
 figure, (left, right) = plots.new_figure(ncols=2)

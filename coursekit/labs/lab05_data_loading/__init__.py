@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import statistics
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,6 @@ from coursekit.labs.kit.lab import Lab
 from coursekit.labs.kit.profiles import data_dir
 from coursekit.labs.kit.results import ResultsTable
 from coursekit.labs.kit.settings import QUIET, job_options, workshop_budget
-from coursekit.metrics import measured_windows
 from coursekit.train.config import TrainConfig
 
 # the lab, declared once (coursekit.labs.kit.lab): its lists derive from it; read as text, so literals only
@@ -265,48 +263,3 @@ def workers_needed(decode_ms: float, compute_ms: float) -> int:
     delivering one batch per ``decode_ms``: at least ``decode_ms / compute_ms``, rounded up."""
     return -(-int(round(1000 * decode_ms)) // int(round(1000 * compute_ms)))
 
-
-# A run's one-off step: one measured step that computed more than all its other measured steps together
-ONE_OFF_SHARE = 0.5
-
-
-def one_off_step(row: dict[str, Any]) -> dict[str, Any] | None:
-    """The measured step (``coursekit.metrics.measured_windows``) of a results row that holds more than
-    ``ONE_OFF_SHARE`` of the compute time of all its measured steps, with its ``images``, ``compute_s``, the
-    ``median_s`` of the measured steps' compute and that ``share``; None when no step does, or when a step record
-    covers several steps."""
-    windows = [w for w in measured_windows(row.get("steps") or []) if w.get("compute_time_s") is not None]
-    if len(windows) < 2 or any(w["window_steps"] != 1 for w in windows):
-        return None
-    total = sum(w["compute_time_s"] for w in windows)
-    slow = max(windows, key=lambda w: w["compute_time_s"])
-    if total <= 0 or slow["compute_time_s"] / total <= ONE_OFF_SHARE:
-        return None
-    return {"step": slow["step"], "images": round(slow["images_per_s"] * slow["window_time_s"]),
-            "compute_s": slow["compute_time_s"], "median_s": statistics.median(w["compute_time_s"] for w in windows),
-            "share": slow["compute_time_s"] / total}
-
-
-def one_off_note(rows: list[dict[str, Any]], batch_size: int) -> str:
-    """A paragraph on the loader runs whose compute mean one step dominates (``one_off_step``), "" when none does.
-    The cause it names for the first run's step at a smaller batch is read from the engine: ``cudnn.benchmark`` on a
-    GPU (cuDNN times its kernels for each new input shape, the epoch's last batch being one) and the sweep's runs in
-    one process, whose cache of those choices the later runs find filled."""
-    notes = []
-    for index, row in enumerate(rows):
-        slow = one_off_step(row)
-        if slow is None:
-            continue
-        label = row.get("loader") or loader_label({"workers": row["config"].workers})
-        seen = (f"`{label}` computed {1e3 * slow['median_s']:.0f} ms in its median step, but {slow['compute_s']:.1f} s "
-                f"in step {slow['step']}")
-        if index == 0 and slow["images"] < batch_size:
-            notes.append(f"{seen}, the epoch's last batch ({slow['images']} images): there cuDNN chose its kernels "
-                         "anew for the smaller batch, a one-off inside the measured steps of the job's first run (the "
-                         "runs after it, in the same process, reuse the choice).")
-        else:
-            notes.append(f"{seen}: a one-off of that run.")
-    if not notes:
-        return ""
-    return (" ".join(notes) + " Such a step raises the row's `compute_time_mean_s` and lowers its `data_fraction` "
-            "and `images_per_s`; an epoch without it can then run faster than `images_per_s`.")

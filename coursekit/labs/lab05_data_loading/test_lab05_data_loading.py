@@ -158,32 +158,3 @@ def test_the_operator_table_leaves_out_the_profiled_steps_row_and_rounds_seconds
     assert lines[-2:] == ["Self CPU time total: 11.112s",
                           "GPU busy 3.4 % of the 11.03 s of profiled steps (idle 96.6 %)"]
 
-
-def step_records(compute_s, images=None, batch=256):
-    images = images or [batch] * len(compute_s)
-    return [{"kind": "step", "step": i, "window_steps": 1, "compute_time_s": c, "data_time_s": 1.2,
-             "window_time_s": 1.2 + c, "images_per_s": n / (1.2 + c)}
-            for i, (c, n) in enumerate(zip(compute_s, images, strict=True), start=1)]
-
-
-def test_a_one_off_step_is_found_and_explained_only_where_it_dominates_the_compute_time():
-    from coursekit.train.config import TrainConfig
-
-    # shaped like the H200 run's workers=0: 40 steps of 54 ms, the epoch's last batch (80 images, step 21) 6.7 s
-    compute = [0.054] * 40
-    compute[20] = 6.7
-    images = [256] * 40
-    images[20] = 80
-    first = {"config": TrainConfig(workers=0), "loader": "workers=0", "steps": step_records(compute, images)}
-    slow = loading.one_off_step(first)
-    assert slow["step"] == 21 and slow["images"] == 80 and slow["median_s"] == pytest.approx(0.054)
-    assert slow["share"] > 0.7
-    steady = {"config": TrainConfig(workers=4), "loader": "workers=4", "steps": step_records([0.054] * 40)}
-    assert loading.one_off_step(steady) is None
-    spread = {"config": TrainConfig(workers=4), "steps": step_records([0.054, 0.2, 0.3] * 10)}
-    assert loading.one_off_step(spread) is None  # slow steps, but none of them holds most of the time
-    note = loading.one_off_note([first, steady], batch_size=256)
-    assert "`workers=0` computed 54 ms in its median step, but 6.7 s in step 21" in note and "cuDNN" in note
-    assert "workers=4" not in note and loading.one_off_note([steady], batch_size=256) == ""
-    later = loading.one_off_note([steady, {**first, "loader": "workers=8"}], batch_size=256)
-    assert "cuDNN" not in later and "a one-off of that run" in later  # the cause is named for the first run only
