@@ -155,7 +155,7 @@ GPU_RECORDS = NOTEBOOKS.parent / "bench" / "results"  # bench/notebooks_gpu.py's
 REWORDED_SINCE_THE_RUN: dict[str, list[str]] = {}
 # notebooks whose gpu profile has no run on record yet (each one an open item of its issue): the entry must go once
 # bench/notebooks_gpu.py has recorded a run
-NO_GPU_RUN_YET = {"10_resilience": "issue 37: lab 10's gpu profile has not run on a GPU machine yet"}
+NO_GPU_RUN_YET: dict[str, str] = {}  # notebook -> why its gpu profile has no record yet
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -72,7 +72,7 @@ def case_order(seed: str) -> dict[str, str]:
 
 def say(rank: int, text: str) -> None:
     """One line of this rank's log, stamped with the rank and the time."""
-    print(f"{LINE_PREFIX} {rank} t={time.time():.3f}] {text}", flush=True)
+    print(f"{LINE_PREFIX} {rank} t={time.time():.6f}] {text}", flush=True)
 
 
 # ---------------------------------------------------------------- the process group and the training loop

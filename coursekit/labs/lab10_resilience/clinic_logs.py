@@ -63,7 +63,9 @@ class RankLog:
 def read_rank_log(rank: int, out_text: str, err_text: str, ended_at: float | None) -> RankLog:
     """A rank's :class:`RankLog` from its stdout and stderr text (planted text in the tests)."""
     lines = out_text.splitlines() + err_text.splitlines()
-    events = sorted((float(m["t"]), m["text"]) for m in map(LINE.match, lines) if m and int(m["rank"]) == rank)
+    # by time only: lines of one stamp keep the order the rank wrote them in (a GPU step can take under a ms)
+    events = sorted(((float(m["t"]), m["text"]) for m in map(LINE.match, lines) if m and int(m["rank"]) == rank),
+                    key=lambda event: event[0])
     exits = [m["text"] for m in map(EXIT_LINE.match, err_text.splitlines()) if m]
     exit_line = exits[-1] if exits else ""
     code = EXIT_CODE.search(exit_line)

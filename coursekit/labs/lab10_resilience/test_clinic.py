@@ -85,6 +85,14 @@ def test_settings_per_profile_keep_the_hang_short_and_the_stop_bound_below_the_t
 # ---------------------------------------------------------------- reading a rank's logs
 
 
+def test_lines_of_one_time_stamp_keep_the_order_the_rank_wrote_them_in() -> None:
+    """On a GPU a step takes under a millisecond: the barrier line must not come before the step it ends."""
+    written = ["step 3: loss 1.0, all-reducing the gradients", "step 4: loss 2.0, all-reducing the gradients",
+               "every step done: waiting at the barrier before saving the checkpoint", "checkpoint saved"]
+    out = "".join(f"{clinic_jobs.LINE_PREFIX} 1 t={T0 + 1.9:.3f}] {text}\n" for text in written)
+    assert [text for _, text in clinic.read_rank_log(1, out, "", None).events] == written
+
+
 def test_a_rank_log_gives_its_events_exit_code_end_and_error_lines() -> None:
     failed, survivor = raised_pair(survivor_end=1.5)
     assert failed.exit_code == 1 and failed.failed_at == pytest.approx(T0 + 0.2) and failed.end == failed.failed_at
