@@ -22,6 +22,7 @@ import torch
 PROFILE_DIR = "profile"
 TOP_OPERATORS_FILE = "top_operators.txt"
 TOP_OPERATORS_ROWS = 25
+TOP_OPERATORS_TITLE = "Top {rows} operators by self {device} time"  # rows: those the table shows
 PROFILER_WAIT_STEPS = 1
 PROFILER_WARMUP_STEPS = 1
 NVML_SAMPLE_INTERVAL_S = 0.5
@@ -105,6 +106,11 @@ def device_busy_s(averages: Any) -> float:
     return busy_us / 1e6
 
 
+def top_operators_title(rows: int, cuda: bool) -> str:
+    """The summary's first line: how many operators its table shows, ranked by self GPU or CPU time."""
+    return TOP_OPERATORS_TITLE.format(rows=rows, device="GPU" if cuda else "CPU")
+
+
 def write_top_operators(prof: torch.profiler.profile, path: Path, cuda: bool, profiled_wall_s: float | None) -> None:
     """A text table of the operators that took the most time, plus the GPU's busy share."""
     averages = prof.key_averages()
@@ -113,7 +119,8 @@ def write_top_operators(prof: torch.profiler.profile, path: Path, cuda: bool, pr
         table = averages.table(sort_by=sort_key, row_limit=TOP_OPERATORS_ROWS)
     except (AttributeError, KeyError, ValueError):
         table = averages.table(sort_by="self_cpu_time_total", row_limit=TOP_OPERATORS_ROWS)
-    lines = [f"Top {TOP_OPERATORS_ROWS} operators by self {'GPU' if cuda else 'CPU'} time", table]
+    rows = min(TOP_OPERATORS_ROWS, len(averages))  # torch's table shows the first row_limit of them
+    lines = [top_operators_title(rows, cuda), table]
     if cuda and profiled_wall_s:
         busy = min(device_busy_s(averages) / profiled_wall_s, 1.0)
         lines.append(f"GPU busy {100 * busy:.1f} % of the {profiled_wall_s:.4f} s of profiled steps "

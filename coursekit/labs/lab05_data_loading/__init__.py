@@ -41,6 +41,8 @@ STEP_PREFIX = "ProfilerStep#"
 PROFILER_STEP_ROW = "ProfilerStep*"
 GPU_BUSY_LINE, SELF_CPU_LINE = "GPU busy", "Self CPU time"
 SECONDS = re.compile(r"\b(\d+\.\d+) s\b")
+# the summary's title, "Top 25 operators by self GPU time" (coursekit.train.profiling.TOP_OPERATORS_TITLE): its count
+TOP_COUNT = re.compile(r"^Top \d+(?= operators by self )")
 DATALOADER_MARK = "enumerate(DataLoader)"
 GPU_STEP_CATEGORIES = ("gpu_user_annotation",)  # the GPU's copy of a ProfilerStep (torch 2.x traces)
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -169,16 +171,18 @@ def summarize_trace(path: str | Path, top: int = 8) -> dict[str, Any]:
 
 
 def top_operators_text(run_dir: str | Path, rows: int = 10) -> str:
-    """The head of the engine's own summary (``profile/top_operators.txt``): title, header and the first ``rows``
-    operators (torch's ``ProfilerStep*`` row left out: the steps, not an operator), then the totals, the seconds
-    of the GPU's busy line to hundredths."""
+    """The head of the engine's own summary (``profile/top_operators.txt``): title (its count: the operators
+    shown), header and the first ``rows`` operators (torch's ``ProfilerStep*`` row left out: the steps, not an
+    operator), then the totals, the seconds of the GPU's busy line to hundredths."""
     lines = (Path(run_dir) / PROFILE_DIR / TOP_OPERATORS_FILE).read_text(encoding="utf-8").splitlines()
     body = lines[4:]
     end = next((i for i, line in enumerate(body) if line.startswith("-")), len(body))  # the table's closing rule
     operators = [line for line in body[:end] if not line.strip().startswith(PROFILER_STEP_ROW)]
     totals = [SECONDS.sub(lambda m: f"{float(m.group(1)):.2f} s", line) if line.startswith(GPU_BUSY_LINE) else line
               for line in lines if line.startswith((GPU_BUSY_LINE, SELF_CPU_LINE))]
-    return "\n".join(lines[:4] + operators[:rows] + totals)
+    shown = operators[:rows]
+    title = [TOP_COUNT.sub(f"Top {len(shown)}", line) for line in lines[:1]]
+    return "\n".join(title + lines[1:4] + shown + totals)
 
 
 # ----------------------------------------------------------------- the lab's numbers, per profile
@@ -234,8 +238,19 @@ def settings(profile: str) -> dict[str, Any]:
 # overhead on the host and the copies it counts as busy move the two apart by a few points, not by 0.2).
 GPU_IDLE_MIN, GPU_IDLE_MAX, GPU_IDLE_VS_WAIT = 0.5, 0.99, 0.2
 # The loaders' lesson on a GPU: every configuration with 8 CPU workers still waits for at least
-# CPU_WORKERS_WAIT_MIN of step time (34-47 % measured on an H200), GPU decoding at most GPU_DECODE_WAIT_MAX (~1 %).
+# CPU_WORKERS_WAIT_MIN of step time (70-75 % measured on an H200, 2026-11-29), GPU decoding at most
+# GPU_DECODE_WAIT_MAX (~2 %).
 CPU_WORKERS, CPU_WORKERS_WAIT_MIN, GPU_DECODE_WAIT_MAX = 8, 0.15, 0.05
+# Workers decoding on the CPU cut the waiting share by at least WORKERS_WAIT_CUT below workers=0's (a loader whose
+# workers did nothing moves the share by the runs' noise, 1-3 points).
+WORKERS_WAIT_CUT = 0.05
+# The loaders with CPU_WORKERS CPU workers wait alike when their shares span at most ALIKE_SPAN (the H200 run of
+# 2026-11-29: 70-75 %, whatever the other settings); pinning shows when the pinned loaders' median wait is at most
+# PINNED_WAIT_RATIO of the unpinned ones' (64 ms without, 3.6 ms with on that run).
+ALIKE_SPAN, PINNED_WAIT_RATIO = 0.10, 0.5
+# GPU decoding's steps compute longer than the CPU-decoding ones' when their compute mean exceeds the median of the
+# others by more than DECODE_COMPUTE_EXTRA (0.060 s against 0.055 s a step on that run: +10 %).
+DECODE_COMPUTE_EXTRA = 0.05
 # the exit ticket's transfer question: a step's compute and one worker's decoding of one batch
 TRANSFER_COMPUTE_MS, TRANSFER_DECODE_MS = 50, 300
 
@@ -263,3 +278,57 @@ def workers_needed(decode_ms: float, compute_ms: float) -> int:
     delivering one batch per ``decode_ms``: at least ``decode_ms / compute_ms``, rounded up."""
     return -(-int(round(1000 * decode_ms)) // int(round(1000 * compute_ms)))
 
+
+
+def _cpu_decoding(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in rows if not r["config"].gpu_decode and r.get("data_fraction") is not None]
+
+
+def workers_effect(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """What worker processes decoding on the CPU did against ``workers=0``: GPU decoding is left out, so that the
+    evidence is the CPU workers' own. ``least``: the CPU-decoding loader with workers that waited least, ``fastest``:
+    the one with the shortest epoch; ``cuts_wait``: its share is at least ``WORKERS_WAIT_CUT`` below ``workers=0``'s;
+    ``faster_epoch``: its epoch is shorter. Both False when either kind of loader is missing."""
+    cpu = _cpu_decoding(rows)
+    none = next((r for r in cpu if r["config"].workers == 0), None)
+    with_workers = [r for r in cpu if r["config"].workers > 0]
+    if none is None or not with_workers:
+        return {"none": none, "with_workers": with_workers, "least": None, "fastest": None, "cuts_wait": False,
+                "faster_epoch": False}
+    least = min(with_workers, key=lambda r: r["data_fraction"])
+    timed = [r for r in with_workers if r.get("epoch_time_s") is not None]
+    fastest = min(timed, key=lambda r: r["epoch_time_s"]) if timed else None
+    return {"none": none, "with_workers": with_workers, "least": least, "fastest": fastest,
+            "cuts_wait": least["data_fraction"] <= none["data_fraction"] - WORKERS_WAIT_CUT,
+            "faster_epoch": fastest is not None and none.get("epoch_time_s") is not None
+                            and fastest["epoch_time_s"] < none["epoch_time_s"]}
+
+
+def other_settings(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the other settings did beside ``CPU_WORKERS`` workers decoding on the CPU. ``shares``: their waiting
+    shares; ``alike``: those of loaders with and without ``persistent_workers`` span at most ``ALIKE_SPAN``;
+    ``unpinned_s``, ``pinned_s``: their median waits (``data_time_s``) without and with pinned memory;
+    ``pinning_shows``: every pinned one is at most ``PINNED_WAIT_RATIO`` of the shortest unpinned one."""
+    same = [r for r in _cpu_decoding(rows) if r["config"].workers == CPU_WORKERS]
+    shares = [r["data_fraction"] for r in same]
+    persistent = {bool(r["config"].persistent_workers) for r in same}
+    alike = persistent == {False, True} and max(shares) - min(shares) <= ALIKE_SPAN
+    waits = {pinned: [r["data_time_s"] for r in same if bool(r["config"].pin_memory) == pinned
+                      and r.get("data_time_s") is not None] for pinned in (False, True)}
+    unpinned, pinned = waits[False], waits[True]
+    shows = bool(unpinned and pinned) and max(pinned) <= PINNED_WAIT_RATIO * min(unpinned)
+    return {"shares": shares, "alike": alike, "unpinned_s": unpinned, "pinned_s": pinned, "pinning_shows": shows}
+
+
+def decode_compute(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The compute mean per step of the GPU-decoding loader against the median of the CPU-decoding ones', and
+    whether it exceeds it by more than ``DECODE_COMPUTE_EXTRA``; None when either kind is missing."""
+    gpu = [r["compute_time_mean_s"] for r in rows
+           if r["config"].gpu_decode and r.get("compute_time_mean_s") is not None]
+    cpu = sorted(r["compute_time_mean_s"] for r in _cpu_decoding(rows) if r.get("compute_time_mean_s") is not None)
+    if not gpu or not cpu:
+        return None
+    middle = len(cpu) // 2
+    median = cpu[middle] if len(cpu) % 2 else (cpu[middle - 1] + cpu[middle]) / 2
+    return {"gpu_s": max(gpu), "cpu_s": median, "extra": max(gpu) / median - 1,
+            "longer": max(gpu) > (1 + DECODE_COMPUTE_EXTRA) * median}

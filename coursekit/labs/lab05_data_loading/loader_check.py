@@ -7,8 +7,9 @@ to it) as the reference, a few steps each, and judges:
 - **output**: it wrote its per-step times (waiting for data, whole step) to ``--out``;
 - **workers**: its DataLoader has worker processes (``num_workers``);
 - **pinning**: ``pin_memory=True`` and copies with ``non_blocking=True``, both: pinned memory alone
-  shortens each copy but the process still waits for it; with ``non_blocking`` the copy overlaps the work
-  already queued (and ``non_blocking`` from pageable memory waits anyway);
+  shortens each copy but the process still waits for it; with ``non_blocking`` the process queues the copy
+  and goes on without waiting for it (the copy itself still runs after the work already queued on the GPU:
+  overlapping it with that work needs a second CUDA stream); ``non_blocking`` from pageable memory waits anyway;
 - **persistent**: the workers stay between epochs (``persistent_workers=True``);
 - **wait_share**: the share of step time spent waiting for data fell clearly below the starving script's.
 
@@ -217,7 +218,8 @@ def _check_pinning(loader: dict[str, Any], copies: list[dict[str, Any]]) -> Chec
     blocking = sum(not c["non_blocking"] for c in copies)
     if pinned and blocking == 0:
         return Check("pinning", PASS, f"pin_memory=True, and all {len(copies)} copies of batch tensors are "
-                                      "non_blocking=True: on a GPU the copy overlaps the work already queued")
+                                      "non_blocking=True: on a GPU the training process queues each copy and goes on "
+                                      "without waiting for it")
     if pinned:
         some = "none" if blocking == len(copies) else f"{len(copies) - blocking} of {len(copies)}"
         return Check("pinning", FAIL, f"pin_memory=True, but {some} of the copies of batch tensors are "

@@ -114,10 +114,70 @@ def rows(shares, gpu_share):
 
 
 def test_the_feeding_lesson_holds_only_where_the_data_holds_it():
-    assert loading.feeding(rows([0.34, 0.47, 0.36, 0.35], 0.01))["holds"]  # the H200 run's shares
+    assert loading.feeding(rows([0.34, 0.47, 0.36, 0.35], 0.01))["holds"]  # an H200 run's shares before drop_last (2026-11-29: 70-75 %)
     assert not loading.feeding(rows([0.34, 0.02, 0.36], 0.01))["holds"]  # one CPU loader fed the step
     assert not loading.feeding(rows([0.34, 0.47], 0.20))["holds"]  # GPU decoding did not stop the waiting
     assert not loading.feeding(rows([0.34], None))["holds"] and not loading.feeding([])["holds"]
+
+
+# the H200 run of 2026-11-29: (loader options, data_fraction, compute_time_mean_s, data_time_s, epoch_time_s)
+H200_RUN = [({"workers": 0}, 0.952, 0.055, 1.1, 22.8), ({"workers": 4}, 0.857, 0.0549, 0.0569, 8.02),
+            ({"workers": 8}, 0.729, 0.0549, 0.0636, 4.81), ({"workers": 8, "pin_memory": True}, 0.697, 0.0554, 0.00355, 4.85),
+            ({"workers": 8, "pin_memory": True, "non_blocking": True}, 0.739, 0.0546, 0.00375, 4.67),
+            ({"workers": 8, "pin_memory": True, "non_blocking": True, "persistent_workers": True, "prefetch_factor": 4},
+             0.754, 0.0546, 0.0036, 5.17),
+            ({"workers": 8, "pin_memory": True, "non_blocking": True, "persistent_workers": True, "prefetch_factor": 4,
+              "gpu_decode": True}, 0.0156, 0.0601, 0.000905, 1.35)]
+# a run of the cpu profile (two cores): no GPU decoding, no loader with 8 workers
+CPU_RUN = [({"workers": 0}, 0.733, 0.0167, 0.0456, 0.25), ({"workers": 1}, 0.73, 0.0142, 0.0366, 0.24),
+           ({"workers": 2}, 0.514, 0.0163, 0.00165, 0.202),
+           ({"workers": 1, "persistent_workers": True, "prefetch_factor": 4}, 0.736, 0.0126, 0.0351, 0.202)]
+
+
+def measured(run, **changes):
+    """Rows shaped like the sweep's table; ``changes``: {row index: {column: value}}."""
+    from coursekit.train.config import TrainConfig
+
+    made = []
+    for i, (options, share, compute, wait, epoch) in enumerate(run):
+        row = {"config": TrainConfig(**options), "loader": loading.loader_label(options), "data_fraction": share,
+               "compute_time_mean_s": compute, "data_time_s": wait, "epoch_time_s": epoch}
+        made.append({**row, **changes.get(f"row{i}", {})})
+    return made
+
+
+def test_the_workers_claims_rest_on_cpu_decoding_alone():
+    effect = loading.workers_effect(measured(H200_RUN))
+    assert effect["cuts_wait"] and effect["faster_epoch"]
+    assert effect["least"]["loader"] == "workers=8 +pin" and effect["fastest"]["epoch_time_s"] == 4.67  # not nvjpeg
+    assert loading.workers_effect(measured(CPU_RUN))["cuts_wait"]  # the cpu profile's numbers do not contradict it
+    # CPU workers that did nothing: only the GPU-decoding loader waits less and finishes its epoch sooner
+    idle = {f"row{i}": {"data_fraction": 0.95, "epoch_time_s": 23.0} for i in range(1, 6)}
+    effect = loading.workers_effect(measured(H200_RUN, **idle))
+    assert not effect["cuts_wait"] and not effect["faster_epoch"]
+    near = {f"row{i}": {"data_fraction": 0.93} for i in range(1, 6)}  # 2 points: the runs' noise, not a cut
+    assert not loading.workers_effect(measured(H200_RUN, **near))["cuts_wait"]
+    assert not loading.workers_effect(measured(H200_RUN[:1]))["cuts_wait"]  # no loader with workers
+
+
+def test_the_other_settings_are_explained_only_where_the_table_shows_it():
+    others = loading.other_settings(measured(H200_RUN))
+    assert others["alike"] and others["pinning_shows"]
+    assert len(others["shares"]) == 4 and others["unpinned_s"] == [0.0636]  # the 8-worker CPU rows only
+    assert max(others["pinned_s"]) == 0.00375
+    # persistent workers that saved a visible share: not alike
+    assert not loading.other_settings(measured(H200_RUN, row5={"data_fraction": 0.40}))["alike"]
+    # pinning that did not shorten the typical wait
+    assert not loading.other_settings(measured(H200_RUN, row3={"data_time_s": 0.060}))["pinning_shows"]
+    cpu = loading.other_settings(measured(CPU_RUN))  # no loader with 8 workers: nothing to say
+    assert not cpu["alike"] and not cpu["pinning_shows"]
+
+
+def test_gpu_decoding_computes_longer_only_where_it_did():
+    decoded = loading.decode_compute(measured(H200_RUN))
+    assert decoded["longer"] and decoded["extra"] == pytest.approx(0.0601 / 0.0549 - 1)
+    assert not loading.decode_compute(measured(H200_RUN, row6={"compute_time_mean_s": 0.0552}))["longer"]
+    assert loading.decode_compute(measured(CPU_RUN)) is None
 
 
 def test_transfer_question_rounds_up():
@@ -153,8 +213,17 @@ def test_the_operator_table_leaves_out_the_profiled_steps_row_and_rounds_seconds
     text = loading.top_operators_text(tmp_path, rows=2)
     assert "ProfilerStep" not in text and "2912" not in text  # the steps' own row: not an operator
     lines = text.splitlines()
+    assert lines[0] == "Top 2 operators by self GPU time"  # the rows shown, not the engine's 25
+    assert loading.top_operators_text(tmp_path).splitlines()[0] == "Top 3 operators by self GPU time"  # all there are
     assert lines[4].strip().startswith("aten::copy_") and lines[5].strip().startswith("Memcpy HtoD")  # 2 operators
     assert "native_batch_norm" not in text
     assert lines[-2:] == ["Self CPU time total: 11.112s",
                           "GPU busy 3.4 % of the 11.03 s of profiled steps (idle 96.6 %)"]
 
+
+
+def test_the_title_the_engine_writes_is_the_one_the_lab_counts():
+    from coursekit.train.profiling import top_operators_title
+
+    assert TOP_OPERATORS_GPU.splitlines()[0] == top_operators_title(25, cuda=True)
+    assert loading.TOP_COUNT.sub("Top 7", top_operators_title(25, cuda=False)) == top_operators_title(7, cuda=False)

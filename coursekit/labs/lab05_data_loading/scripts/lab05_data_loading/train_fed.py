@@ -93,7 +93,7 @@ def make_loader(dataset: Dataset, batch_size: int) -> DataLoader:
 
 
 def to_device(images: torch.Tensor, labels: torch.Tensor, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """The batch on the device; the copy runs while the GPU works on what is already queued."""
+    """The batch on the device; from pinned memory the process queues the copy and goes on without waiting."""
     # TODO 2: copy both tensors with non_blocking=True (from pinned memory the copy is asynchronous: the
     #   training process goes on to queue the forward pass).
     ### BEGIN SOLUTION
