@@ -106,7 +106,7 @@ class Trainer:
         self.resume_state: dict[str, Any] | None = None
         self.throughputs: list[dict[str, Any]] = []  # step records' timing: metrics.step_figures
         self.gpu_monitor: GpuMonitor | None = None  # the engine's NVML sampler: energy and utilisation per record
-        self._energy_mark: float | None = None  # this GPU's joules at the last step record
+        self._energy_mark: float | None = None  # this GPU's joules when the step window began
         self.last_epoch_record: dict[str, Any] = {}
         self.nan_message: str | None = None
         # where a loader's time goes beside the steps (summary's loader_phases; lab 05, bench/loader_overhead_gpu.py)
@@ -122,6 +122,8 @@ class Trainer:
     def _reset_window(self) -> None:
         self.window_loss, self.window_samples = self._zeros(), 0
         self.timer.begin_window()
+        # the window's joules count from here, as its time does: not the evaluation between two epochs
+        self._energy_mark = self.gpu_monitor.energy_j() if self.gpu_monitor is not None else None
 
     def _reset_epoch(self) -> None:
         self.epoch_loss, self.epoch_correct, self.epoch_samples = self._zeros(), self._zeros(), 0
@@ -315,13 +317,11 @@ class Trainer:
         return True
 
     def _window_energy_j(self) -> float:
-        """Joules this GPU used since the last step record (all GPUs' sum once reduced); NaN when unknown."""
+        """Joules this GPU used in this step window (all GPUs' sum once reduced); NaN when unknown."""
         now = self.gpu_monitor.energy_j() if self.gpu_monitor is not None else None
         if now is None:
             return math.nan
-        used = now - (self._energy_mark if self._energy_mark is not None else 0.0)
-        self._energy_mark = now
-        return used
+        return now - (self._energy_mark if self._energy_mark is not None else 0.0)
 
     def _train_dataset(self) -> Any:
         loader = self.data.train_loader

@@ -87,3 +87,37 @@ def test_system_info_names_the_python_and_the_container(monkeypatch: pytest.Monk
     assert info["python_executable"] == sys.executable and info["container"] is None
     monkeypatch.setenv("SINGULARITY_CONTAINER", "/images/coursekit.sif")
     assert system_info(torch.device("cpu"))["container"] == "/images/coursekit.sif"
+
+
+def test_a_window_counts_the_joules_of_its_steps_not_the_evaluation_between_epochs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The board's counter jumps by 1 MJ during each evaluation: no step window may carry that jump (its time and
+    images do not include the evaluation's)."""
+    jump = 1e6
+    counter = {"mj": 0.0}
+
+    class _CountingNvml(_FakeNvml):
+        def nvmlDeviceGetTotalEnergyConsumption(self, handle: Any) -> float:  # noqa: N802 - pynvml's name
+            counter["mj"] += 1_000.0  # 1 J per read: every window uses a little
+            return counter["mj"]
+
+    def monitor(device: torch.device) -> GpuMonitor:
+        made = GpuMonitor(device, interval_s=0.005)
+        made._nvml, made._handle = _CountingNvml(), object()
+        return made
+
+    evaluate = engine.Trainer.evaluate
+
+    def evaluate_with_a_jump(self: Any, *args: Any, **kwargs: Any) -> Any:
+        counter["mj"] += jump * 1_000.0
+        return evaluate(self, *args, **kwargs)
+
+    monkeypatch.setattr(engine, "GpuMonitor", monitor)
+    monkeypatch.setattr(engine.Trainer, "evaluate", evaluate_with_a_jump)
+    engine.train(TrainConfig(dataset="generated", model="mlp", num_samples=64, image_size=8, batch_size=16,
+                             num_classes=4, progress="off", epochs=3, log_every=2, out=str(tmp_path / "run")))
+    steps = [r for r in read_metrics(tmp_path / "run") if r.get("kind", r.get("type")) == "step"]
+    energies = [r["window_energy_j"] for r in steps if "window_energy_j" in r]
+    assert len(energies) >= 5, steps
+    assert counter["mj"] > 2 * jump * 1_000.0, "the evaluations did not run"
+    assert max(energies) < jump, energies
