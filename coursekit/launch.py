@@ -2,7 +2,11 @@
 
 Launchers understood, in this order of precedence:
 
-- ``torchrun`` (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR/PORT``);
+- the ``env://`` variables (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR/PORT``),
+  set by ``torchrun`` for the processes it starts, and by coursekit's task wrapper for every srun or submitit
+  task (``coursekit.jobs.tasks``). The launcher is named by what only it sets: ``torchrun`` by its
+  ``TORCHELASTIC_*`` variables, then submitit's local executor and ``srun`` by theirs (below); a process given
+  the ``env://`` variables by hand and nothing else is named ``torchrun`` (it was started the way torchrun starts one);
 - submitit's local executor (``SUBMITIT_LOCAL_GLOBALID``, ``SUBMITIT_LOCAL_LOCALID``, ``SUBMITIT_LOCAL_NTASKS``);
 - ``srun`` — a plain Slurm step or a submitit Slurm job (``SLURM_PROCID``, ``SLURM_LOCALID``,
   ``SLURM_STEP_NUM_TASKS`` or ``SLURM_NTASKS``; master = first host of the step's or job's node list).
@@ -152,25 +156,45 @@ def _port_from_job(job_id: str, step_id: str = "0") -> int:
     return MASTER_PORT_BASE + (digits * STEPS_PER_JOB_IN_PORT + step) % MASTER_PORT_SPAN
 
 
+def _is_local_task(env: Mapping[str, str]) -> bool:
+    return env.get("SUBMITIT_EXECUTOR") == "local" and "SUBMITIT_LOCAL_GLOBALID" in env
+
+
+def _in_srun_step(env: Mapping[str, str]) -> bool:
+    in_step = any(name in env for name in ("SLURM_STEP_ID", "SLURM_STEPID", "SLURM_STEP_NUM_TASKS"))
+    return "SLURM_PROCID" in env and in_step and ("SLURM_STEP_NUM_TASKS" in env or "SLURM_NTASKS" in env)
+
+
+def env_launcher(env: Mapping[str, str]) -> str:
+    """Who set this process's ``env://`` variables: ``torchrun`` (only it sets ``TORCHELASTIC_*``), else the
+    launcher whose own variables are there (coursekit's task wrapper exports ``RANK``... for those tasks)."""
+    if any(name.startswith("TORCHELASTIC_") for name in env):
+        return "torchrun"
+    if _is_local_task(env):
+        return "submitit-local"
+    if _in_srun_step(env):
+        return "srun"
+    return "torchrun"  # the env:// variables alone, set by hand as torchrun would
+
+
 def launch_info(env: Mapping[str, str] | None = None) -> LaunchInfo:
     """Read ranks and the rendezvous address from the environment (see the module docstring)."""
     env = os.environ if env is None else env
-    if "WORLD_SIZE" in env and "RANK" in env:  # torchrun, or anyone exporting the env:// variables
+    if "WORLD_SIZE" in env and "RANK" in env:  # torchrun, or coursekit's task wrapper (srun, submitit-local)
         world = int(env["WORLD_SIZE"])
         return LaunchInfo(
             rank=int(env["RANK"]), local_rank=int(env.get("LOCAL_RANK", env["RANK"])), world_size=world,
             local_world_size=int(env.get("LOCAL_WORLD_SIZE", world)),
             master_addr=env.get("MASTER_ADDR", LOCALHOST),
-            master_port=int(env.get("MASTER_PORT", MASTER_PORT_BASE)), launcher="torchrun")
-    if env.get("SUBMITIT_EXECUTOR") == "local" and "SUBMITIT_LOCAL_GLOBALID" in env:
+            master_port=int(env.get("MASTER_PORT", MASTER_PORT_BASE)), launcher=env_launcher(env))
+    if _is_local_task(env):
         world = int(env.get("SUBMITIT_LOCAL_NTASKS", 1))
         return LaunchInfo(
             rank=int(env["SUBMITIT_LOCAL_GLOBALID"]), local_rank=int(env.get("SUBMITIT_LOCAL_LOCALID", 0)),
             world_size=world, local_world_size=world, master_addr=LOCALHOST,
             master_port=int(env.get("MASTER_PORT") or _port_from_job(env.get("SUBMITIT_LOCAL_JOB_ID", "0"))),
             launcher="submitit-local")
-    in_step = any(name in env for name in ("SLURM_STEP_ID", "SLURM_STEPID", "SLURM_STEP_NUM_TASKS"))
-    if "SLURM_PROCID" in env and in_step and ("SLURM_STEP_NUM_TASKS" in env or "SLURM_NTASKS" in env):
+    if _in_srun_step(env):
         world = int(env.get("SLURM_STEP_NUM_TASKS") or env["SLURM_NTASKS"])
         nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
         per_node = env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE")

@@ -42,10 +42,48 @@ def test_tasks_on_node() -> None:
 
 def test_launch_info_torchrun() -> None:
     env = {"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2",
-           "MASTER_ADDR": "n1", "MASTER_PORT": "29500", "SLURM_PROCID": "0", "SLURM_NTASKS": "2"}
+           "MASTER_ADDR": "n1", "MASTER_PORT": "29500", "TORCHELASTIC_RUN_ID": "77", "TORCHELASTIC_RESTART_COUNT": "0",
+           "SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "2"}
     info = launch.launch_info(env)  # torchrun inside an srun step: torchrun's variables win
     assert (info.rank, info.local_rank, info.world_size, info.local_world_size) == (3, 1, 4, 2)
     assert (info.master_addr, info.master_port, info.launcher) == ("n1", 29500, "torchrun")
+    # torchrun started by a submitit task (launcher="torchrun" on the local site): torchrun started this process
+    local = {**env, "SUBMITIT_EXECUTOR": "local", "SUBMITIT_LOCAL_GLOBALID": "0", "SUBMITIT_LOCAL_NTASKS": "1"}
+    assert launch.launch_info(local).launcher == "torchrun"
+
+
+# What coursekit's task wrapper exports to every srun-style task (coursekit.jobs.tasks.torch_env_variables).
+KIT_EXPORTED = {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2",
+                "MASTER_ADDR": launch.LOCALHOST, "MASTER_PORT": "20123"}
+
+
+def test_a_submitit_local_task_with_the_kits_env_variables_is_named_submitit_local() -> None:
+    """Lab 06's ranks job logged "launcher: torchrun" under submitit's local executor (a GPU run, 2026)."""
+    env = {"SUBMITIT_EXECUTOR": "local", "SUBMITIT_LOCAL_GLOBALID": "1", "SUBMITIT_LOCAL_LOCALID": "1",
+           "SUBMITIT_LOCAL_NTASKS": "2", "SUBMITIT_LOCAL_JOB_ID": "777"}
+    bare = launch.launch_info(env)
+    exported = launch.launch_info({**env, **KIT_EXPORTED})
+    assert exported.launcher == bare.launcher == "submitit-local"
+    assert (exported.rank, exported.world_size, exported.master_port) == (1, 2, 20123)
+
+
+def test_an_srun_task_with_the_kits_env_variables_is_named_srun() -> None:
+    env = {"SLURM_PROCID": "1", "SLURM_LOCALID": "1", "SLURM_NTASKS": "2", "SLURM_STEP_ID": "0",
+           "SLURM_STEP_NUM_TASKS": "2", "SLURM_JOB_NODELIST": "gpu07", "SLURM_JOB_ID": "4242",
+           "SUBMITIT_EXECUTOR": "slurm"}
+    assert launch.launch_info(env).launcher == "srun"
+    exported = launch.launch_info({**env, **KIT_EXPORTED})
+    assert (exported.launcher, exported.rank, exported.world_size) == ("srun", 1, 2)
+    # the batch script itself (no step) given the variables by hand: no srun step, nothing else set them
+    batch = {k: v for k, v in env.items() if k not in ("SLURM_STEP_ID", "SLURM_STEP_NUM_TASKS")}
+    assert launch.launch_info({**batch, **KIT_EXPORTED}).launcher == "torchrun"
+
+
+def test_env_variables_alone_keep_the_torchrun_name() -> None:
+    """Set by hand as torchrun sets them (tests that spawn their ranks do): nothing else names a launcher."""
+    assert launch.env_launcher(KIT_EXPORTED) == "torchrun"
+    assert launch.env_launcher({**KIT_EXPORTED, "TORCHELASTIC_RUN_ID": "none"}) == "torchrun"
+    assert launch.env_launcher({**KIT_EXPORTED, "SUBMITIT_EXECUTOR": "local"}) == "torchrun"  # no task id: not a task
 
 
 def test_launch_info_srun() -> None:

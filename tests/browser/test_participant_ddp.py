@@ -40,6 +40,9 @@ SCRIPT = "lab06_data_parallel/train_ddp.py"
 OPEN_TIMEOUT_S = 45
 RUN_ALL_TIMEOUT_S = 600  # ~25 job processes, each importing torch (~6 CPU-s), on a busy 2-core machine
 NOTEBOOK_ANSWER = f'my_script = "{SCRIPT}"'
+# each exercise cell of the notebook, told by a line of its source -> what the participant types there
+NOTEBOOK_ANSWERS = {"labs.check_ddp_script(": NOTEBOOK_ANSWER, "labs.predict(": "my_guess = 2",
+                    "ticket.grade(": 'answers = {"same_weights": "yes"}'}
 # The eight TODOs of train_ddp.py, in order, answered another way than the solution: a local import under
 # another name, positional sampler arguments, `not rank`, the reduced sums in a new tensor, torchrun's or
 # srun's variables read in a loop (what check_ddp_script and horovod_table must both accept)
@@ -105,9 +108,12 @@ def test_participant_copy_of_lab_06_runs_on_slurm_with_a_ddp_script_of_its_own(p
     page.wait_for_function(NOTEBOOK_READY, timeout=OPEN_TIMEOUT_S * MS)
     assert page.evaluate(OUTPUT_COUNT) == 0, "the participant copy shows outputs of the solved notebook"
     cells = page.evaluate(PLACEHOLDER_CELLS, exercises.PLACEHOLDER_RAISE)
-    assert len(cells) == 1, f"exercise cells: {cells}"
-    type_over_placeholder(page, cells[0], page.evaluate(SOURCE_OF, cells[0]), NOTEBOOK_ANSWER)
-    assert NOTEBOOK_ANSWER in page.evaluate(SOURCE_OF, cells[0])
+    assert len(cells) == len(NOTEBOOK_ANSWERS), f"exercise cells: {cells}"
+    for index in cells:
+        source = page.evaluate(SOURCE_OF, index)
+        answer = next(answer for marker, answer in NOTEBOOK_ANSWERS.items() if marker in source)
+        type_over_placeholder(page, index, source, answer)
+        assert answer in page.evaluate(SOURCE_OF, index)
 
     run_all(page, RUN_ALL_TIMEOUT_S)
     assert page.evaluate(ERROR_OUTPUTS) == [], "an error or stderr output is shown"

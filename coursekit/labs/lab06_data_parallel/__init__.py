@@ -41,6 +41,7 @@ from coursekit.labs.lab06_data_parallel.buckets import (
     allreduce_ms_per_mb,
     bucket_overlap,
     bucket_table,
+    hidden_share,
     network_claims,
     network_effects,
 )
@@ -63,6 +64,7 @@ from coursekit.labs.lab06_data_parallel.scaling import (
     WEAK_EFFICIENCY_MIN,
     RichTable,
     describe_split,
+    energy_columns,
     rich,
     scaling_batches,
     scaling_figure,
@@ -70,6 +72,7 @@ from coursekit.labs.lab06_data_parallel.scaling import (
     split_claims,
     step_split,
     two_node_options,
+    two_node_text,
     usable_gpu_counts,
 )
 from coursekit.labs.lab06_data_parallel.team import TeamPart, post_part, take_part, team_table
@@ -87,7 +90,8 @@ __all__ = ["BF16_TIME", "EQUIVALENCE_TOLERANCE_CPU", "EXAMPLE_NCCL_LOG", "FLOAT_
            "recorded_busbw_table", "recorded_nccl_logs", "recorded_scaling_table", "recorded_scaling_tables", "rich",
            "same_order_every_epoch", "sampler_orders", "scaling_batches", "scaling_figure", "scaling_tables",
            "settings", "split_claims", "step_split", "describe_split", "take_part", "team_table",
-           "two_node_options", "usable_gpu_counts", "WEAK_EFFICIENCY_MIN", "ALLREDUCE_SHARE"]
+           "two_node_options", "usable_gpu_counts", "WEAK_EFFICIENCY_MIN", "ALLREDUCE_SHARE",
+           "energy_columns", "hidden_share", "two_node_text"]
 
 # The lab's scripts as shipped with coursekit (package data), their only copy: the participants' lab06_data_parallel/ (and
 # the solved notebook folder's) is made from it (labs/kit/exercises.py).

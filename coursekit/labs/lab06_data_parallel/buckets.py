@@ -25,8 +25,9 @@ SOCKET_ENV = {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1", "NCCL_IB_DISABLE
               "NCCL_SOCKET_IFNAME": "lo"}
 COMPRESSED = "bf16 compression"  # in the settings of the rows that all-reduce bf16 gradients
 # The network claims (gpu profile): over sockets an all-reduce costs at least SOCKETS_SLOWER times more per MB than
-# over the node's own links; buckets hide at least OVERLAP_SHARE of what an overlap could hide (the smaller of
-# compute and all-reduce); the bf16 all-reduce (half the bytes) takes at most BF16_TIME of the fp32 one.
+# over the node's own links; the best smaller buckets make a step faster than one bucket by at least OVERLAP_SHARE
+# of the smaller of compute and all-reduce (the most an overlap could hide); the bf16 all-reduce (half the bytes)
+# takes at most BF16_TIME of the fp32 one.
 SOCKETS_SLOWER, OVERLAP_SHARE, BF16_TIME = 3.0, 0.25, 0.7
 
 
@@ -74,6 +75,14 @@ def _delay_layer(milliseconds: float) -> Any:
     return Delay()
 
 
+def hidden_share(compute: float, allreduce: float, step: float) -> float:
+    """The share of the all-reduce alone that did not add to the step: (compute + all-reduce − step) / all-reduce.
+    1: all hidden behind the compute; 0 or less: it came after the compute (DDP's own work costs a little more).
+    A row must use the all-reduce it sends: the bf16 one for bf16 compression, or the bytes compression saved
+    would count as hidden."""
+    return (compute + allreduce - step) / allreduce
+
+
 def bucket_overlap(bucket_caps_mb: Sequence[float] = (ONE_BUCKET_MB, 25.0, 4.0), accumulation: int = 4,
                    width: int = 1024, depth: int = 8, batch: int = 8, backward_ms_per_layer: float = 10.0,
                    repeats: int = 4, warmup: int = 1, device: str = "auto",
@@ -83,7 +92,8 @@ def bucket_overlap(bucket_caps_mb: Sequence[float] = (ONE_BUCKET_MB, 25.0, 4.0),
     Rows: ``compute only`` (DDP's ``no_sync``: no communication), ``all-reduce only`` (one all-reduce
     of every gradient at once, no compute), one row per ``bucket_cap_mb``, and gradient accumulation
     over ``accumulation`` micro-batches synchronising every micro-batch vs only the last (``no_sync``).
-    ``hidden`` = the share of the all-reduce time that did not add to the step (overlap). With
+    ``hidden`` = the share of the all-reduce time that did not add to the step (overlap): (compute + all-reduce
+    alone − step) / all-reduce alone, with the bf16 all-reduce alone for the bf16 compression row. With
     ``backward_ms_per_layer`` > 0 each layer's backward also sleeps that long: on a CPU the compute of
     a GPU is emulated so that the processor is free to communicate, as it is on a GPU node. ``compression``
     adds one all-reduce alone in bf16 and the smallest bucket size again with DDP's ``bf16_compress_hook``
@@ -128,15 +138,16 @@ def bucket_overlap(bucket_caps_mb: Sequence[float] = (ONE_BUCKET_MB, 25.0, 4.0),
         rows.append({"setting": f"all-reduce only ({params * FLOAT_BYTES / MB:.0f} MB at once)", "step_ms": 1e3 * comm})
         if compression:
             half = torch.zeros(params, device=ctx.device, dtype=torch.bfloat16)
+            comm_bf16 = timed(lambda: dist.all_reduce(half))
             rows.append({"setting": f"all-reduce only, {COMPRESSED} ({params * FLOAT_BYTES / 2 / MB:.0f} MB)",
-                         "step_ms": 1e3 * timed(lambda: dist.all_reduce(half)), "compressed": True})
+                         "step_ms": 1e3 * comm_bf16, "compressed": True})
             half = None
         for cap in bucket_caps_mb:
             model = DistributedDataParallel(net, bucket_cap_mb=cap)
             seconds = timed(lambda model=model: step(model))
             label = "one bucket" if cap >= ONE_BUCKET_MB else f"buckets of {cap:g} MB"
             rows.append({"setting": label, "bucket_cap_mb": cap, "step_ms": 1e3 * seconds,
-                         "hidden": (compute + comm - seconds) / comm})
+                         "hidden": hidden_share(compute, comm, seconds)})
         if compression:
             cap = min(bucket_caps_mb)
             model = DistributedDataParallel(net, bucket_cap_mb=cap)
@@ -144,7 +155,7 @@ def bucket_overlap(bucket_caps_mb: Sequence[float] = (ONE_BUCKET_MB, 25.0, 4.0),
             seconds = timed(lambda model=model: step(model))
             label = "one bucket" if cap >= ONE_BUCKET_MB else f"buckets of {cap:g} MB"
             rows.append({"setting": f"{label}, {COMPRESSED}", "bucket_cap_mb": cap, "compressed": True,
-                         "step_ms": 1e3 * seconds, "hidden": (compute + comm - seconds) / comm})
+                         "step_ms": 1e3 * seconds, "hidden": hidden_share(compute, comm_bf16, seconds)})
         model = DistributedDataParallel(net, bucket_cap_mb=ONE_BUCKET_MB)  # every sync costs a whole all-reduce
         for use_no_sync in (False, True):
             def accumulate(model: Any = model, use_no_sync: bool = use_no_sync) -> None:
@@ -177,7 +188,9 @@ def bucket_table(results: Sequence[Any], rank: int = 0) -> ResultsTable:
 def network_effects(table: Sequence[dict[str, Any]]) -> dict[str, float | None]:
     """What one bucket table says about the network (ms, medians): ``compute`` (no_sync), ``allreduce`` and
     ``allreduce_bf16`` alone, ``one_bucket`` and ``best_buckets`` (the fastest smaller bucket size, fp32),
-    ``compressed`` (bf16 hook); ``hidden_ms`` = one bucket − best buckets: the communication the buckets hid;
+    ``compressed`` (bf16 hook); ``saved_ms`` = one bucket − best buckets: how much faster smaller buckets make a
+    step (the communication they hid, and one bucket's own extra cost: its ``hidden`` is below 0);
+    ``hidden_ms`` = the best buckets' ``hidden`` share x the all-reduce alone, the table's definition;
     ``overlap_room_ms`` = the smaller of compute and all-reduce: the most any overlap can hide."""
     def step(predicate: Any) -> float | None:
         values = [r["step_ms"] for r in table if predicate(r)]
@@ -190,7 +203,8 @@ def network_effects(table: Sequence[dict[str, Any]]) -> dict[str, float | None]:
     return {"compute": compute, "allreduce": allreduce, "one_bucket": one, "best_buckets": best,
             "allreduce_bf16": step(lambda r: r["setting"].startswith("all-reduce only") and r.get("compressed")),
             "compressed": step(lambda r: r.get("bucket_cap_mb") and r.get("compressed")),
-            "hidden_ms": one - best if one is not None and best is not None else None,
+            "saved_ms": one - best if one is not None and best is not None else None,
+            "hidden_ms": compute + allreduce - best if None not in (compute, allreduce, best) else None,
             "overlap_room_ms": min(compute, allreduce) if compute is not None and allreduce is not None else None}
 
 
@@ -202,10 +216,11 @@ def allreduce_ms_per_mb(table: Sequence[dict[str, Any]]) -> float:
 
 def network_claims(links: Sequence[dict[str, Any]], network: Sequence[dict[str, Any]]) -> dict[str, bool]:
     """The three network claims from the bucket table over the node's own links and the one over sockets:
-    ``sockets_slower``, ``buckets_hide``, ``bf16_halves`` (see SOCKETS_SLOWER, OVERLAP_SHARE, BF16_TIME)."""
+    ``sockets_slower``, ``buckets_faster`` (one bucket − best buckets >= OVERLAP_SHARE x the smaller of compute and
+    all-reduce), ``bf16_halves`` (see SOCKETS_SLOWER, OVERLAP_SHARE, BF16_TIME)."""
     effects = network_effects(network)
-    hidden, room = effects["hidden_ms"], effects["overlap_room_ms"]
+    saved, room = effects["saved_ms"], effects["overlap_room_ms"]
     bf16, fp32 = effects["allreduce_bf16"], effects["allreduce"]
     return {"sockets_slower": allreduce_ms_per_mb(network) >= SOCKETS_SLOWER * allreduce_ms_per_mb(links),
-            "buckets_hide": hidden is not None and room is not None and hidden >= OVERLAP_SHARE * room,
+            "buckets_faster": saved is not None and room is not None and saved >= OVERLAP_SHARE * room,
             "bf16_halves": bf16 is not None and fp32 is not None and bf16 <= BF16_TIME * fp32}

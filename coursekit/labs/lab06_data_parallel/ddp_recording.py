@@ -55,7 +55,7 @@ def recorded_scaling_tables(recording: dict[str, Any]) -> tuple[ResultsTable, Re
 
 def recorded_busbw_table(recording: dict[str, Any], sizes_mib: Sequence[float] = (1, 16, 256, 1024)) -> ResultsTable | None:
     """Recorded NCCL all-reduce bus bandwidth (GB/s) at a few message sizes, per number of GPUs."""
-    table = ResultsTable(title="all-reduce bus bandwidth, " + describe_recording(recording))
+    table = ResultsTable(title="all-reduce bus bandwidth (GB/s), " + describe_recording(recording))
     for run in recording.get("busbw") or []:
         by_size = {r["bytes"] / MB: r.get("busbw_gbs") for r in run.get("rows", [])}
         row = {"n_gpu": run.get("world_size"), "binding": run.get("binding")}

@@ -8,8 +8,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from coursekit.labs.kit.energy import energy_columns
+from coursekit.labs.kit.energy import energy_columns as kit_energy_columns
 from coursekit.labs.kit.results import ResultsTable, format_value
+
+
+def energy_columns(rows: Any) -> list[str]:
+    """The energy column of lab 06's tables: energy per image only, where measured. Energy per epoch would
+    mislead here: a synthetic epoch is a number of *global* batches, so its images grow with the GPUs."""
+    return [c for c in kit_energy_columns(rows) if c != "energy_per_epoch_j"]
 
 
 def scaling_batches(n_gpus: Sequence[int], batch_per_gpu: int, global_batch: int) -> list[int]:
@@ -45,6 +51,20 @@ def two_node_options(site: Any) -> dict[str, int] | None:
     return {"n_gpu": 2 * node.gpus_per_node, "n_gpu_per_task": node.gpus_per_node}
 
 
+def two_node_text(n_gpus: Sequence[int], site: Any) -> str:
+    """What the sweep measured across nodes, in one sentence: which of its GPU counts span several nodes."""
+    if getattr(site, "is_local", True):
+        return "This machine is one node: no job here spans two nodes, so the two-node case is not measured."
+    per_node = site.node_shape().gpus_per_node
+    spanning = [n for n in n_gpus if n > per_node]
+    if not spanning:
+        return (f"Every GPU count of the sweep ({', '.join(str(n) for n in n_gpus)}) fits on one node of {per_node} "
+                "GPUs: the two-node case is not measured here.")
+    counts = " and ".join(f"{n}-GPU" for n in spanning)
+    nodes = " and ".join(str(-(-n // per_node)) for n in spanning)
+    return f"The sweep's {counts} jobs span {nodes} nodes of {per_node} GPUs."
+
+
 def _img_s(row: dict[str, Any]) -> float | None:
     return row.get("images_per_s_median") or row.get("images_per_s")
 
@@ -68,7 +88,7 @@ def scaling_tables(table: ResultsTable, batch_per_gpu: int, global_batch: int) -
              "img_s": _img_s(r), "step_time_s": r.get("step_time_s"), "state": r.get("state"),
              "data_time_s": r.get("data_time_s"), "compute_time_s": r.get("compute_time_s"),
              "num_parameters": r.get("num_parameters") or (r.get("summary") or {}).get("num_parameters"),
-             "energy_per_image_j": r.get("energy_per_image_j"), "energy_per_epoch_j": r.get("energy_per_epoch_j")}
+             "energy_per_image_j": r.get("energy_per_image_j")}  # per epoch: see energy_columns
             for r in table]
     strong = [r for r in rows if r["global_batch"] == global_batch]
     weak = [r for r in rows if r["batch_per_gpu"] == batch_per_gpu]
@@ -135,8 +155,9 @@ def rich(table: ResultsTable, note: str = "") -> RichTable:
 # neighbours move it by ten times its own noise, so the claim asks for what the busiest host still gave, less
 # the same loss again: 0.8.
 WEAK_EFFICIENCY_MIN = 0.8
-# the gradient all-reduce (its bytes at the all-reduce cost measured alone) explains the extra time per step when
-# it is at least this share of it; below, the rest is the ranks waiting for each other and for their host
+# the gradient all-reduce alone (its bytes at the all-reduce cost measured alone) is under this share of the extra
+# time a step takes at 2 GPUs; the rest is waiting for the other rank and DDP's own work (hooks, copies into its
+# buckets, NCCL's kernels taking SMs), not separated here
 ALLREDUCE_SHARE = 0.5
 # an extra time per step under this share of the 1-GPU step is within the run-to-run spread: nothing to explain
 VISIBLE_EXTRA = 0.01
@@ -148,8 +169,9 @@ def step_split(weak: Sequence[dict[str, Any]], allreduce_ms_per_mb: float | None
     (rank 0, medians over the timed windows): ``data`` = the GPU waiting between steps (the batch, the host's
     launches), ``compute`` = from the batch on the GPU to the step's end, which holds the gradient all-reduce
     and any wait for the other rank (a collective ends only when both arrived). ``allreduce``: the gradients'
-    bytes (fp32) at the cost of one all-reduce measured alone; ``sync`` = the extra compute the all-reduce does
-    not explain. Milliseconds; None where a row or a time is missing."""
+    bytes (fp32) at the cost of one all-reduce measured alone; ``sync`` = the extra compute the all-reduce alone
+    does not explain: waiting for the other rank and DDP's own work, not separated. Milliseconds; None where a
+    row or a time is missing."""
     def row(n: int) -> dict[str, Any] | None:
         return next((r for r in weak if r["n_gpu"] == n and r.get("step_time_s") and r.get("compute_time_s")
                      is not None and r.get("data_time_s") is not None), None)
@@ -178,7 +200,8 @@ def describe_split(split: dict[str, Any] | None) -> str:
         one, two = split[f"{part}_1"], split[f"{part}_2"]
         lines.append(f"{label:>22}{one:>8.1f}ms{two:>8.1f}ms{two - one:>+8.1f}ms")
     if split["allreduce"] is not None:
-        rest = (f"the rest ({split['sync']:+.1f} ms) waiting for the other rank" if split["sync"] >= 0 else
+        rest = (f"the rest ({split['sync']:+.1f} ms) is waiting for the other rank and DDP's own work (not separated "
+                "here)" if split["sync"] >= 0 else
                 f"more than the extra compute ({split['extra_compute']:+.1f} ms): the difference is within the noise")
         lines.append(f"of the extra compute: the all-reduce of {split['grad_mb']:.0f} MB of gradients alone "
                      f"{split['allreduce']:.2f} ms, {rest}")
@@ -188,8 +211,8 @@ def describe_split(split: dict[str, Any] | None) -> str:
 
 
 def split_claims(split: dict[str, Any] | None) -> dict[str, bool | None]:
-    """``efficiency``: 2 GPUs keep at least WEAK_EFFICIENCY_MIN of ideal; ``allreduce_minor``: the all-reduce is
-    under ALLREDUCE_SHARE of a visible extra time per step (None: no visible extra, nothing to explain);
+    """``efficiency``: 2 GPUs keep at least WEAK_EFFICIENCY_MIN of ideal; ``allreduce_minor``: the all-reduce alone
+    is under ALLREDUCE_SHARE of a visible extra time per step (None: no visible extra, nothing to explain);
     ``in_compute``: the extra time is in the compute part (all-reduce, waiting for the other rank) more than in
     the waiting between steps. None where the split is missing."""
     if split is None:
