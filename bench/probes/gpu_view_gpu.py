@@ -19,11 +19,13 @@ import tempfile
 import time
 from pathlib import Path
 
+FED = "better-fed"  # gpu_view.FED, the fed loader's label (importing the lab here would import torch first)
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--runs", default="starving:0,starving:4,fed:0",
+    parser.add_argument("--runs", default=f"starving:0,starving:4,{FED}:0",
                         help="comma-separated job:threads, one job each in this order (threads 0: the site's default)")
     parser.add_argument("--profile", default="gpu", help="the lab's settings to use (cpu: a smoke test of this probe)")
     args = parser.parse_args()
@@ -35,6 +37,7 @@ def main() -> None:
     from coursekit.labs.lab10_resilience import gpu_view
     from coursekit.labs.lab10_resilience.settings import typed_settings
 
+    assert FED == gpu_view.FED, f"the fed loader is called {gpu_view.FED!r} now: update FED"
     s = typed_settings(args.profile)
     configs = gpu_view.loader_configs(s.gpu_view_base, s.gpu_view_loaders)
     watched = []

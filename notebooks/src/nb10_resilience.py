@@ -63,7 +63,7 @@ print(f"resumable run: job {runs.interrupted.job_id} (time limit {s.resume_time_
 #
 # A Slurm job has a time limit (`#SBATCH --time`). When it is reached, Slurm ends the job, whatever it was
 # doing. A job can ask to be warned first: `#SBATCH --signal=USR2@90` makes Slurm send the signal `SIGUSR2`
-# 90 seconds before the end (give or take up to a minute: Slurm checks its timers once a minute). submitit,
+# 90 seconds before the end, or up to a minute earlier: Slurm handles such events once a minute. submitit,
 # which the kit submits through, asks for it, and on the signal it does two things: it lets the job save
 # its state, and it puts the job back in the queue (`scontrol requeue`). Slurm starts the requeued job again —
 # often after a wait, as any job waits — and the job must then **resume** from what it saved instead of
@@ -90,7 +90,8 @@ print(f"resumable run: job {runs.interrupted.job_id} (time limit {s.resume_time_
 # ## 3. The resumed run against the uninterrupted one
 #
 # The cell waits for both jobs. The job's log says what happened: submitit caught the signal and requeued
-# the job, which started a second time.
+# the job, which started again. A start that runs out of time once more is signalled and requeued again, so
+# count the starts in the log.
 
 # %% tags=["nbval-ignore-output"]
 states = resume.follow_runs(runs, s.timeout_s)
@@ -111,6 +112,10 @@ print(f"started {comparison.starts} times, stopped by {', '.join(comparison.stop
 comparison
 
 # %% [markdown]
+# The script stops on either of two signals. On Slurm it receives `SIGUSR2` itself, as every process of the
+# job does. On the local site submitit's controller sends `SIGUSR2` to the job's task only; the task requeues
+# the job and ends the script with `SIGTERM`, which the script also takes as "save and stop".
+#
 # Each row compares one part of the final state: the largest absolute difference between the resumed run
 # and the reference. The scheduler, the random state and the data order must be equal; the weights and the
 # optimizer state equal within a tolerance set below what any forgotten piece would move them (a forgotten
@@ -166,8 +171,9 @@ for label in cases.labels:
 
 # %%
 profile.explain(
-    gpu="With NCCL the job that hangs ends about a minute after its timeout, not at it: NCCL's watchdog thread "
-        "notices the timed-out collective at the timeout, then waits up to a minute for its flight recorder to "
+    gpu="With NCCL the job that hangs ends about a minute after its timeout, not at it: PyTorch's NCCL watchdog "
+        "thread (part of torch's ProcessGroupNCCL, not of the NCCL library) notices the timed-out collective at the timeout, "
+        "then waits up to a minute for its flight recorder to "
         "write what every rank was doing (`TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILLISEC`) and only then aborts the process.")
 
 # %% [markdown]
@@ -222,7 +228,7 @@ print(detail_symptoms)
 # The engine samples its GPU twice a second with NVML (the library behind `nvidia-smi` and `nvitop`): the
 # share of time a kernel ran (utilisation), the memory in use and the power drawn. Two jobs of the same model
 # one after the other, as in lab 05: a starving loader (`workers=0`: the training process reads and prepares
-# every batch itself, between two steps) and a fed one (worker processes, pinned memory, prefetching). The
+# every batch itself, between two steps) and a better-fed one (worker processes, pinned memory, prefetching). The
 # view below follows them while they run. Utilisation is a coarse measure: a GPU that runs one small kernel
 # all the time is "100 %" busy. A GPU well under 100 % in training is waiting for something.
 
@@ -241,7 +247,11 @@ else:
 profile.explain(
     gpu="Energy per image is the GPU's joules (its power summed over the run's steps) over the images it trained: the "
         "starving job draws less power but for longer, and each of its images costs more. A GPU that waits still "
-        "draws its idle power.",
+        "draws its idle power. Every column but the memory covers the same steps (the warm-up left out), so the "
+        "power divided by the images per second is the energy per image. The better-fed job's GPU still waits "
+        f"part of the time: for its {s.gpu_view_loaders[gpu_view.FED]['workers']} CPU workers, which resize every "
+        f"image to {s.gpu_view_base.image_size} px. Moving that work onto the GPU, as lab 05's GPU decoding does, is "
+        "the next step.",
     cpu="On a GPU node the table would show each job's mean utilisation, its peak memory, its mean power and the "
         "energy each image cost.")
 
@@ -256,7 +266,7 @@ profile.explain(
 # %% tags=["nbval-ignore-output"]
 image = environment.container_image(s.container_image)
 print(environment.environment_note(environment.container_runtime(), image, s.container_image))
-venv_job = watched[-1].job if watched else env_job  # the GPU view's fed job, or the one submitted in section 1
+venv_job = watched[-1].job if watched else env_job  # the GPU view's better-fed job, or the one of section 1
 env_jobs = environment.run_environments(watched[-1].config if watched else s.env_config, image=image,
                                         name=labs.job_name(pseudo, "env"), timeout_s=s.timeout_s,
                                         venv_job=venv_job, **s.job)
@@ -281,7 +291,7 @@ if environment.CONTAINER not in env_jobs:
 
 # %%
 ticket = labs.exit_ticket("10", {
-    "resumed_at": labs.Question("At which step did your interrupted job resume?",
+    "resumed_at": labs.Question("At which step did your interrupted job first resume?",
                                 comparison.resumed_at[0] if comparison.resumed_at else None),
     "hung_job": labs.Question("Which clinic job (A–D) waited until its process group's timeout?", hung,
                               choices=tuple(cases.labels)),

@@ -24,6 +24,7 @@ from coursekit.labs.lab10_resilience.clinic_jobs import (
     CASES,
     FAULTY_RANK,
     LABELS,
+    OTHER_RANKS_WAIT,
     case_order,
 )
 from coursekit.labs.lab10_resilience.clinic_logs import (
@@ -85,10 +86,14 @@ EXPLANATIONS = {
         "own collectives: read each rank's own).",
         "fix: every rank calls the same collectives in the same order (no collective under `if rank == 0` or a "
         "data-dependent `continue`; uneven shards: DistributedSampler(drop_last=True) or DDP's join()); set a "
-        "short timeout while debugging (init_process_group(timeout=...)) instead of torch's 30 minutes."),
+        "short timeout while debugging (init_process_group(timeout=...)) instead of torch's default (10 minutes "
+        "with NCCL, 30 with gloo)."),
     "rendezvous_fails": (
         "symptom: no training line at all; after the rendezvous timeout rank 0 says '2/3 clients joined' (or a "
-        "rank says it cannot connect to host:port) and both ranks fail in init_process_group.",
+        "rank says it cannot connect to host:port) and both ranks fail in init_process_group. The two ranks print "
+        "different timeouts on purpose: the lab gives the rank whose error names the mistake the short one and the "
+        f"other {OTHER_RANKS_WAIT:g} times as long, so that the clear error comes first (in your own jobs every rank "
+        "has the same timeout).",
         "cause: the process group never formed: the script asked for a world size of 3 in a job of 2 processes "
         "(or dialled another port than rank 0 listens on). Every rank carries the same mistake.",
         "fix: take RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT from the launcher (env://, as the kit sets them "
@@ -299,7 +304,7 @@ def hang_claim(ranks: Sequence[RankLog], timeout_s: float, margin_s: float) -> C
                                                                                            strict=True))
     return check_claim(
         f"the mismatched collective hung until the process group's timeout ({timeout_s:g} s, within "
-        f"+{margin_s:g} s), not torch's default 30 min",
+        f"+{margin_s:g} s), not torch's default (10 min with NCCL, 30 min with gloo)",
         holds, f"waited in the last call: {shown}" + ("" if formed else "; the process group never formed"))
 
 

@@ -10,7 +10,7 @@ starts one process per task (``submit_jobs(..., n_gpu=2)``: ``RANK``, ``WORLD_SI
   --kill-on-bad-exit``; the local site: ``coursekit.launch.stop_local_peer_tasks``) or, on gloo, the closed socket;
 - ``mismatched_collectives``: rank 1 skips one all-reduce ("its batch was empty"), so at the end rank 0's last
   all-reduce meets rank 1's barrier: both wait until the process group's timeout, set short
-  (``--hang-timeout-s``: seconds, not torch's 30 minutes); with ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` torch compares
+  (``--hang-timeout-s``: seconds, not torch's default: 10 minutes with NCCL, 30 with gloo); with ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` torch compares
   the collectives and names the mismatch;
 - ``rendezvous_fails``: the script hard-codes a world size of 3 for a job of 2 processes (``--wrong world_size``)
   or rank 1 dials another port (``--wrong port``): the rendezvous never forms and fails at its own timeout

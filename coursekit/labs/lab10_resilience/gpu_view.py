@@ -1,12 +1,15 @@
-"""What the GPU is doing while it trains: a live view of a running job's GPU, a starving loader against a fed one.
+"""What the GPU is doing while it trains: a live view of a running job's GPU, a starving loader against a better-fed
+one.
 
 The engine samples its GPU with NVML every 0.5 s while it trains (utilisation, memory in use, power: what nvitop
 shows) into ``<run>/gpu_samples.jsonl`` (``coursekit.metrics.read_gpu_samples``). :func:`run_and_watch` submits
 the lab's engine jobs one after the other on the same GPU (never side by side: they would share it) and redraws
 one view from those files while each runs: three small charts (utilisation %, memory GiB, power W) with a line per
-job, and each job's latest values. :func:`gpu_table` then gives, per job, the mean utilisation and power over its
-training steps, the peak memory and the energy per image (from the engine's energy counter, ``labs.kit.energy``);
-:func:`gpu_claims` checks that the fed loader keeps the GPU busier and spends less energy per image.
+job, and each job's latest values. :func:`gpu_table` then gives, per job, the mean utilisation, the mean power, the
+energy per image (from the engine's energy counter, ``labs.kit.energy``) and the images per second, all four over
+the same steps: the measured windows of ``coursekit.metrics.measured_windows`` (the warm-up left out), so that
+power / images per second = energy per image; and the peak memory of the whole run. :func:`gpu_claims` checks that
+the better-fed loader keeps the GPU busier and spends less energy per image.
 
 On a CPU there is no NVML and no sample: the view says what it would show on a GPU, and the claims are reported
 as not checked here. Its text is the same on every CPU (no timing, no job id), so a stored notebook keeps it.
@@ -14,6 +17,7 @@ as not checked here. Its text is the same on every CPU (no timing, no job id), s
 
 from __future__ import annotations
 
+import bisect
 import html
 import math
 import statistics
@@ -29,15 +33,17 @@ from coursekit.labs.kit.results import ResultsTable
 from coursekit.metrics import measured_windows, read_gpu_samples, read_metrics, steps
 from coursekit.train.config import TrainConfig
 
-STARVING, FED = "starving", "fed"  # the two jobs: a loader without workers, one with them
+# the two jobs: a loader without workers, one with them (better fed, not fed: on an H200 its 8 workers resizing
+# images on the CPU still leave the GPU waiting about half the time)
+STARVING, FED = "starving", "better-fed"
 REFRESH_S = 1.0  # the view is redrawn this often (the engine samples every 0.5 s: train/profiling.py)
 MIB_PER_GIB = 1024.0
-# The fed job's mean utilisation over its training steps exceeds the starving one's by at least UTIL_MARGIN_PCT
+# The better-fed job's mean utilisation over its measured steps exceeds the starving one's by at least UTIL_MARGIN_PCT
 # points and by UTIL_STANDARD_ERRORS standard errors of the difference (samples' spread / sqrt(n)). Measured on an
 # H200 (ResNet-50, Fashion-MNIST at 224 px, 300 steps, 16 cores): 28 % busy without workers, 50 % with 8, +22
 # points with a standard error of 4.9; a loader that changed nothing differs by a few points.
 UTIL_MARGIN_PCT, UTIL_STANDARD_ERRORS = 10.0, 3.0
-# The starving job's energy per image exceeds the fed one's by at least ENERGY_EXCESS (a relative excess): an idle
+# The starving job's energy per image exceeds the better-fed one's by at least ENERGY_EXCESS (a relative excess): an idle
 # H200 still draws ~120 W, spread over fewer images per second (measured: 0.181 against 0.142 J/image, +27 %;
 # ResNet-18 in the same setting: +32 %).
 ENERGY_EXCESS = 0.1
@@ -48,7 +54,7 @@ CHARTS = (("util_pct", "GPU utilisation (%)", 1.0), ("mem_used_mib", "memory in 
 NO_GPU_TEXT = ("No GPU samples: these jobs ran on a CPU, where NVML has nothing to measure. On a GPU this view "
                "draws, while each job runs, its GPU's utilisation (the share of time a kernel was running), the "
                "memory in use and the power, every 0.5 s, one line per job: the starving loader's GPU mostly idle "
-               "near its idle power, the fed one's busy and drawing more watts, yet less energy per image.")
+               "near its idle power, the better-fed one's busier and drawing more watts, yet less energy per image.")
 NO_GPU_WHY = "no GPU samples in these runs: NVML measures a GPU, and these jobs ran on a CPU"
 
 
@@ -70,21 +76,30 @@ class WatchedJob:
 # ----------------------------------------------------------------- figures of one run
 
 
-def training_span(records: Sequence[dict[str, Any]]) -> tuple[float, float] | None:
-    """(start, end) in Unix seconds of the run's steps: from the start of its first step record's window to its
-    last step record; None before the first step record. Model building and loader start-up lie outside it."""
-    step_records = steps(records)
-    if not step_records:
-        return None
-    first = step_records[0]
-    return first["time"] - float(first.get("window_time_s") or 0.0), step_records[-1]["time"]
+def measured_spans(records: Sequence[dict[str, Any]]) -> list[tuple[float, float]]:
+    """(start, end) in Unix seconds of each measured step window (``coursekit.metrics.measured_windows``: the
+    warm-up left out), in time order; [] before the first measured step record. Every column of :func:`gpu_table`
+    but the peak memory covers these spans and nothing else."""
+    spans = []
+    for window in measured_windows(steps(records)):
+        seconds = window.get("window_time_s")
+        if isinstance(seconds, (int, float)) and seconds > 0 and isinstance(window.get("time"), (int, float)):
+            spans.append((window["time"] - seconds, window["time"]))
+    return sorted(spans)
 
 
-def samples_in(samples: Sequence[dict[str, Any]], span: tuple[float, float] | None) -> list[dict[str, Any]]:
-    """The samples taken within ``span`` (all of them when there is no span yet)."""
-    if span is None:
-        return list(samples)
-    return [s for s in samples if span[0] <= s["time"] <= span[1]]
+def samples_in(samples: Sequence[dict[str, Any]], spans: Sequence[tuple[float, float]]) -> list[dict[str, Any]]:
+    """The samples taken within any of ``spans`` (sorted, as :func:`measured_spans` gives them)."""
+    starts = [start for start, _ in spans]
+    inside = []
+    for sample in samples:
+        at = sample.get("time")
+        if not isinstance(at, (int, float)):
+            continue
+        index = bisect.bisect_right(starts, at) - 1  # the last span that starts at or before the sample
+        if index >= 0 and at <= spans[index][1]:
+            inside.append(sample)
+    return inside
 
 
 def _values(samples: Sequence[dict[str, Any]], key: str) -> list[float]:
@@ -92,22 +107,30 @@ def _values(samples: Sequence[dict[str, Any]], key: str) -> list[float]:
 
 
 def gpu_figures(samples: Sequence[dict[str, Any]], records: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """One run's figures: mean utilisation % (± its standard error) and power W over the training steps, peak memory
-    in use (MiB, whole run), energy per image (J, the measured step windows), images/s; None where not measured."""
-    during = samples_in(samples, training_span(records))
-    util, power = _values(during, "util_pct"), _values(during, "power_w")
-    memory = _values(samples, "mem_used_mib")
+    """One run's figures over its measured step windows (:func:`measured_spans`): mean utilisation % (± its standard
+    error) of the NVML samples taken in them; mean power W = the energy counter's joules in them over their seconds
+    (the samples' mean power there on a board without the counter); energy per image J; images/s. Power / images
+    per second is then the energy per image. Peak memory in use: MiB, whole run. None where not measured."""
     timed = measured_windows(steps(records))
+    during = samples_in(samples, measured_spans(records))
+    util, sampled_power = _values(during, "util_pct"), _values(during, "power_w")
+    memory = _values(samples, "mem_used_mib")
     images = sum(r.get("window_images") or 0 for r in timed)
     seconds = sum(r.get("window_time_s") or 0.0 for r in timed)
+    per_image = energy_per_image(timed)
+    rate = images / seconds if images and seconds else None
+    if per_image is not None and rate is not None:
+        power = per_image * rate  # the counter's joules over the windows' seconds
+    else:
+        power = statistics.fmean(sampled_power) if sampled_power else None
     return {
         "samples": len(during),
         "util_mean_pct": statistics.fmean(util) if util else None,
         "util_se_pct": statistics.stdev(util) / math.sqrt(len(util)) if len(util) > 1 else None,
         "mem_peak_mib": max(memory) if memory else None,
-        "power_mean_w": statistics.fmean(power) if power else None,
-        "energy_per_image_j": energy_per_image(timed),
-        "images_per_s": images / seconds if images and seconds else None,
+        "power_mean_w": power,
+        "energy_per_image_j": per_image,
+        "images_per_s": rate,
     }
 
 
@@ -137,8 +160,9 @@ def loader_text(config: TrainConfig) -> str:
 
 
 def gpu_claims(table: ResultsTable | None, starving: str = STARVING, fed: str = FED) -> dict[str, ClaimResult]:
-    """The fed job keeps the GPU busier and spends less energy per image than the starving one (thresholds above);
-    not checked where a job has no GPU samples or no energy counter (a CPU), or where no job ran (``table`` None)."""
+    """The better-fed job keeps the GPU busier and spends less energy per image than the starving one (thresholds
+    above); not checked where a job has no GPU samples or no energy counter (a CPU), or where no job ran (``table``
+    None)."""
     rows = {row["job"]: row for row in table} if table is not None else {}
     for label in (starving, fed) if table is not None else ():
         if label not in rows:
@@ -166,13 +190,13 @@ def gpu_claims(table: ResultsTable | None, starving: str = STARVING, fed: str = 
 
 
 def busier_statement() -> str:
-    return (f"the fed loader keeps the GPU busier: its mean utilisation while training exceeds the starving one's "
-            f"by {UTIL_MARGIN_PCT:.0f} points and {UTIL_STANDARD_ERRORS:.0f} standard errors or more")
+    return (f"the better-fed loader keeps the GPU busier: its mean utilisation while training exceeds the starving "
+            f"one's by {UTIL_MARGIN_PCT:.0f} points and {UTIL_STANDARD_ERRORS:.0f} standard errors or more")
 
 
 def energy_statement() -> str:
     return (f"the starving loader spends more energy per image: at least {100 * ENERGY_EXCESS:.0f} % more than the "
-            "fed one (an idle GPU still draws power)")
+            "better-fed one (an idle GPU still draws power)")
 
 
 # ----------------------------------------------------------------- the view
@@ -273,7 +297,7 @@ def run_and_watch(configs: Mapping[str, TrainConfig], *, name: str = "gpu-view",
     from coursekit.jobs import submit_jobs
 
     if not configs:
-        raise ValueError("configs is empty: give {label: TrainConfig}, e.g. {'starving': ..., 'fed': ...}")
+        raise ValueError("configs is empty: give {label: TrainConfig}, e.g. {'starving': ..., 'better-fed': ...}")
     if isinstance(refresh_s, bool) or not isinstance(refresh_s, (int, float)) or refresh_s <= 0:
         raise ValueError(f"refresh_s={refresh_s!r}: give the view's refresh period in seconds, a number > 0")
     watched = [WatchedJob(label, config) for label, config in configs.items()]
@@ -300,7 +324,7 @@ def run_and_watch(configs: Mapping[str, TrainConfig], *, name: str = "gpu-view",
 
 
 def loader_configs(base: TrainConfig, loaders: Mapping[str, Mapping[str, Any]]) -> dict[str, TrainConfig]:
-    """``base`` with each label's loader options (``{"starving": {"workers": 0}, "fed": {"workers": 8, ...}}``)."""
+    """``base`` with each label's loader options (``{"starving": {"workers": 0}, "better-fed": {"workers": 8, ...}}``)."""
     if not loaders:
         raise ValueError("loaders is empty: give {label: loader options}, e.g. {'starving': {'workers': 0}}")
     return {label: base.replace(**dict(options)) for label, options in loaders.items()}

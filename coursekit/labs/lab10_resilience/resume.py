@@ -8,7 +8,7 @@ time to spare (the uninterrupted reference). It returns at once: a notebook can 
 Who sends the pre-timeout signal (SIGUSR2, what submitit asks Slurm for):
 
 - ``signal_after_s=None``: the site's own clock. On Slurm, ``--signal=USR2@<delay>`` (``time_max`` minus the
-  signal delay, give or take Slurm's 60 s resolution). On the local site, submitit's controller sends it
+  signal delay, or up to 60 s earlier: Slurm's resolution of such events). On the local site, submitit's controller sends it
   ``LOCAL_SIGNAL_DELAY_S`` (30 s) before ``time_max``: a 1-minute job is signalled 30 s after its start;
   coursekit's ``signal_delay_s`` does not reach the local controller, so 30 s is the soonest.
 - ``signal_after_s=T``: :func:`follow_runs` sends it itself T seconds after the job's first step, to the processes
@@ -186,6 +186,8 @@ class ResumeComparison:
 
     def __str__(self) -> str:
         return str(self.table)
+
+    __repr__ = __str__  # a plain-text front end shows the table, not the dataclass's fields
 
 
 def _tensors(value: Any) -> list[torch.Tensor]:

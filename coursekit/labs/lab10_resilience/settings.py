@@ -13,6 +13,7 @@ from coursekit.train.config import TrainConfig
 GPUS = 2  # GPUs the notebook needs at once in the gpu profile (the clinic's two ranks)
 SCRIPT_PATHS = {"resume": "lab10_resilience/train_resume.py"}
 STARVING = {"workers": 0}  # lab 05's lesson: the loader in the training process, the GPU waits
+# better fed, not fed: its 8 workers resize every image on the CPU, and the GPU still waits for them
 FED = {"workers": 8, "pin_memory": True, "non_blocking": True, "persistent_workers": True, "prefetch_factor": 4}
 
 
@@ -22,7 +23,7 @@ class ClinicSettings:
 
     device: str  # "cpu" or "auto" (the GPU of each rank)
     stop_timeout_s: float  # rank_raises, oom_one_rank: process-group timeout, far above stop_bound_s
-    hang_timeout_s: float  # mismatched_collectives: the short timeout (torch's default: 30 min)
+    hang_timeout_s: float  # mismatched_collectives: the short timeout (torch's default: 10 min with NCCL, 30 with gloo)
     rendezvous_timeout_s: float  # rendezvous_fails
     stop_bound_s: float  # the survivor must end this soon after the failing rank
     hang_margin_s: float  # the hang ends within [timeout, timeout + margin]
@@ -65,7 +66,7 @@ class ResilienceSettings:
     resume_args: list[str]  # more options of the script (a larger model on a GPU)
     clinic: dict[str, Any]  # the failure clinic's timeouts and bounds (``ClinicSettings``)
     gpu_view_base: TrainConfig  # the GPU view's training job; its two loaders differ
-    gpu_view_loaders: dict[str, dict[str, Any]]  # {"starving": ..., "fed": ...}
+    gpu_view_loaders: dict[str, dict[str, Any]]  # {"starving": ..., "better-fed": ...} (gpu_view.STARVING, FED)
     gpu_view_refresh_s: float  # the view redraws this often
     env_config: TrainConfig  # the environment part's job (the same from your Python and from a container)
     container_image: str | None  # the room's container image (.sif); None: $COURSEKIT_CONTAINER_IMAGE
@@ -95,14 +96,14 @@ def typed_settings(profile: str) -> ResilienceSettings:
         return ResilienceSettings(
             resume_steps=48, resume_checkpoint_every=10, resume_time_max="00:05:00", resume_step_time_s=0.15,
             resume_signal_after_s=2.0, resume_device="cpu", resume_args=[], clinic=clinic_settings(profile),
-            gpu_view_base=base, gpu_view_loaders={"starving": dict(STARVING), "fed": {"workers": 1}},
+            gpu_view_base=base, gpu_view_loaders={"starving": dict(STARVING), "better-fed": {"workers": 1}},
             gpu_view_refresh_s=0.5, env_config=base, container_image=None, env_module=None,
             job=job_options(profile, "00:10:00"), timeout_s=300, scripts=SCRIPT_PATHS, dataset_notice=None,
             budget=None)
     # gpu: the resumable MLP (width 4096, batch 4096: 51 ms a step on an H200) paced to 0.15 s a step, so that its
     # 800 steps outlast the site's signal (a 2-minute limit: the local site signals at 90 s, Slurm 60 s before the
     # end); the GPU view: ResNet-50 at 224 px, bf16, 300 steps a job (H200, Fashion-MNIST: workers=0 28 % busy,
-    # 0.181 J/image; the fed loader 50 %, 0.142 J/image; 73 s and 45 s)
+    # 0.181 J/image; the better-fed loader 50 %, 0.142 J/image; 73 s and 45 s)
     values: dict[str, Any] = {
         "gpu_view_base": TrainConfig(model="resnet50", dataset="cifar10", image_size=224, batch_size=256, epochs=1,
                                      precision="bf16", channels_last=True, test_steps=300, **QUIET)}
@@ -110,12 +111,13 @@ def typed_settings(profile: str) -> ResilienceSettings:
     base = values["gpu_view_base"]
     budget = workshop_budget({"the resumed job and its uninterrupted reference": (2, 2.0),
                               "the clinic's broken jobs (2 GPUs each) and the DETAIL re-run": (5, 1.0),
-                              "the GPU view's starving and fed jobs": (2, 1.5)})
+                              "the GPU view's starving and better-fed jobs": (2, 1.5)})
     return ResilienceSettings(
         resume_steps=800, resume_checkpoint_every=200, resume_time_max="00:02:00", resume_step_time_s=0.15,
         resume_signal_after_s=None, resume_device="cuda",
         resume_args=["--hidden", "4096", "--batch-size", "4096", "--data-size", "65536"],
-        clinic=clinic_settings(profile), gpu_view_base=base, gpu_view_loaders={"starving": dict(STARVING), "fed": dict(FED)},
+        clinic=clinic_settings(profile), gpu_view_base=base,
+        gpu_view_loaders={"starving": dict(STARVING), "better-fed": dict(FED)},
         gpu_view_refresh_s=1.0, env_config=base, container_image=None, env_module=None,
         job=job_options(profile, "00:20:00"), timeout_s=1200, scripts=SCRIPT_PATHS,
         dataset_notice=values["dataset_notice"], budget=budget)

@@ -313,3 +313,27 @@ def test_a_cpp_stack_is_not_shown_as_error_lines() -> None:
     log = clinic.read_rank_log(1, stamped(1, (0.0, "rank 1 of world size 3 joins")), err, None)
     assert log.hits == ["torch.distributed.DistNetworkError: Failed to recv, got 0 bytes. Connection was likely "
                         "closed."], log.hits
+
+
+def test_the_rendezvous_explanation_says_why_its_ranks_print_different_timeouts(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rank 0's log says 'timeout 20 s', rank 1's 'timeout 40 s': the symptom text gives the ratio the job uses."""
+    joined: dict[int, float] = {}
+
+    class Joined(Exception):
+        pass
+
+    def join(rank: int, world_size: int, addr: str, port: int, timeout_s: float, device: object) -> None:
+        joined[rank] = timeout_s
+        raise Joined
+
+    monkeypatch.setattr(clinic_jobs, "_join", join)
+    monkeypatch.setattr(clinic_jobs, "_prepare", lambda rank, device: (None, None))
+    for rank in (0, 1):
+        with pytest.raises(Joined):
+            clinic_jobs.run_case("rendezvous_fails", rank=rank, world_size=2, local_rank=rank, addr="127.0.0.1",
+                                 port=29500, device="cpu", rendezvous_timeout_s=20.0)
+    ratio = joined[1] / joined[0]
+    assert joined[0] == 20.0 and ratio != 1.0
+    symptom = clinic.EXPLANATIONS["rendezvous_fails"][0]
+    assert "different timeouts on purpose" in symptom and f"other {ratio:g} times as long" in symptom

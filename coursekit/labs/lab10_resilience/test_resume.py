@@ -81,6 +81,13 @@ def test_both_claims_hold_on_a_requeued_exact_run(capsys):
     assert "resumed at step(s) 23" in capsys.readouterr().out
 
 
+def test_the_comparison_shows_as_its_table_in_plain_text_and_in_html():
+    comparison = _comparison(_equal_table())
+    assert repr(comparison) == str(comparison) == str(comparison.table)
+    assert "ResumeComparison(" not in repr(comparison) and "optimizer state" in repr(comparison)
+    assert comparison._repr_html_() == comparison.table.to_html()
+
+
 @pytest.mark.parametrize("changes", [dict(requeued_in_log=0), dict(started_in_log=1, starts=1, resumed_at=[]),
                                      dict(stop_signals=[]), dict(state="TIMEOUT"), dict(resumed_at=[0])])
 def test_the_requeue_claim_fails_when_the_log_does_not_show_it(changes):
