@@ -68,5 +68,5 @@ def ticket_questions(first_job_id: Any, long_state: Any, sweep: Iterable[dict[st
         "array_minutes": Question(
             f"A sweep of {ARRAY_JOBS} runs goes in as one job array; each run needs one GPU for {JOB_MINUTES} minutes, "
             f"and your account may hold {GPU_LIMIT} GPUs at once. How many minutes after the array starts does its "
-            "last run end, at the earliest?", array_minutes(), unit="min"),
+            "last run end, at the earliest?", array_minutes(), unit="min", computed=True),
     }

@@ -293,11 +293,11 @@ ticket = labs.exit_ticket("03", {
                                  sgd_small["no_grad_saved_bytes"] / anatomy.MIB if sgd_small else None, unit="MiB",
                                  abs_tol=0.5),
     "largest_batch": labs.Question("By the calculator, what is the largest ResNet-50 batch (AdamW, fp32) that fits "
-                                   "in 90 % of your GPU's memory?", fits, rel_tol=0.05),
+                                   "in 90 % of your GPU's memory?", fits, rel_tol=0.05, computed=True),
     "state_7b_gib": labs.Question(
         "Transfer: how many GiB do the weights, gradients and optimizer state of a 7-billion-parameter model take "
         "when it trains in fp32 with AdamW (activations aside)?", TRANSFER_PARAMS * 16 / 2**30, unit="GiB",
-        rel_tol=0.03),
+        rel_tol=0.03, computed=True),
 })
 answers = ticket.blank()
 

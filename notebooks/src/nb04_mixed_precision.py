@@ -407,7 +407,7 @@ ticket = labs.exit_ticket("04", {
     "skips_at_5000": labs.Question("A gradient of 5000 flows through fp16, and GradScaler starts at its scale of "
                                    "2^16 = 65536, halving it at each overflow (fp16's largest value is 65504). How "
                                    "many steps does it skip before one goes through?",
-                                   sum(numerics.grad_scaler_demo(gradient=5000.0, steps=20).column("skipped"))),
+                                   sum(numerics.grad_scaler_demo(gradient=5000.0, steps=20).column("skipped")), computed=True),
 })
 answers = ticket.blank()
 

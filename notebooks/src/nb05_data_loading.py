@@ -332,7 +332,7 @@ ticket = labs.exit_ticket("05", {
         f"A training step computes for {loading.TRANSFER_COMPUTE_MS} ms on the GPU, and one worker process needs "
         f"{loading.TRANSFER_DECODE_MS} ms of its CPU core to read and decode one batch. With a core for each worker, "
         "how many workers at least keep the step from waiting once the loader runs?",
-        loading.workers_needed(loading.TRANSFER_DECODE_MS, loading.TRANSFER_COMPUTE_MS)),
+        loading.workers_needed(loading.TRANSFER_DECODE_MS, loading.TRANSFER_COMPUTE_MS), computed=True),
 })
 answers = ticket.blank()
 

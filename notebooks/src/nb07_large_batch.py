@@ -422,7 +422,7 @@ ticket = labs.exit_ticket("07", {
     "steps_elsewhere": labs.Question("Another model needs S_min = 1,500 steps to its target at the largest batches, "
                                      "and its critical batch is B_crit = 6,000. By McCandlish et al.'s law, how many "
                                      "steps does it need at batch 2,000?", 1_500 * (1 + 6_000 / 2_000), unit="steps",
-                                     rel_tol=0.02),
+                                     rel_tol=0.02, computed=True),
 })
 answers = ticket.blank()
 

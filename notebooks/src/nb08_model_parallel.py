@@ -440,11 +440,11 @@ ticket = labs.exit_ticket("08", {
                                     rel_tol=0.01),
     "bubble_p4_m12": labs.Question("A pipeline of p = 4 stages cuts each batch into m = 12 micro-batches (GPipe or "
                                    "1F1B). What share of each step does a stage sit idle, by the formula?",
-                                   mp.bubble_theory(4, 12), abs_tol=0.005),
+                                   mp.bubble_theory(4, 12), abs_tol=0.005, computed=True),
     "zero_stage_13b": labs.Question("13 billion parameters, AdamW in bf16 (16 bytes per parameter), on 8 GPUs of 80 GB, "
                                     "a fifth of each GPU kept free for activations: which is the lowest ZeRO stage "
                                     "(1, 2 or 3) whose training state fits? (0: plain data parallelism already fits)",
-                                    mp.lowest_fitting_stage(13_000_000_000, 8, gpu_bytes=80e9, headroom=0.2)),
+                                    mp.lowest_fitting_stage(13_000_000_000, 8, gpu_bytes=80e9, headroom=0.2), computed=True),
 })
 answers = ticket.blank()
 

@@ -297,7 +297,7 @@ ticket = labs.exit_ticket("09", {
                                  "each of them cost what your entry's runs cost (their wall times, `total_time_s`, "
                                  "added up), how many GPU-minutes would the verification take?",
                                  3 * sum(run["total_time_s"] for run in my_runs) / 60 if my_runs else None,
-                                 unit="GPU-min", rel_tol=0.1),
+                                 unit="GPU-min", rel_tol=0.1, computed=True),
 })
 answers = ticket.blank()
 

@@ -300,7 +300,7 @@ ticket = labs.exit_ticket("10", {
         f"A run of {transfer.TRANSFER_STEPS:,} steps saves a checkpoint every {transfer.TRANSFER_EVERY} steps and only "
         f"then. The node fails without warning after step {transfer.TRANSFER_KILLED_AT:,}. How many steps does the "
         "requeued job compute a second time?",
-        transfer.steps_redone(transfer.TRANSFER_KILLED_AT, transfer.TRANSFER_EVERY)),
+        transfer.steps_redone(transfer.TRANSFER_KILLED_AT, transfer.TRANSFER_EVERY), computed=True),
 })
 answers = ticket.blank()
 

@@ -184,3 +184,15 @@ def test_planted_live_view_fails():
 def test_unknown_exact_tag_is_named():
     problems = problems_of(_notebook(_printed("3 runs\n", "exact-because")), sanitize_patterns())
     assert any("exact-because" in problem for problem in problems)
+
+
+@pytest.mark.parametrize("path", BUILT, ids=[p.stem for p in BUILT])
+def test_every_exit_ticket_asks_a_transfer_question_and_shows_its_answer_as_computed(path: Path) -> None:
+    """Each lab's ticket has a question answered with the lab's idea, not read in a cell (issue 36): its graded line
+    says "computed:", never "measured:" (the kit's ticket, ``Question(computed=True)``)."""
+    texts = ["".join(o.get("text", "")) for cell in json.loads(path.read_text())["cells"]
+             for o in cell.get("outputs", []) if "text" in o]
+    graded = [t for t in texts if re.search(r"^Exit ticket, lab \d\d: \d+/\d+ right", t, re.MULTILINE)]
+    assert graded, f"{path.name}: no graded exit ticket in its stored outputs"
+    assert any(re.search(r"^      computed: ", t, re.MULTILINE) for t in graded), \
+        f"{path.name}: no transfer question (labs.Question(..., computed=True)) in its exit ticket"

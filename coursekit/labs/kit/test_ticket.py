@@ -75,6 +75,19 @@ def test_a_question_whose_measurement_is_missing_is_shown_and_not_counted(course
     assert "measured: not measured in this run; your answer: 30 %" in capsys.readouterr().out
 
 
+def test_a_transfer_question_shows_its_answer_as_computed_not_measured(course: Path,
+                                                                       capsys: pytest.CaptureFixture) -> None:
+    ticket = tk.exit_ticket("10", {"starts": tk.Question("Starts?", 3),
+                                   "redone": tk.Question("Steps computed twice?", 190, computed=True),
+                                   "cost": tk.Question("Milliseconds for 1 GB?", None, unit="ms", computed=True)})
+    capsys.readouterr()
+    ticket.grade({"starts": 3, "redone": 190})
+    out = capsys.readouterr().out
+    assert "      measured: 3; your answer: 3" in out and "      computed: 190; your answer: 190" in out
+    assert "measured: 190" not in out
+    assert "computed: not computed in this run (a number it needs was not measured); your answer: none" in out
+
+
 def test_bad_input_gets_an_error_naming_what_to_change(course: Path) -> None:
     ticket = lab02()
     with pytest.raises(ValueError, match=r"no question is called 'fastset'.*'fastest', 'speedup'"):

@@ -186,7 +186,8 @@ class Question:
     ``expected``: what this participant measured (a number, or one of ``choices``); None when the
     measurement is missing in this run (the question is shown, not counted). A number is right when
     ``|answer - expected| <= max(rel_tol * |expected|, abs_tol)`` (both 0: exactly); a choice when it names
-    ``expected`` (case and spaces aside)."""
+    ``expected`` (case and spaces aside). ``computed``: a transfer question, whose answer is computed with the
+    lab's idea (from given numbers, or from measured ones), not read in a cell: its answer shows as "computed"."""
 
     text: str
     expected: Any
@@ -194,6 +195,7 @@ class Question:
     rel_tol: float = 0.0
     abs_tol: float = 0.0
     choices: tuple[str, ...] = ()
+    computed: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.text, str) or not self.text.strip():
@@ -303,7 +305,7 @@ class ExitTicket:
             answer = answers.get(key)
             rows.append({"key": key, "question": question.text, "answer": _stored(answer, question),
                          "measured": question.measured, "unit": question.unit, "status": question.grade(answer),
-                         "tolerance": question.tolerance_text()})
+                         "tolerance": question.tolerance_text(), "computed": question.computed})
         total = sum(r["measured"] is not None for r in rows)  # a question whose measurement is missing: not counted
         score = sum(r["status"] == RIGHT for r in rows)
         saved, note = self._save(rows, score, total, course)
@@ -331,13 +333,17 @@ class ExitTicket:
 
 def render(graded: Graded) -> str:
     """The graded ticket as text: a line per question with its verdict (stable from run to run), the
-    numbers under it on a ``measured:`` line (they vary; the notebooks' checks mask that line)."""
+    numbers under it on a ``measured:`` line, ``computed:`` for a transfer question (they vary; the notebooks'
+    checks mask that line)."""
     lines = [f"Exit ticket, lab {graded.lab}: {graded.score}/{graded.total} right"]
     for row in graded.rows:
         lines.append(f"  {row['status']:<{STATUS_WIDTH}}  {row['key']}: {row['question']}")
-        measured = "not measured in this run" if row["measured"] is None else _show(row["measured"], row["unit"])
+        label = "computed" if row.get("computed") else "measured"
+        missing = "not computed in this run (a number it needs was not measured)" if row.get("computed") \
+            else "not measured in this run"
+        measured = missing if row["measured"] is None else _show(row["measured"], row["unit"])
         answer = "none" if row["answer"] is None else _show(row["answer"], row["unit"])
-        lines.append(f"      measured: {measured}; your answer: {answer} ({row['tolerance']})")
+        lines.append(f"      {label}: {measured}; your answer: {answer} ({row['tolerance']})")
     lines.append(f"Score: {graded.score}/{graded.total}. {graded.note}")
     return "\n".join(lines)
 
