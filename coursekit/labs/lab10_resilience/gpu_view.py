@@ -115,7 +115,9 @@ def gpu_figures(samples: Sequence[dict[str, Any]], records: Sequence[dict[str, A
     during = samples_in(samples, measured_spans(records))
     util, sampled_power = _values(during, "util_pct"), _values(during, "power_w")
     memory = _values(samples, "mem_used_mib")
-    images = sum(r.get("window_images") or 0 for r in timed)
+    # the engine writes window_images beside the energy; without an energy counter: the window's rate x its time
+    images = sum(r.get("window_images") or (r.get("images_per_s_global") or r.get("images_per_s") or 0.0)
+                 * (r.get("window_time_s") or 0.0) for r in timed)
     seconds = sum(r.get("window_time_s") or 0.0 for r in timed)
     per_image = energy_per_image(timed)
     rate = images / seconds if images and seconds else None

@@ -97,6 +97,7 @@ def test_power_comes_from_the_samples_of_the_same_steps_without_an_energy_counte
     run = {**FED_RUN, "joules_per_image": None, "warmup_power_w": 120.0}
     fed = gv.gpu_table(_watched(tmp_path, STARVING_RUN, run)).one(job=gv.FED)
     assert fed["energy_per_image_j"] is None and fed["power_mean_w"] == pytest.approx(380.0)
+    assert fed["images_per_s"] == pytest.approx(200.0)  # the records' 100 images a 0.5 s step: no counter needed
 
 
 def test_claims_hold_on_a_fed_loader_that_keeps_the_gpu_busy(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
