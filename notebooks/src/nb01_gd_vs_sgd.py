@@ -182,8 +182,8 @@ ax.legend(fontsize="small")
 figure
 
 # %% [markdown]
-# The largest batch holds half of the *n* points, so the factor (*n − B*)/(*n − 1*) pulls its variance
-# below tr Σ / B and steepens the raw slope. Dividing it out gives the corrected slope:
+# The largest batch holds a large share of the *n* points, so the factor (*n − B*)/(*n − 1*) pulls its
+# variance below tr Σ / B and steepens the raw slope. Dividing it out gives the corrected slope:
 
 # %% tags=["nbval-ignore-output"]
 noise.add_column("corrected_var", lambda r: r["grad_noise_var"] / gd.without_replacement_factor(r["batch_size"], s.points))

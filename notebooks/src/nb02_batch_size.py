@@ -115,9 +115,10 @@ labs.reveal("speedup", ordered[-1]["images_per_s_median"] / ordered[0]["images_p
 #
 # The weights, gradients and optimizer state do not depend on the batch; the activations kept for the
 # backward pass grow in proportion to it. On a GPU the sweep is continued until a run fails with
-# *CUDA out of memory*. `labs.is_oom(job)` recognises it the way DLO-JZ's notebooks do, from the job's
-# state (`OUT_OF_MEMORY` when Slurm kills it) or from the error in its `.err` log (one run of a job that
-# makes several: from the error that run recorded).
+# *CUDA out of memory*. `labs.is_oom(job)` recognises it the way DLO-JZ's notebooks do, from the error in
+# its `.err` log (one run of a job that makes several: from the error that run recorded). Slurm does not
+# watch GPU memory: such a job ends `FAILED`. Its state `OUT_OF_MEMORY` means the job went over its host
+# memory (`--mem`), which the check counts too.
 #
 # Memory is given in **GiB** (2³⁰ bytes, as PyTorch reports it), everywhere in this lab. GPUs are sold
 # in "GB" that are nearly GiB: an "H100 80GB" holds 79.2 GiB (85.0 × 10⁹ bytes), an H200 "141 GB" about

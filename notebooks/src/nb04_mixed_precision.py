@@ -300,7 +300,7 @@ print({rung: f"{share:.1%}" for rung, share in share_of_peak.items()})
 # - **autocast** runs each operation in the precision that suits it: matrix products in float16 or
 #   bfloat16 (fast on tensor cores), sums like the loss's softmax in float32. The weights stay float32:
 #   autocast casts a low-precision copy of them inside each operation.
-# - **float16 needs a scaler.** Its range is small: gradients below 6·10⁻⁸ become 0. The scaler multiplies
+# - **float16 needs a scaler.** Its range is small: gradients below 3·10⁻⁸ (2⁻²⁵) become 0. The scaler multiplies
 #   the loss by a large scale before the backward pass, and divides the gradients by it before the step.
 #   If a gradient overflows (inf or NaN), `scaler.step` skips that step and `scaler.update` halves the scale.
 # - **bfloat16 needs none.** It has the range of float32, only less precision: its gradients do not

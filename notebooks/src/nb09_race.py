@@ -133,7 +133,7 @@ if not race.has_baseline():
 
 # %%
 profile.explain(
-    gpu=(f"On Fashion-MNIST the baseline needs about six epochs of its {s.baseline.num_samples or 60_000:,} "
+    gpu=(f"On Fashion-MNIST the baseline needs five to six epochs of its {s.baseline.num_samples or 60_000:,} "
          f"training images to reach {s.baseline.target_acc:.0%}" if s.baseline.dataset == "fashion-mnist" else
          f"The baseline may train {s.baseline.epochs} epochs of CIFAR-10's {s.baseline.num_samples or 50_000:,} "
          f"training images to reach {s.baseline.target_acc:.0%}")

@@ -16,10 +16,15 @@ from coursekit.labs.kit.results import ResultsTable
 
 COMPLETED = "COMPLETED"
 TAIL_LINES = 8
+# Slurm's OUT_OF_MEMORY (its cgroup's oom-kill) is about the node's memory: Slurm does not watch a GPU's
+HOST_MEMORY_ADVICE = ("the job went over its host memory (Slurm's --mem, not the GPU's): ask for more, e.g. "
+                      "slurm_addon={'mem': '64G'} (or more cpus_per_task where memory comes with the cores), or use "
+                      "fewer DataLoader workers")
 # (markers in stderr / the run's error, what the participant should do), first match wins
 ADVICE: tuple[tuple[tuple[str, ...], str], ...] = (
-    (("CUDA out of memory", "OutOfMemoryError", "OUT_OF_MEMORY"),
+    (("CUDA out of memory", "OutOfMemoryError"),
      "the GPU ran out of memory: lower the batch size (or use bf16, or activation checkpointing)"),
+    (("oom-kill", "OUT_OF_MEMORY", "DefaultCPUAllocator: can't allocate memory"), HOST_MEMORY_ADVICE),
     (("CIFAR-10 is not in data_dir",),
      "CIFAR-10 is not staged where the jobs look: run `python -m coursekit.labs.kit.datasets --stage` once on a node "
      "with internet access (the login node), or set COURSEKIT_DATA_DIR to the folder that holds it"),
@@ -36,7 +41,7 @@ STATE_ADVICE = {
     "CANCELLED": "the job was cancelled (by you, an instructor or the scheduler): run the cell again",
     "NODE_FAIL": "the node failed: run the cell again (the scheduler picks another node)",
     "PREEMPTED": "the job was preempted: run the cell again",
-    "OUT_OF_MEMORY": ADVICE[0][1],
+    "OUT_OF_MEMORY": HOST_MEMORY_ADVICE,
 }
 DEFAULT_ADVICE = "read the job's whole stderr (job.stderr) and ask an instructor if it is unclear"
 

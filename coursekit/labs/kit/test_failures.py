@@ -55,3 +55,12 @@ def test_result_or_none_reports_instead_of_raising(capsys):
     assert failures.result_or_none(FakeJob("9", "FAILED", "RuntimeError: boom"), what="anatomy") is None
     printed = capsys.readouterr().out
     assert "job 9 (anatomy) returned no result" in printed and "| RuntimeError: boom" in printed
+
+
+def test_a_gpu_out_of_memory_and_slurms_host_memory_kill_get_their_own_advice():
+    """Slurm does not watch GPU memory: its OUT_OF_MEMORY (oom-kill) is the node's memory, a CUDA OOM a traceback."""
+    gpu = failures.advice_for("FAILED", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
+    host = failures.advice_for("OUT_OF_MEMORY", "slurmstepd: error: Detected 1 oom-kill event(s) in StepId=42.0.")
+    assert "lower the batch size" in gpu and "host memory" not in gpu
+    assert "host memory" in host and "mem" in host and "batch size" not in host
+    assert failures.advice_for("OUT_OF_MEMORY", "") == host

@@ -243,7 +243,7 @@ def _check_scaler(record: dict[str, Any], dtype: str, poison_step: int) -> tuple
         note = " (an enabled one does no harm)" if enabled else ""
         return Check("scaler", PASS, f"bfloat16 has the range of float32: no scaler needed{note}"), updates
     if not scalers:
-        return Check("scaler", FAIL, "no torch.amp.GradScaler was created: float16 gradients below 6e-8 become 0 "
+        return Check("scaler", FAIL, "no torch.amp.GradScaler was created: float16 gradients below 3e-8 (2^-25) become 0 "
                                      "(underflow) and an overflow goes unnoticed. Create scaler = "
                                      "torch.amp.GradScaler(device.type)"), updates
     if not enabled:
