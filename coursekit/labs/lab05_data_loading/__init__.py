@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import statistics
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -325,10 +326,9 @@ def decode_compute(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     whether it exceeds it by more than ``DECODE_COMPUTE_EXTRA``; None when either kind is missing."""
     gpu = [r["compute_time_mean_s"] for r in rows
            if r["config"].gpu_decode and r.get("compute_time_mean_s") is not None]
-    cpu = sorted(r["compute_time_mean_s"] for r in _cpu_decoding(rows) if r.get("compute_time_mean_s") is not None)
+    cpu = [r["compute_time_mean_s"] for r in _cpu_decoding(rows) if r.get("compute_time_mean_s") is not None]
     if not gpu or not cpu:
         return None
-    middle = len(cpu) // 2
-    median = cpu[middle] if len(cpu) % 2 else (cpu[middle - 1] + cpu[middle]) / 2
+    median = statistics.median(cpu)
     return {"gpu_s": max(gpu), "cpu_s": median, "extra": max(gpu) / median - 1,
             "longer": max(gpu) > (1 + DECODE_COMPUTE_EXTRA) * median}
