@@ -4,9 +4,10 @@ The data are the engine's own (``coursekit.train.data.make_line``, same seed), s
 here is exactly the one the jobs descended. Paths come from the jobs' step records (``--log-params``).
 
 ``submit_sweeps(..., one_job=True)`` puts every run of the lab into one job, ``python -m coursekit.train.sweep``:
-the runs last a second or two, less than starting Python and torch, which a job per run would pay every time
-(labs 02 and 05 hold the same code: no lab imports another). The notebook does so wherever the runs would
-share one processor anyway (a CPU, or the GPU of a single machine); on a cluster each run is a job of its own.
+most runs last seconds or less, little more than starting Python and torch, which a job per run would pay every
+time (the long one: B = 1 on a GPU, n steps per epoch, each paying a step's fixed cost: a minute or two; labs 02
+and 05 hold the same code: no lab imports another). The notebook does so wherever the runs would share one
+processor anyway (a CPU, or the GPU of a single machine); on a cluster each run is a job of its own.
 """
 
 from __future__ import annotations
@@ -108,7 +109,8 @@ def surface_figure(x: np.ndarray, y: np.ndarray, table: ResultsTable | None = No
                                  np.linspace(bs.min() - b_pad, bs.max() + b_pad, SURFACE_POINTS))
     losses = mse(x, y, w_grid, b_grid)
     ax.contour(w_grid, b_grid, np.log10(losses), levels=CONTOUR_LEVELS, cmap="viridis", linewidths=0.6)
-    ax.plot([w_best], [b_best], marker="*", color="black", markersize=12, linestyle="none", label="least squares")
+    ax.plot([w_best], [b_best], marker="*", color="black", markersize=12, linestyle="none", label="least squares",
+            zorder=5)  # above the paths: B = 1's cloud covers the bottom of the surface
     largest = max((row[label_key] for row in table or []), default=None)
     for row in table or []:
         path = row["path"]
@@ -159,10 +161,11 @@ def settings(profile: str) -> dict[str, Any]:
     """Lab 01's numbers in ``profile`` ("cpu" or "gpu"); ``profile.settings("01")`` shows them."""
     # Plain gradient descent on the DLI's line: no momentum, no weight decay, the same lr for every batch.
     # gpu profile: the jobs hold a GPU, so they run on it (device "auto": the GPU where the job has one) rather
-    # than reserve a GPU and leave it idle. For two parameters the GPU's arithmetic costs nothing: a step costs its
-    # kernel launches plus the CPU work of assembling the batch (a DataLoader over the points), which grows with B.
-    # Measured on an H100's host CPU: 0.34 ms (B = 1) against 2.26 ms (B = 512); on the GPU the launches add the
-    # same fraction of a millisecond to both, so B = 512's step stays several times dearer.
+    # than reserve a GPU and leave it idle. For two parameters the GPU's arithmetic costs nothing: a step is nearly
+    # all fixed cost (the host's work per step, the kernel launches, the engine's step record with w and b), plus
+    # the CPU work of assembling the batch (a DataLoader over the points), which grows with B. Measured on an H200
+    # (median steps): 4.3 ms (B = 1) against 7.9 ms (B = 512); B = 1's 10,240 steps, each also writing its record,
+    # took 106 s in all (the budget's 2 minutes).
     points = 128 if profile == "cpu" else 512
     base = TrainConfig(model="linear", dataset="line", num_samples=points, optimizer="sgd", momentum=0.0,
                        weight_decay=0.0, lr=0.2, epochs=10 if profile == "cpu" else 20, log_params=True,
@@ -174,6 +177,6 @@ def settings(profile: str) -> dict[str, Any]:
               "noise_base": noise, "noise_batch_sizes": noise_batches,
               "job": job_options(profile, "00:10:00"), "timeout_s": 300 if profile == "cpu" else 1800}
     if profile == "gpu":
-        values["budget"] = workshop_budget({"GD/SGD paths": (2 + len(mini), 0.3),
+        values["budget"] = workshop_budget({"B = 1 path": (1, 2.0), "other GD/SGD paths": (1 + len(mini), 0.3),
                                             "gradient noise": (len(noise_batches) + 1, 0.3)})
     return values

@@ -128,10 +128,12 @@ def check_claims(table: ResultsTable, memory: ResultsTable | None, *, rate: str,
     early, late = loglog_slope(batches[: middle + 1], rates[: middle + 1]), loglog_slope(batches[middle:], rates[middle:])
     total = rates[-1] / rates[0]
     largest = ordered[-1]
+    fastest = max(ordered, key=lambda r: r[rate])  # per image
     best = max(ordered, key=lambda r: r["val_acc"])
     times = [r["time_to_target_s"] for r in ordered if r["time_to_target_s"] is not None]
     standin_why = "the generated images are learned perfectly by every batch: a smoke test, not evidence about accuracy"
     ooms = [r["batch_size"] for r in memory or [] if r.get("oom")]
+    fits = [r["batch_size"] for r in memory or [] if not r.get("oom")]
     return [
         check_claim("throughput (images/s) grows with the batch size and saturates (its log-log slope falls "
                     + (f"by at least {slope_drop_min:g} " if slope_drop_min else "")
@@ -146,13 +148,15 @@ def check_claims(table: ResultsTable, memory: ResultsTable | None, *, rate: str,
                     f"val_acc {largest['val_acc']:.3f} at batch {largest['batch_size']} vs {best['val_acc']:.3f} at "
                     f"batch {best['batch_size']}", applies=not standin, why_not=standin_why),
         check_claim("the fastest run per image is not the fastest to the target accuracy",
-                    bool(times) and (largest["time_to_target_s"] is None or largest["time_to_target_s"] > min(times)),
+                    bool(times) and (fastest["time_to_target_s"] is None or fastest["time_to_target_s"] > min(times)),
                     f"time to {target_acc:.0%}: " + ", ".join(
                         f"{r['batch_size']}: {'never' if r['time_to_target_s'] is None else format(r['time_to_target_s'], '.2f') + ' s'}"
-                        for r in ordered), applies=not standin, why_not=standin_why),
-        check_claim("the largest batch that fits is found by running into the out-of-memory error",
-                    memory is not None and bool(ooms) and any(not r.get("oom") for r in memory),
-                    f"out of memory at batch {ooms or '-'}",
+                        for r in ordered) + f" (fastest per image: batch {fastest['batch_size']})",
+                    applies=not standin, why_not=standin_why),
+        check_claim("the largest batch that fits is found by running into the out-of-memory error (every batch "
+                    "that fits is smaller than every one that does not)",
+                    bool(ooms) and bool(fits) and max(fits) < min(ooms),
+                    f"fits at batch {fits or '-'}, out of memory at batch {ooms or '-'}",
                     applies=gpu, why_not="no GPU in this kernel's experiments (the recorded figures above show it)"),
     ]
 

@@ -9,6 +9,7 @@ run as a job (``coursekit.submit_function``), like every experiment of the labs.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -189,24 +190,37 @@ def peaks_figure(peaks: ResultsTable) -> Any:
     """The allocator's measured peak and the calculator's estimate (MiB) against the batch, log-log, one pair of
     lines per case (the calibration case and the one held out)."""
     figure, ax = new_figure()
+    names = []  # the cases' runs, in the title: legend entries this long would squeeze the axes
     for case, marker in (("calibration", "o"), ("held out", "s")):
         rows = sorted((r for r in peaks if r["case"] == case), key=lambda r: r["batch_size"])
         if not rows:
             continue
         xs = [r["batch_size"] for r in rows]
-        name = rows[0]["label"]
+        names.append(f"{case}: {rows[0]['label']}")
         ax.plot(xs, [r["peak_mem_mib"] for r in rows], marker=marker, linestyle="-",
-                label=f"{name}: measured peak (max_memory_allocated)")
+                label=f"{case}: measured (max_memory_allocated)")
         ax.plot(xs, [r["estimate_mib"] for r in rows], marker="x", markersize=9, linestyle=":",
-                label=f"{name}: calculator")
+                label=f"{case}: calculator")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     _plain_log2_ticks(ax, [r["batch_size"] for r in peaks])
+    yticks = _mib_ticks([v for r in peaks for v in (r["peak_mem_mib"], r["estimate_mib"]) if v])
+    ax.set_yticks(yticks, [f"{tick:,.0f}" for tick in yticks])
     ax.set_xlabel("batch size (log scale)")
     ax.set_ylabel("peak memory allocated (MiB, log scale)")
-    ax.set_title("the calculator against the allocator")
-    outside_legend(ax)
+    ax.set_title("the calculator against the allocator\n" + "; ".join(names), fontsize="medium")
+    ax.legend(fontsize="small", loc="upper left")  # the curves rise to the right: the upper left is free
     return figure
+
+
+def _mib_ticks(values: Sequence[float]) -> list[float]:
+    """Ticks for a log axis of MiB that spans less than two decades: 1, 2, 3 and 5 times each power of ten
+    within the values' range (matplotlib would label 10,000 alone)."""
+    low, high = min(values, default=1.0), max(values, default=1.0)
+    ticks = [lead * 10 ** power for power in range(int(math.log10(max(low, 1.0))), int(math.log10(high)) + 1)
+             for lead in (1, 2, 3, 5)]
+    inside = [tick for tick in ticks if low / 1.1 <= tick <= high * 1.1]
+    return inside or [high]
 
 
 def add_estimates(peaks: ResultsTable, heldout: dict[str, Any]) -> ResultsTable:

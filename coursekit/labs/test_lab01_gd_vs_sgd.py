@@ -158,3 +158,18 @@ def test_gpu_jobs_run_on_the_gpu_they_hold_and_cpu_jobs_on_the_cpu():
 def test_the_step_time_model_goes_through_both_measurements():
     fixed, per_point = gd.step_time_model(t_full=2.26e-3, t_one=0.34e-3, points=512)
     assert fixed + per_point == pytest.approx(0.34e-3) and fixed + 512 * per_point == pytest.approx(2.26e-3)
+
+
+def test_the_gpu_budget_gives_the_b1_run_its_minutes():
+    """B = 1 makes n steps per epoch: on a GPU, where every step pays a fixed cost, it is the long run."""
+    s = gd.settings("gpu")
+    assert "B = 1 path: 1 x 2 min" in s["budget"]["estimate"]
+    assert s["budget"]["jobs"] == len(s["batch_sizes"]) + len(s["noise_batch_sizes"]) + 1
+
+
+def test_the_least_squares_star_is_drawn_above_the_paths():
+    x, y = np.array([0.0, 1.0, 2.0]), np.array([2.0, 12.0, 22.0])
+    path = np.array([[0.0, 0.0], [10.0, 2.0]])
+    figure = gd.surface_figure(x, y, ResultsTable([{"batch_size": 1, "path": path}]))
+    lines = {line.get_label(): line for line in figure.axes[0].get_lines()}
+    assert lines["least squares"].get_zorder() > lines["batch_size=1"].get_zorder()

@@ -72,6 +72,8 @@ def test_the_claims_hold_on_rows_like_the_gpu_run():
     ([*GPU_ROWS[:-1], (2048, 42_000, 0.880, None)], "below the best"),
     # the largest batch gets to the target first
     ([*GPU_ROWS[:-1], (2048, 42_000, 0.801, 9.0)], "not the fastest"),
+    # the fastest per image is batch 1024, not the largest, and it gets to the target first
+    ([*GPU_ROWS[:3], (1024, 50_000, 0.840, 9.0), GPU_ROWS[4]], "not the fastest"),
 ])
 def test_a_planted_wrong_sweep_fails_its_claim(planted, claim):
     with pytest.raises(AssertionError, match=claim):
@@ -83,6 +85,8 @@ def test_no_out_of_memory_error_fails_the_oom_claim():
         claims(memory_rows=[row for row in MEMORY_ROWS if not row[2]])
     with pytest.raises(AssertionError, match="out-of-memory"):  # nothing fitted: no bracket either
         claims(memory_rows=[(b, None, True) for b, _, _ in MEMORY_ROWS])
+    with pytest.raises(AssertionError, match="out-of-memory"):  # a small batch failed, a larger one fitted
+        claims(memory_rows=[(64, None, True), *MEMORY_ROWS[1:-1]])
 
 
 def test_memory_line_and_the_transfer_answer():

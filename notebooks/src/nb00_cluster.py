@@ -29,6 +29,7 @@ from collections import Counter
 
 import coursekit
 from coursekit import labs
+from coursekit.labs import lab00_cluster
 from coursekit.labs.kit import failures, plots
 
 pseudo = labs.choose_pseudonym("ada")  # <- put yours here
@@ -135,10 +136,12 @@ for epoch in run["epochs"]:
 # Both numbers divide images by seconds, over different stretches of time. An epoch's rate counts from
 # the epoch's start: the loader's first batch (starting its worker processes) and, in the first epoch,
 # the warm-up steps (memory allocation, the choice of the fastest kernels) are in it. The summary's rate
-# leaves out the first five steps and the gaps between epochs: it is the speed of the training steps
-# themselves, what more epochs would add. So the summary's rate is normally the higher one, and the
-# first epoch, which pays the warm-up, normally the slowest (on a busy machine another program's work can
-# slow any stretch of time).
+# covers every measured step: all the steps after the first five (the warm-up), in every epoch, the rest
+# of the first one included, their images divided by the time they spent waiting for data and computing
+# (the gaps between epochs, such as the validation, left out). So the summary's rate is normally the
+# highest, and the first epoch, which pays the warm-up, normally the slowest. What one more epoch would
+# add is about the last epoch's rate: it pays an epoch's start as the next one would (on a busy machine
+# another program's work can slow any stretch of time).
 
 # %%
 figure, ax = plots.new_figure()
@@ -197,9 +200,17 @@ failed = failures.report_failures(table, "the learning-rate sweep")
 table.with_columns("lr", "job_id", "state", "val_acc", "val_loss", "images_per_s", "total_time_s")
 
 # %%
+if lab00_cluster.jobs_share_one_gpu():  # a single machine: every job of the sweep on its one GPU, at once
+    profile.explain(gpu="The three jobs ran at the same time on this machine's one GPU, each with a share of it, "
+                        "so each ran slower than the first job, which had the GPU to itself: compare their "
+                        "images/s and total times with the first job's.")
+
+# %%
 figure, (left, right) = plots.new_figure(ncols=2)
 plots.curves(table, "steps", "step", "loss", ["lr"], ax=left, title="training loss (log scale)")
-left.set_yscale("log")  # a spike of the largest lr (the loss jumps by a factor of ten or more) and the others' fall
+# a log axis shows the fall and, in the first steps, the spikes of the larger lrs (the default 0.1 too: the loss can
+# jump tenfold, as the runs start at full lr with no warm-up; lab 07 adds one)
+left.set_yscale("log")
 plots.curves(table, "epochs", "epoch", "val_acc", ["lr"], ax=right, title="validation accuracy")
 figure
 
@@ -240,8 +251,6 @@ verdicts = [
 # saved for the instructor.
 
 # %%
-from coursekit.labs import lab00_cluster
-
 ticket = labs.exit_ticket("00", lab00_cluster.ticket_questions(job.job_id, long_job.state, table))
 answers = ticket.blank()
 

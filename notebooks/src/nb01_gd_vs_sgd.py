@@ -59,10 +59,10 @@ gd.data_figure(x, y)
 # * **mini-batches** in between: mini-batch SGD (the sizes are printed below, from the settings).
 #
 # `--log-params` makes the engine write *w* and *b* into every step record, which gives us the paths.
-# On a cluster each run is a job of its own. A run lasts a second or two, less than starting Python
-# and torch, so where the runs would share one processor anyway (a CPU, or the GPU of a single
-# machine) `one_job=True` puts all of them into a single job (`python -m coursekit.train.sweep`: the
-# options below, `--next` between runs, one run after the other).
+# On a cluster each run is a job of its own. Where the runs would share one processor anyway (a CPU,
+# or the GPU of a single machine), `one_job=True` puts all of them into a single job
+# (`python -m coursekit.train.sweep`: the options below, `--next` between runs, one run after the
+# other), which starts Python and torch once instead of once per run (how long the runs last: below).
 
 # %% tags=["exact-settings"]
 print(gd.batch_sizes_text(s.points, s.batch_sizes))
@@ -76,10 +76,15 @@ for config in configs:
 
 # %% tags=["exact-settings"]
 profile.explain(
-    gpu="The jobs hold a GPU, so they run on it. For two parameters its arithmetic costs nothing: a step "
-        "costs a few kernel launches, the same for every B, plus the work of assembling the batch on the "
-        "CPU, which grows with B. Watch for that in the step times of section 3.",
-    cpu="The jobs run on this machine's CPU, one thread each.")
+    gpu="The jobs hold a GPU, so they run on it. For two parameters its arithmetic costs next to nothing. A "
+        "step pays a fixed cost, the same for every B: the host's work per step (Python, the optimiser, the "
+        "data loader), the step's kernel launches and the engine's record of every step (here with *w* and "
+        "*b*); assembling the batch on the CPU adds a part that grows with B. A B = 1 step is nearly all fixed "
+        "cost, so it is far from *n* times cheaper than a full-batch step, and the B = 1 run, *n* steps per "
+        "epoch, lasts a minute or two where the others take seconds. The step times are in the results table "
+        "below (`step_time_s`) and in Exercise 2.",
+    cpu="The jobs run on this machine's CPU, one thread each. A run lasts a second or two at most (the first "
+        "also pays the job's start-up), about what starting Python and torch costs.")
 
 # %% tags=["nbval-ignore-output"]
 noise_configs = [s.noise_base.replace(batch_size=b) for b in s.noise_batch_sizes]
@@ -107,6 +112,12 @@ failed = failures.report_failures(table, "the GD/SGD sweep")
 
 # %% tags=["nbval-ignore-output"]
 table.with_columns("batch_size", "job_id", "state", "final_loss", "step_time_s", "total_time_s")
+
+# %% [markdown]
+# Where the runs share one job, the first of them (full batch) also pays the job's one-off start-up in
+# its total time: the first use of torch's kernels and, on a GPU, starting CUDA. That, not its few
+# steps, is why its total time can exceed that of a mini-batch run with many more steps; the step
+# times (medians over the run) leave the start-up out.
 
 # %% [markdown]
 # ## 3. Loss against epochs and against time
@@ -226,13 +237,18 @@ for row in (table.one(batch_size=s.points), table.one(batch_size=1)):
     steps_per_epoch = s.points // row["batch_size"]
     print(f"B={row['batch_size']:>4}: {1e3 * row['step_time_s']:.3f} ms per step, "
           f"{1e3 * row['step_time_s'] * steps_per_epoch:.1f} ms per epoch")
+share = table.one(batch_size=1)["step_time_s"] / table.one(batch_size=s.points)["step_time_s"]
+print(f"one B = 1 step costs {share:.2f} of a full-batch step, for 1/{s.points} of the points")
 ### END SOLUTION
 
 # %% [markdown] tags=["solution"]
-# One SGD step costs far less than one full-batch step, but an epoch of *B = 1* makes *n* of them and
-# pays the fixed cost of a step (Python, the optimiser, the data loader) every time, so its epoch is the
-# slower one. What SGD buys is progress per epoch: many more, noisier updates. Mini-batches keep most of
-# that progress while sharing the fixed cost of a step, and they fill a GPU — the subject of lab 02.
+# One *B = 1* step is cheaper than a full-batch step, but nowhere near *n* times cheaper for its one
+# point in *n* (the share printed above): a *B = 1* step is nearly all fixed cost — the host's work per
+# step (Python, the optimiser, the data loader), on a GPU the step's kernel launches, the engine's record
+# of every step — not arithmetic on its example. An epoch of *B = 1* makes *n* such steps and pays that
+# fixed cost every time, so its epoch is the slower one. What SGD buys is progress per epoch: many more,
+# noisier updates. Mini-batches keep most of that progress while sharing the fixed cost of a step, and
+# they fill a GPU — the subject of lab 02.
 
 # %% [markdown]
 # ## 6. Exit ticket

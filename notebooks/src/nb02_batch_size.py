@@ -11,7 +11,7 @@
 # 3. tell throughput from progress: at a fixed number of epochs a larger batch makes fewer optimiser
 #    steps, so it may finish sooner yet reach a lower accuracy — what counts is the *time to accuracy*.
 #
-# One sweep of jobs, one results table, and every plot below is drawn from that table.
+# Every run of a sweep goes into a results table, and every plot below is drawn from one.
 
 # %%
 # %matplotlib inline
@@ -79,6 +79,10 @@ table.with_columns("batch_size", "job_id", "state", "images_per_s_median", *labs
                    "val_acc", "time_to_target_s")
 
 # %% [markdown]
+# `images_per_s_median` counts the timed steps only (section 2 says how); `train_time_s` is the training
+# clock (it stops for evaluations), which also runs while the engine writes its record of each step, between
+# the timed steps. So a run's images divided by its training time give fewer images per second than the median.
+#
 # Speed is one cost, energy another. On a GPU the table shows the joules each image cost during the
 # timed steps, and what one epoch of the training set costs at that rate. Does the fastest batch also
 # use the least energy per image?

@@ -85,7 +85,8 @@ steps_table.with_columns("device", "state", "batch_size", "images_per_s")
 
 # %% tags=["nbval-ignore-output"]
 measured = [r for r in steps_table if r["state"] != "recorded"]
-print(f"{len(measured)} measured run(s), {len(steps_table) - len(measured)} recorded figure(s)")
+recorded_rows = len(steps_table) - len(measured)
+print(f"{len(measured)} measured run(s)" + (f", {recorded_rows} recorded on a GPU" if recorded_rows else ""))
 figure = plots.bars([r["device"] for r in steps_table], [r["images_per_s"] for r in steps_table],
                     ylabel="images/s (log scale)", title="ResNet-50 training throughput")
 figure.axes[0].set_yscale("log")

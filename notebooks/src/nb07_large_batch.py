@@ -17,9 +17,10 @@
 #    for each batch) and fit McCandlish et al.'s `(S/S_min − 1)(E/E_min − 1) = 1`;
 # 6. estimate the gradient noise scale B_simple during training and compare it with the critical batch.
 #
-# Every run goes into **one results table**; every accuracy is a mean ± std over seeds, and every plot and
-# claim below is computed from that table. **One schedule shape for every arm**: linear warm-up (counted in
-# steps), then linear decay to 0; only the peak LR, the warm-up and the batch vary between the arms of a part.
+# Every run goes into **one results table**; an accuracy run with several seeds is a mean ± std over them (a
+# grid point runs one seed), and every plot and claim below is computed from that table. **One schedule shape
+# per part**: in A and B a linear warm-up (counted in steps), then linear decay to 0; in C and D a short warm-up,
+# then a constant LR, so that the steps to a target do not depend on where a decay would end.
 
 # %% tags=["nbval-ignore-output"]
 # %matplotlib inline
@@ -253,8 +254,10 @@ lb.large_batch_recovery(table, s)
 #
 # The largest batch at a very large LR, with and without a short linear warm-up; the training loss of every
 # step. Without warm-up the first steps take the full step while the weights are random: the loss jumps
-# (Goyal et al.'s figure 2). Batch norm usually catches the run again, but it ends less accurate. (This part
-# runs only very large LRs: what warm-up does at a moderate LR is not measured here.)
+# (Goyal et al.'s figure 2). Batch norm usually catches the run again. What warm-up removes is the spike: at
+# such an LR the final test accuracy scatters from seed to seed with or without it (the table's ±), and a final
+# training loss close to another run's need not mean the same test accuracy. Warm-up does not make a very large
+# LR a good one. (This part runs only very large LRs: what warm-up does at a moderate LR is not measured here.)
 
 # %% tags=["nbval-ignore-output"]
 lb.cells(table, "B")

@@ -100,8 +100,10 @@ print("\n".join(resume.requeue_lines(runs)))  # submitit's own lines of the job'
 
 # %%
 profile.explain(
-    gpu="On this site's clock the signal came before the time limit, as Slurm's would; the script saved at the end "
-        "of its step and the requeued job resumed from there.",
+    gpu="On this site's clock the signal came before the time limit: Slurm sends it the seconds the job asked for "
+        "(`@90`, less for a short limit) before the end, give or take up to a minute, the kit's local site "
+        f"{resume.LOCAL_SIGNAL_DELAY_S} s before it; the log's times above show when each start was stopped. The "
+        "script saved at the end of its step and the requeued job resumed from there.",
     cpu="Here the notebook sent the signal itself a few seconds in, as Slurm's clock would near the time limit (a "
         "time limit of a few minutes would make you wait for it); the requeue and the second start are the site's own.")
 
@@ -178,8 +180,8 @@ profile.explain(
 
 # %% [markdown]
 # The same logs with the tools of lab 00: `search_log` finds every rank's log of a job, `job.tail` reads one
-# rank's. On a GPU the jobs also ran with `NCCL_DEBUG=INFO`: NCCL's own lines (its version, the rings, the
-# transport) are in the logs.
+# rank's. On a GPU the jobs also ran with `NCCL_DEBUG=INFO`: NCCL's own lines (`NCCL INFO`: its version, the
+# rings, the transport) are in each rank's standard output, beside the traceback in its standard error.
 
 # %% tags=["nbval-ignore-output"]
 first = cases.jobs[cases.labels[0]]
@@ -195,8 +197,8 @@ print(first.tail(12, stream="err", rank=1))
 print(clinic.CAUSES)
 
 # %% [markdown] tags=["exercise"]
-# For each job give a cause among these keys and the rank whose log shows it first (0 or 1; `"all"` when every
-# rank shows it). A wrong answer says "not yet" and which part is wrong; after three tries the answer is shown. A
+# For each job give a cause among these keys and the rank that caused it (0 or 1; `"all"` when every rank
+# carries the same mistake). A wrong answer says "not yet" and which part is wrong; after three tries the answer is shown. A
 # right one explains what happened and how to fix it. Write them in `my_diagnoses`, in place of the two
 # placeholder lines: `{"A": {"cause": "...", "rank": ...}, "B": ..., "C": ..., "D": ...}`. Each answer is saved
 # for the instructor, who sees how many of the four jobs you diagnosed.
@@ -274,8 +276,8 @@ versions = environment.versions_table(env_jobs)
 versions
 
 # %% [markdown]
-# Where the container job did not run, here is what its sbatch script would say (the kit writes it; `PYTHON`
-# stands for your Python's path).
+# Where the container job did not run, here is what each of its processes would run (the lines of the sbatch
+# script the kit writes for it).
 
 # %% tags=["nbval-ignore-output"]
 if environment.CONTAINER not in env_jobs:
@@ -293,7 +295,8 @@ if environment.CONTAINER not in env_jobs:
 ticket = labs.exit_ticket("10", {
     "resumed_at": labs.Question("At which step did your interrupted job first resume?",
                                 comparison.resumed_at[0] if comparison.resumed_at else None),
-    "hung_job": labs.Question("Which clinic job (A–D) waited until its process group's timeout?", hung,
+    "hung_job": labs.Question("Which clinic job (A–D) hung in a collective, after its process group had formed, "
+                              "until the timeout?", hung,
                               choices=tuple(cases.labels)),
     "starts": labs.Question("How many times did the interrupted job start in all?", comparison.starts),
     "steps_redone": labs.Question(

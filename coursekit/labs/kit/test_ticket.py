@@ -137,3 +137,15 @@ def test_the_room_reads_each_users_latest_score_per_lab(course: Path, monkeypatc
     assert tk.room_scores({course}, {"someone"}, "ada") == {}  # another user's files are not theirs
     assert tk.room_scores({course}, set(), "ada") == {"01": (1, 1), "02": (2, 4)}  # users unknown: the pseudonym
     assert tk.room_scores({course / "nowhere"}, {ME}, "ada") == {}
+
+
+def test_a_job_id_and_other_large_numbers_show_without_an_exponent(course: Path,
+                                                                   capsys: pytest.CaptureFixture) -> None:
+    ticket = tk.exit_ticket("00", {"job": tk.Question("Your first job's id?", 12694),
+                                   "rate": tk.Question("Images/s?", 13243.4, rel_tol=0.1),
+                                   "share": tk.Question("Share?", 0.123456)})
+    capsys.readouterr()
+    ticket.grade({"job": 12694, "rate": 13000.0, "share": 0.1235})
+    out = capsys.readouterr().out
+    assert "measured: 12694; your answer: 12694" in out and "e+04" not in out
+    assert "measured: 13243; your answer: 13000" in out and "measured: 0.1235" in out

@@ -175,7 +175,12 @@ def _stored(answer: Any, question: Question) -> Any:
 
 
 def _show(value: Any, unit: str = "") -> str:
-    text = f"{value:.4g}" if isinstance(value, float) else str(value)
+    """A number as a participant reads it: whole numbers and those of 1,000 or more without an exponent (a job id
+    12694 is not "1.269e+04"), others to 4 significant digits."""
+    if isinstance(value, float) and math.isfinite(value) and (value.is_integer() or abs(value) >= 1000):
+        text = f"{value:.0f}"
+    else:
+        text = f"{value:.4g}" if isinstance(value, float) else str(value)
     return f"{text} {unit}".rstrip()
 
 

@@ -33,15 +33,22 @@ from coursekit.labs.kit.settings import QUIET, job_options, workshop_budget
 from coursekit.labs.lab06_data_parallel.buckets import (
     BF16_TIME,
     FLOAT_BYTES,
+    LINKS_ALLREDUCE_SHARE,
+    LINKS_SPREAD,
     MB,
     ONE_BUCKET_MB,
     OVERLAP_SHARE,
     SOCKET_ENV,
     SOCKETS_SLOWER,
     allreduce_ms_per_mb,
+    bucket_label,
+    bucket_layouts,
     bucket_overlap,
     bucket_table,
+    ddp_bucket_sizes,
+    describe_bucket_layouts,
     hidden_share,
+    links_claim,
     network_claims,
     network_effects,
 )
@@ -65,6 +72,8 @@ from coursekit.labs.lab06_data_parallel.scaling import (
     RichTable,
     describe_split,
     energy_columns,
+    extra_time_text,
+    other_weak_pairs,
     rich,
     scaling_batches,
     scaling_figure,
@@ -74,6 +83,7 @@ from coursekit.labs.lab06_data_parallel.scaling import (
     two_node_options,
     two_node_text,
     usable_gpu_counts,
+    weak_pairs,
 )
 from coursekit.labs.lab06_data_parallel.team import TeamPart, post_part, take_part, team_table
 from coursekit.train.config import TrainConfig
@@ -91,7 +101,9 @@ __all__ = ["BF16_TIME", "EQUIVALENCE_TOLERANCE_CPU", "EXAMPLE_NCCL_LOG", "FLOAT_
            "same_order_every_epoch", "sampler_orders", "scaling_batches", "scaling_figure", "scaling_tables",
            "settings", "split_claims", "step_split", "describe_split", "take_part", "team_table",
            "two_node_options", "usable_gpu_counts", "WEAK_EFFICIENCY_MIN", "ALLREDUCE_SHARE",
-           "energy_columns", "hidden_share", "two_node_text"]
+           "energy_columns", "hidden_share", "two_node_text", "LINKS_ALLREDUCE_SHARE", "LINKS_SPREAD",
+           "bucket_label", "bucket_layouts", "ddp_bucket_sizes", "describe_bucket_layouts", "links_claim",
+           "extra_time_text", "other_weak_pairs", "weak_pairs"]
 
 # The lab's scripts as shipped with coursekit (package data), their only copy: the participants' lab06_data_parallel/ (and
 # the solved notebook folder's) is made from it (labs/kit/exercises.py).

@@ -29,6 +29,9 @@ COMPRESSED = "bf16 compression"  # in the settings of the rows that all-reduce b
 # of the smaller of compute and all-reduce (the most an overlap could hide); the bf16 all-reduce (half the bytes)
 # takes at most BF16_TIME of the fp32 one.
 SOCKETS_SLOWER, OVERLAP_SHARE, BF16_TIME = 3.0, 0.25, 0.7
+# The claim over the node's own links (gpu profile): the all-reduce alone is under LINKS_ALLREDUCE_SHARE of the
+# fastest bucket row's step, and the bucket rows' steps are within LINKS_SPREAD of each other.
+LINKS_ALLREDUCE_SHARE, LINKS_SPREAD = 0.15, 0.05
 
 
 def transport(backend: str, env: dict[str, str]) -> str:
@@ -83,15 +86,87 @@ def hidden_share(compute: float, allreduce: float, step: float) -> float:
     return (compute + allreduce - step) / allreduce
 
 
+def ddp_bucket_sizes(model: Any) -> list[int] | None:
+    """The bytes of each bucket a DDP model uses, last layers first: DDP's logging data (``rebuilt_bucket_sizes``
+    once it rebuilt its buckets after the first steps, else ``bucket_sizes``), else the assignment torch computes
+    for the model's parameters and cap; None where neither is available (another torch)."""
+    try:
+        data = model._get_ddp_logging_data()
+        text = data.get("rebuilt_bucket_sizes") or data.get("bucket_sizes")
+        if text:
+            return [int(v) for v in str(text).split(",") if v.strip()]
+    except Exception:  # noqa: BLE001 - a private API: fall back below
+        pass
+    try:
+        import torch.distributed as dist
+
+        params = [p for p in reversed(list(model.module.parameters())) if p.requires_grad]
+        indices, _ = dist._compute_bucket_assignment_by_size(params, [int(model.bucket_bytes_cap)],
+                                                              [False] * len(params))
+        return [sum(params[i].numel() * params[i].element_size() for i in bucket) for bucket in indices]
+    except Exception:  # noqa: BLE001 - a private API: no sizes rather than no row
+        return None
+
+
+def _sizes_text(sizes: Sequence[int]) -> str:
+    """"1 bucket of 512 MB", "8 buckets of 64 MB", "4 buckets of 16-32 MB"."""
+    mbs = [size / MB for size in sizes]
+    low, high = min(mbs), max(mbs)
+    span = f"{low:.0f} MB" if f"{low:.0f}" == f"{high:.0f}" else f"{low:.0f}-{high:.0f} MB"
+    return f"{len(mbs)} bucket{'s' if len(mbs) > 1 else ''} of {span}"
+
+
+def bucket_label(cap_mb: float, sizes: Sequence[int] | None) -> str:
+    """A bucket row's setting: the cap it asked for and, where known, the buckets DDP made of it."""
+    cap = f"cap {cap_mb:g} MB" + (" (one bucket)" if cap_mb >= ONE_BUCKET_MB else "")
+    return f"{cap}: {_sizes_text(sizes)}" if sizes else cap
+
+
+def bucket_layouts(table: Sequence[dict[str, Any]]) -> list[tuple[list[float], tuple[int, ...] | None]]:
+    """The fp32 bucket rows grouped by the buckets DDP made: (caps in MB, bucket sizes in bytes or None), in the
+    table's order. Caps that gave the same buckets share one group."""
+    groups: dict[Any, list[float]] = {}
+    for row in table:
+        if row.get("bucket_cap_mb") and not row.get("compressed"):
+            sizes = tuple(row["bucket_sizes"]) if row.get("bucket_sizes") else ("unknown", row["bucket_cap_mb"])
+            groups.setdefault(sizes, []).append(row["bucket_cap_mb"])
+    return [(caps, sizes if sizes and sizes[0] != "unknown" else None) for sizes, caps in groups.items()]
+
+
+def describe_bucket_layouts(table: Sequence[dict[str, Any]]) -> str:
+    """The buckets each cap gave, in words, and why caps below the largest gradient give the same buckets."""
+    largest = next((r.get("largest_grad_mb") for r in table if r.get("largest_grad_mb")), None)
+    parts, same_below = [], []
+    for caps, sizes in bucket_layouts(table):
+        if sizes is None:
+            continue
+        named = " and ".join(f"{cap:g} MB" for cap in caps)
+        parts.append(f"{'the same ' if len(caps) > 1 else ''}{_sizes_text(sizes)} with the {named} "
+                     f"cap{'s' if len(caps) > 1 else ''}")
+        if len(caps) > 1 and largest is not None and all(cap <= largest for cap in caps):
+            same_below = caps
+    if not parts:
+        return ""
+    text = "DDP made " + "; ".join(parts) + "."
+    if same_below:
+        than = "larger than" if all(cap < largest for cap in same_below) else "at least as large as"
+        text += (f" A bucket holds whole gradients, and each weight here ({largest:.0f} MB) is {than} "
+                 f"{'both caps' if len(same_below) == 2 else 'each of these caps'}: they make no difference here.")
+    return text
+
+
 def bucket_overlap(bucket_caps_mb: Sequence[float] = (ONE_BUCKET_MB, 25.0, 4.0), accumulation: int = 4,
                    width: int = 1024, depth: int = 8, batch: int = 8, backward_ms_per_layer: float = 10.0,
                    repeats: int = 4, warmup: int = 1, device: str = "auto",
                    compression: bool = False) -> list[dict[str, Any]]:
     """Median step times of a ``depth`` x ``width`` MLP under DDP on this rank (run it in a job of N ranks).
 
-    Rows: ``compute only`` (DDP's ``no_sync``: no communication), ``all-reduce only`` (one all-reduce
+    Rows: ``compute only`` (forward + backward under DDP's ``no_sync``: no communication), ``all-reduce only`` (one all-reduce
     of every gradient at once, no compute), one row per ``bucket_cap_mb``, and gradient accumulation
     over ``accumulation`` micro-batches synchronising every micro-batch vs only the last (``no_sync``).
+    Each bucket row is labelled with the buckets DDP really used (``bucket_sizes``, read after the timed steps,
+    once DDP rebuilt its buckets): a bucket holds whole gradients, so caps below the largest gradient
+    (``largest_grad_mb``) all give one bucket per layer.
     ``hidden`` = the share of the all-reduce time that did not add to the step (overlap): (compute + all-reduce
     alone − step) / all-reduce alone, with the bf16 all-reduce alone for the bf16 compression row. With
     ``backward_ms_per_layer`` > 0 each layer's backward also sleeps that long: on a CPU the compute of
@@ -119,6 +194,7 @@ def bucket_overlap(bucket_caps_mb: Sequence[float] = (ONE_BUCKET_MB, 25.0, 4.0),
                 layers.append(_delay_layer(backward_ms_per_layer))
         net = torch.nn.Sequential(*layers).to(ctx.device)
         params = sum(p.numel() for p in net.parameters())
+        largest = max(p.numel() for p in net.parameters()) * FLOAT_BYTES / MB
         x = torch.randn(batch, width, device=ctx.device)
         synchronize = torch.cuda.synchronize if ctx.device.type == "cuda" else None
 
@@ -134,7 +210,7 @@ def bucket_overlap(bucket_caps_mb: Sequence[float] = (ONE_BUCKET_MB, 25.0, 4.0),
         compute = timed(lambda: step(base, sync=False))
         flat = torch.zeros(params, device=ctx.device)
         comm = timed(lambda: dist.all_reduce(flat))
-        rows.append({"setting": "compute only (no_sync)", "step_ms": 1e3 * compute})
+        rows.append({"setting": "compute only: forward + backward (no_sync)", "step_ms": 1e3 * compute})
         rows.append({"setting": f"all-reduce only ({params * FLOAT_BYTES / MB:.0f} MB at once)", "step_ms": 1e3 * comm})
         if compression:
             half = torch.zeros(params, device=ctx.device, dtype=torch.bfloat16)
@@ -145,17 +221,18 @@ def bucket_overlap(bucket_caps_mb: Sequence[float] = (ONE_BUCKET_MB, 25.0, 4.0),
         for cap in bucket_caps_mb:
             model = DistributedDataParallel(net, bucket_cap_mb=cap)
             seconds = timed(lambda model=model: step(model))
-            label = "one bucket" if cap >= ONE_BUCKET_MB else f"buckets of {cap:g} MB"
-            rows.append({"setting": label, "bucket_cap_mb": cap, "step_ms": 1e3 * seconds,
-                         "hidden": hidden_share(compute, comm, seconds)})
+            sizes = ddp_bucket_sizes(model)
+            rows.append({"setting": bucket_label(cap, sizes), "bucket_cap_mb": cap, "bucket_sizes": sizes,
+                         "step_ms": 1e3 * seconds, "hidden": hidden_share(compute, comm, seconds)})
         if compression:
             cap = min(bucket_caps_mb)
             model = DistributedDataParallel(net, bucket_cap_mb=cap)
             model.register_comm_hook(None, default_hooks.bf16_compress_hook)
             seconds = timed(lambda model=model: step(model))
-            label = "one bucket" if cap >= ONE_BUCKET_MB else f"buckets of {cap:g} MB"
-            rows.append({"setting": f"{label}, {COMPRESSED}", "bucket_cap_mb": cap, "compressed": True,
-                         "step_ms": 1e3 * seconds, "hidden": hidden_share(compute, comm_bf16, seconds)})
+            sizes = ddp_bucket_sizes(model)
+            rows.append({"setting": f"{bucket_label(cap, sizes)}, {COMPRESSED}", "bucket_cap_mb": cap,
+                         "bucket_sizes": sizes, "compressed": True, "step_ms": 1e3 * seconds,
+                         "hidden": hidden_share(compute, comm_bf16, seconds)})
         model = DistributedDataParallel(net, bucket_cap_mb=ONE_BUCKET_MB)  # every sync costs a whole all-reduce
         for use_no_sync in (False, True):
             def accumulate(model: Any = model, use_no_sync: bool = use_no_sync) -> None:
@@ -168,6 +245,7 @@ def bucket_overlap(bucket_caps_mb: Sequence[float] = (ONE_BUCKET_MB, 25.0, 4.0),
         link = transport(dist.get_backend(), dict(os.environ))
         for row in rows:
             row.update({"rank": ctx.rank, "world_size": ctx.world_size, "params": params, "transport": link,
+                        "largest_grad_mb": largest,
                         "device": str(ctx.device), "backward_ms_per_layer": backward_ms_per_layer})
         base = model = accumulate = None  # drop every DDP wrapper (the closures hold some) ...
         gc.collect()  # ... and free their reducers (reference cycles)
@@ -191,7 +269,8 @@ def network_effects(table: Sequence[dict[str, Any]]) -> dict[str, float | None]:
     ``compressed`` (bf16 hook); ``saved_ms`` = one bucket − best buckets: how much faster smaller buckets make a
     step (the communication they hid, and one bucket's own extra cost: its ``hidden`` is below 0);
     ``hidden_ms`` = the best buckets' ``hidden`` share x the all-reduce alone, the table's definition;
-    ``overlap_room_ms`` = the smaller of compute and all-reduce: the most any overlap can hide."""
+    ``overlap_room_ms`` = the smaller of compute (forward + backward) and all-reduce: a bound on what any overlap
+    can hide (the all-reduce overlaps the backward only; the backward's part of the compute is not timed apart)."""
     def step(predicate: Any) -> float | None:
         values = [r["step_ms"] for r in table if predicate(r)]
         return min(values) if values else None
@@ -224,3 +303,21 @@ def network_claims(links: Sequence[dict[str, Any]], network: Sequence[dict[str, 
     return {"sockets_slower": allreduce_ms_per_mb(network) >= SOCKETS_SLOWER * allreduce_ms_per_mb(links),
             "buckets_faster": saved is not None and room is not None and saved >= OVERLAP_SHARE * room,
             "bf16_halves": bf16 is not None and fp32 is not None and bf16 <= BF16_TIME * fp32}
+
+
+def links_claim(table: Sequence[dict[str, Any]]) -> tuple[bool, str]:
+    """The claim on the bucket table over the node's own links: (holds, what was measured). It holds when the
+    all-reduce alone is under LINKS_ALLREDUCE_SHARE of the fastest bucket row and the fp32 bucket rows are within
+    LINKS_SPREAD of each other. The measured text names the buckets each cap gave and the most any row hid."""
+    rows = [r for r in table if r.get("bucket_cap_mb") and not r.get("compressed")]
+    steps = [r["step_ms"] for r in rows]
+    allreduce = network_effects(table)["allreduce"]
+    spread = (max(steps) - min(steps)) / min(steps)
+    holds = allreduce < LINKS_ALLREDUCE_SHARE * min(steps) and spread < LINKS_SPREAD
+    layouts = ", ".join(f"{len(sizes) if sizes else '?'} ({' and '.join(f'{c:g}' for c in caps)} MB cap"
+                        f"{'s' if len(caps) > 1 else ''})" for caps, sizes in bucket_layouts(table))
+    hidden = [r["hidden"] for r in rows if r.get("hidden") is not None]
+    text = (f"all-reduce alone {allreduce:.1f} ms of a {min(steps):.1f} ms step; bucket rows {min(steps):.1f}-"
+            f"{max(steps):.1f} ms ({100 * spread:.1f} %); buckets: {layouts}"
+            + (f"; hidden at most {max(hidden):.2f}" if hidden else ""))
+    return holds, text

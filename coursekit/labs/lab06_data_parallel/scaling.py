@@ -96,6 +96,47 @@ def scaling_tables(table: ResultsTable, batch_per_gpu: int, global_batch: int) -
             _with_speedup(weak, f"weak scaling: batch {batch_per_gpu} per GPU"))
 
 
+def weak_pairs(table: Sequence[dict[str, Any]]) -> ResultsTable:
+    """Weak scaling 2 GPUs against 1 at EVERY batch per GPU of the sweep that has both runs (not only the
+    claimed one): images/s, efficiency, step times and the extra time per step that 2 GPUs add (ms)."""
+    runs = {(r["n_gpu"], r["batch_size"]): r for r in table}
+    pairs = ResultsTable(title="weak scaling, 2 GPUs against 1, at each batch per GPU of the sweep",
+                         columns=["batch_per_gpu", "img_s_1", "img_s_2", "efficiency", "step_ms_1", "step_ms_2",
+                                  "extra_ms"])
+    for batch in sorted({b for n, b in runs if n == 1 and (2, b) in runs}):
+        one, two = runs[(1, batch)], runs[(2, batch)]
+        img_1, img_2 = _img_s(one), _img_s(two)
+        step_1, step_2 = one.get("step_time_s"), two.get("step_time_s")
+        pairs.append({"batch_per_gpu": batch, "img_s_1": img_1, "img_s_2": img_2,
+                      "efficiency": img_2 / (2 * img_1) if img_1 and img_2 else None,
+                      "step_ms_1": 1e3 * step_1 if step_1 else None, "step_ms_2": 1e3 * step_2 if step_2 else None,
+                      "extra_ms": 1e3 * (step_2 - step_1) if step_1 and step_2 else None})
+    return pairs
+
+
+def other_weak_pairs(pairs: Sequence[dict[str, Any]], batch_per_gpu: int) -> str:
+    """The efficiencies at the batches per GPU the claim is not about, for its measured text ("" if none)."""
+    others = [f"{p['batch_per_gpu']} per GPU {p['efficiency']:.3f}" for p in pairs
+              if p["batch_per_gpu"] != batch_per_gpu and p.get("efficiency") is not None]
+    return f"; not claimed: {', '.join(others)}" if others else ""
+
+
+def extra_time_text(pairs: Sequence[dict[str, Any]]) -> str:
+    """Whether the extra time per step of 2 GPUs stayed the same across the batches per GPU, in words ("" with
+    fewer than two pairs that have step times)."""
+    timed = [p for p in pairs if p.get("extra_ms") is not None]
+    if len(timed) < 2:
+        return ""
+    small, large = timed[0], timed[-1]
+    described = (f"{small['extra_ms']:+.1f} ms a step at {small['batch_per_gpu']} images per GPU against "
+                 f"{large['extra_ms']:+.1f} ms at {large['batch_per_gpu']}")
+    if large["extra_ms"] > 0 and small["extra_ms"] >= 1.5 * large["extra_ms"]:
+        return (f"The extra time 2 GPUs add did not stay fixed: {described} ({small['extra_ms'] / large['extra_ms']:.1f}"
+                "x at the smaller batch), though the gradients all-reduced are the same size; its cause is not "
+                "separated here.")
+    return f"The extra time 2 GPUs add was {described}; its cause is not separated here."
+
+
 def scaling_figure(strong: ResultsTable, weak: ResultsTable, unit: str = "GPUs", title: str = "") -> Any:
     """Images/s (left) and efficiency (right) against the number of GPUs, strong and weak."""
     from coursekit.labs.kit.plots import new_figure

@@ -315,3 +315,68 @@ def test_planted_wrong_splits_fail_their_claims() -> None:
     # no visible loss (0.2 ms of 54.4): nothing to explain, reported as not seen
     assert split_claims(step_split(_weak(54.6, 0.3, 0.996), LINKS_MS_PER_MB))["allreduce_minor"] is None
     assert step_split(_weak(56.1, 0.4, 0.969)[1:], LINKS_MS_PER_MB) is None  # no 1-GPU row
+
+
+# --- the bucket rows over the node's links: the buckets DDP made, and the claim on them ----------------------
+
+def _links_rows(allreduce_ms=1.87, steps=(19.0, 19.0, 19.0), hidden=(-0.349, -0.327, -0.323)):
+    """Rows shaped like the 2 x H200 run: an MLP of 8 layers of width 4096 (64 MB of weight per layer); the 1000 MB
+    cap gives 1 bucket, the 25 MB and 4 MB caps the same 8 (one per layer)."""
+    one, per_layer = [537_001_984], [67_125_248] * 8
+    rows = [{"setting": "compute only: forward + backward (no_sync)", "step_ms": 16.5},
+            {"setting": "all-reduce only (512 MB at once)", "step_ms": allreduce_ms}]
+    for cap, sizes, step, share in zip((1000.0, 25.0, 4.0), (one, per_layer, per_layer), steps, hidden, strict=True):
+        rows.append({"setting": dp.bucket_label(cap, sizes), "bucket_cap_mb": cap, "bucket_sizes": sizes,
+                     "step_ms": step, "hidden": share})
+    return [{**r, "params": 134_250_496, "largest_grad_mb": 64.0} for r in rows]
+
+
+def test_bucket_rows_name_the_buckets_ddp_made():
+    rows = _links_rows()
+    assert [r["setting"] for r in rows[2:]] == ["cap 1000 MB (one bucket): 1 bucket of 512 MB",
+                                                "cap 25 MB: 8 buckets of 64 MB", "cap 4 MB: 8 buckets of 64 MB"]
+    assert dp.bucket_label(25.0, None) == "cap 25 MB"
+    assert dp.bucket_label(25.0, [16 * 2**20, 32 * 2**20]) == "cap 25 MB: 2 buckets of 16-32 MB"
+    assert [caps for caps, _ in dp.bucket_layouts(rows)] == [[1000.0], [25.0, 4.0]]
+    text = dp.describe_bucket_layouts(rows)
+    assert "the same 8 buckets of 64 MB with the 25 MB and 4 MB caps" in text
+    assert "each weight here (64 MB) is larger than both caps: they make no difference here" in text
+
+
+def test_ddp_reports_the_buckets_it_rebuilt():
+    class Logged:
+        def _get_ddp_logging_data(self):
+            return {"bucket_sizes": "537001984", "rebuilt_bucket_sizes": "67125248, 67125248"}
+
+    assert dp.ddp_bucket_sizes(Logged()) == [67_125_248, 67_125_248]
+    assert dp.ddp_bucket_sizes(object()) is None  # neither the logging data nor a module: no sizes, no error
+
+
+def test_the_links_claim_holds_on_the_gpu_run_and_fails_on_planted_rows():
+    holds, text = dp.links_claim(_links_rows())
+    assert holds and "buckets: 1 (1000 MB cap), 8 (25 and 4 MB caps)" in text and "hidden at most -0.32" in text
+    assert not dp.links_claim(_links_rows(allreduce_ms=4.0))[0]  # the all-reduce 21 % of a step
+    assert not dp.links_claim(_links_rows(steps=(19.0, 20.5, 19.0)))[0]  # a bucket row 7.9 % slower
+
+
+def _pair_sweep():
+    """The 2 x H200 run's sweep: ResNet-50 bf16 at 128 and 256 images per GPU on 1 and 2 GPUs."""
+    return ResultsTable([{"n_gpu": n, "batch_size": b, "images_per_s_median": rate, "step_time_s": step}
+                         for n, b, rate, step in [(1, 128, 3798.0, 0.0337), (1, 256, 4444.0, 0.0576),
+                                                  (2, 128, 5948.0, 0.0431), (2, 256, 8256.0, 0.0619)]])
+
+
+def test_every_weak_pair_of_the_sweep_is_shown_and_the_extra_time_is_not_called_fixed():
+    pairs = dp.weak_pairs(_pair_sweep())
+    assert pairs.column("batch_per_gpu") == [128, 256]
+    assert [round(e, 3) for e in pairs.column("efficiency")] == [0.783, 0.929]
+    assert [round(x, 1) for x in pairs.column("extra_ms")] == [9.4, 4.3]
+    assert dp.other_weak_pairs(pairs, 256) == "; not claimed: 128 per GPU 0.783"
+    text = dp.extra_time_text(pairs)
+    assert text.startswith("The extra time 2 GPUs add did not stay fixed: +9.4 ms a step at 128 images per GPU "
+                           "against +4.3 ms at 256 (2.2x at the smaller batch)")
+    # planted: the same extra time (+4.3 ms) at both batches is not called "did not stay fixed"
+    flat = ResultsTable([{**r, "step_time_s": 0.0337 + 0.0043 if (r["n_gpu"], r["batch_size"]) == (2, 128)
+                          else r["step_time_s"]} for r in _pair_sweep()])
+    assert "did not stay fixed" not in dp.extra_time_text(dp.weak_pairs(flat))
+    assert dp.extra_time_text(pairs[1:]) == "" and dp.other_weak_pairs(pairs[1:], 256) == ""

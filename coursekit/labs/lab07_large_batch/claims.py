@@ -78,12 +78,18 @@ def check_claims(table: ResultsTable, s: Any) -> list[ClaimResult]:
     jump = without["early_peak_loss"] - with_w["early_peak_loss"]
     results.append(check_claim(
         f"at lr {with_w['lr']:g} (batch {with_w['batch_size']}) the early loss spikes without warm-up (its peak in "
-        f"the first {SPIKE_STEPS} steps >= {SPIKE_MARGIN:g} above the warm-up run's) and warm-up ends at least as "
-        "accurate", jump >= SPIKE_MARGIN and with_w["val_acc"] >= without["val_acc"],
-        f"peak loss {without['early_peak_loss']:.2f} vs {with_w['early_peak_loss']:.2f}; accuracy "
-        f"{without['val_acc']:.3f} vs {with_w['val_acc']:.3f} with warm-up", strict=strict))
+        f"the first {SPIKE_STEPS} steps >= {SPIKE_MARGIN:g} above the warm-up run's)", jump >= SPIKE_MARGIN,
+        f"peak loss {without['early_peak_loss']:.2f} vs {with_w['early_peak_loss']:.2f}; final accuracy, not part "
+        f"of the claim (at this LR the seeds scatter): {_mean_std(without)} vs {_mean_std(with_w)} with warm-up",
+        strict=strict))
     results += _critical_claims(table, s, strict)
     return results
+
+
+def _mean_std(row: dict[str, Any]) -> str:
+    """A cell's accuracy as mean ± std (the mean alone for one seed)."""
+    std = row["val_acc_std"]
+    return f"{row['val_acc']:.3f}" + (f" ± {std:.3f}" if std is not None else "")
 
 
 def _critical_claims(table: ResultsTable, s: Any, strict: bool) -> list[ClaimResult]:

@@ -182,7 +182,6 @@ def test_every_claim_holds_on_a_table_planted_to_show_them():
     ({"arms": {**ARMS, "linear 4x + warm-up B=1024": 0.931}}, "at 4x the batch"),
     ({"arms": {**ARMS, "linear 16x + warm-up B=4096": 0.94}}, "at 16x the batch"),
     ({"spike": (2.6, 3.0)}, "early loss spikes"),
-    ({"spike_acc": (0.80, 0.85)}, "early loss spikes"),
     ({"critical": {b: 300 for b in PLANTED_STEPS}}, "two doublings"),
     ({"critical": {**PLANTED_STEPS, 256: 600}}, "two doublings"),
     ({"critical": {b: 100 * (1 + 20_000 / b) for b in PLANTED_STEPS}}, "a knee shows"),

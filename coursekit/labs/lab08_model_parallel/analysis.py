@@ -20,6 +20,7 @@ from coursekit.labs.lab08_model_parallel.strategies import (
     STATE_PRECISION,
     STRATEGIES,
     bubble_theory,
+    data_parallel_size,
 )
 from coursekit.train.config import TrainConfig
 from coursekit.train.memory import sharded_memory
@@ -113,9 +114,13 @@ def rank_state_bytes(block: dict[str, Any]) -> list[dict[str, float]]:
 
 
 def strategy_table(rows: Sequence[dict[str, Any]]) -> ResultsTable:
-    """One row per strategy (``rows``: :func:`run_jobs`'s of :func:`strategy_runs`, serial first): processes,
-    memory per rank (measured largest rank; formula), tokens/s, loss, max |w − w_serial|."""
-    table = ResultsTable(title="strategies against serial training")
+    """One row per strategy (``rows``: :func:`run_jobs`'s of :func:`strategy_runs`, serial first): processes
+    (``n_gpu`` and ``processes``) and the GPUs they used (``gpus``: naive's one process drives 2), memory per rank
+    (measured largest rank; formula), peak memory (the largest rank's; on GPUs naive's is its first device's only,
+    what the engine measures), tokens/s, loss, max |w − w_serial|. The title names the global batch (serial's)."""
+    batch = (rows[0]["config"].batch_size * data_parallel_size(rows[0]["strategy"], rows[0]["n_gpu"])
+             if rows else None)
+    table = ResultsTable(title="strategies against serial training" + (f", batch {batch}" if batch else ""))
     reference, psi = None, 0
     for run in rows:
         config: TrainConfig = run["config"]
@@ -130,7 +135,7 @@ def strategy_table(rows: Sequence[dict[str, Any]]) -> ResultsTable:
             reference = weights
         dw = weights_difference(reference, weights) if reference and weights and strategy != "serial" else None
         table.append({
-            "strategy": strategy, "n_gpu": n, "state": run["state"],
+            "strategy": strategy, "n_gpu": n, "processes": n, "gpus": run.get("gpus", n), "state": run["state"],
             "state_mib_per_rank": measured / MIB if measured else None,
             "formula_mib_per_rank": formula / MIB,
             "memory_vs_formula": measured / formula if measured else None,
@@ -203,7 +208,9 @@ def in_flight_activations(config: TrainConfig, stages: int, microbatches: int) -
 
 def bubble_table(rows: ResultsTable | Sequence[dict[str, Any]], stages: int) -> ResultsTable:
     """schedule, m, bubble measured and theory, tokens/s (rows of a sweep of :func:`bubble_configs`)."""
-    table = ResultsTable(title=f"pipeline bubble, {stages} stages: measured vs (p-1)/(m+p-1)",
+    batches = sorted({row["config"].batch_size for row in rows})
+    table = ResultsTable(title=f"pipeline bubble, {stages} stages, batch {', '.join(map(str, batches)) or '?'}: "
+                               "measured vs (p-1)/(m+p-1)",
                          columns=["schedule", "microbatches", "bubble_measured", "bubble_theory", "excess",
                                   "excess_rel", "tokens_per_s"])
     for row in rows:
@@ -223,7 +230,8 @@ def checkpointing_table(base: TrainConfig, timed: ResultsTable | Sequence[dict[s
     """Activation bytes without and with checkpointing, and (from engine runs ``timed``) tokens/s."""
     speeds = {row["config"].activation_checkpointing: parallel_block(row.get("summary") or {}).get("tokens_per_s")
               or (row.get("summary") or {}).get("tokens_per_s") for row in timed}
-    table = ResultsTable(title=f"activation checkpointing, batch {base.batch_size}, {base.gpt_layers} blocks")
+    table = ResultsTable(title=f"activation checkpointing, batch {base.batch_size}, {base.gpt_layers} blocks: "
+                               "activations counted in fp32 on the CPU, tokens/s of the runs")
     for on in (False, True):
         table.append({"activation_checkpointing": on,
                       "activations_mib": activation_bytes(base.replace(activation_checkpointing=on)) / MIB,
@@ -234,13 +242,14 @@ def checkpointing_table(base: TrainConfig, timed: ResultsTable | Sequence[dict[s
 # --- recorded GPU figures (bench/model_parallel_gpu.py; labs.load_recording("model_parallel_gpu")) ---
 
 def recorded_table(recording: dict[str, Any]) -> ResultsTable | None:
-    """strategy x (GPUs, memory per GPU, tokens/s, fits) of the recording, naming its machine."""
+    """strategy x (GPUs, memory per GPU, tokens/s, fits) of the recording, naming its machine. The recording's
+    ``*_gb`` figures are GiB (2**30 bytes, bench/model_parallel_gpu.py): their columns here say so."""
     rows = [r for r in recording.get("runs") or [] if not r.get("skipped")]  # skipped: the bench's time ran out
     if not rows:
         return None
     machine = recording.get("machine") or {}
     title = (f"recorded on {machine.get('gpus', '?')} x {machine.get('device_name', '?')}, torch "
              f"{machine.get('torch', '?')}, CUDA {machine.get('cuda', '?')}, {str(recording.get('date', ''))[:10]}")
-    return ResultsTable([{k: r.get(k) for k in ("name", "n_gpu", "ok", "oom", "peak_mem_gb", "state_gb_per_gpu",
-                                                 "formula_gb_per_gpu", "tokens_per_s", "bubble_measured")}
-                         for r in rows], title=title)
+    keys = ("name", "n_gpu", "ok", "oom", "peak_mem_gb", "state_gb_per_gpu", "formula_gb_per_gpu", "tokens_per_s",
+            "bubble_measured")
+    return ResultsTable([{k.replace("_gb", "_gib"): r.get(k) for k in keys} for r in rows], title=title)

@@ -62,14 +62,16 @@ def strategy_runs(base: TrainConfig, strategies: Sequence[str], n: int, *, weigh
                   options: dict[str, dict[str, Any]] | None = None, naive_gpus: int = 1) -> list[Run]:
     """One run per strategy (``n`` processes; serial, checkpointed and naive 1), each with its ``options``
     (e.g. ``{"gpipe": {"microbatches": 4}}``), saving its final weights into ``weights_dir``. ``naive_gpus``:
-    GPUs of naive's one process (1 on a CPU: its stages share it). Tags: experiment "strategy", strategy, n_gpu."""
+    GPUs of naive's one process (1 on a CPU: its stages share it). Tags: experiment "strategy", strategy, n_gpu
+    (processes), gpus (the GPUs the job holds: naive's one process drives ``naive_gpus``)."""
     if n < 2:
         raise ValueError(f"n={n}: model parallelism needs at least 2 processes")
     for strategy in strategies:
         if strategy not in STRATEGIES:
             raise ValueError(f"strategies: {strategy!r} is unknown; choose among {', '.join(STRATEGIES)}")
     Path(weights_dir).mkdir(parents=True, exist_ok=True)
-    return [Run({"experiment": "strategy", "strategy": s, "n_gpu": processes(s, n)},
+    return [Run({"experiment": "strategy", "strategy": s, "n_gpu": processes(s, n),
+                 "gpus": job_shape(s, n, naive_gpus)["n_gpu"]},
                 strategy_config(base, s, weights_dir, n=processes(s, n), **(options or {}).get(s, {})),
                 job_shape(s, n, naive_gpus)) for s in strategies]
 

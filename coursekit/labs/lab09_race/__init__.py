@@ -43,6 +43,7 @@ from coursekit.labs.lab09_race.leaderboard import (
     read_runs,
     rival_name,
     run_record,
+    seed_table,
     verifier,
 )
 from coursekit.labs.lab09_race.rules import DEFAULT_SEEDS, Rules
@@ -58,7 +59,7 @@ __all__ = ["BASELINE", "DEFAULT_SEEDS", "LeaderboardView", "Rules", "append_run"
            "code_hash", "config_hash", "entries", "entry_name", "failures", "has_baseline", "has_entry", "is_theirs",
            "leaderboard_path", "live_leaderboard", "marks_of", "may_post_baseline", "own_runs_path",
            "plot_leaderboard", "post_entry", "post_runs", "race_claims", "read_board", "read_race", "read_runs", "rival_name",
-           "run_record", "settings", "standings", "verifier"]
+           "run_record", "seed_table", "settings", "standings", "verifier"]
 
 
 GPUS = LAB.gpus  # GPUs the notebook needs at once in the gpu profile: the race is run on one GPU

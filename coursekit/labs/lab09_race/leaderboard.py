@@ -65,6 +65,7 @@ from coursekit.course import course_instructor, course_path, user_name
 from coursekit.labs.kit import pool
 from coursekit.labs.kit.participant import check_pseudonym
 from coursekit.labs.kit.pool import CLAIM_SUFFIX
+from coursekit.labs.kit.results import ResultsTable
 from coursekit.train.config import TrainConfig
 from coursekit.train.target import config_hash
 
@@ -79,6 +80,10 @@ RUN_FIELDS = ("status", "target_acc", "target_reached", "time_to_target_s", "ste
               "val_samples", "val_hash", "torch_version",
               "cuda_version", "device_name", "gpu_name", "gpu_count", "world_size", "num_parameters", "train_time_s",
               "total_time_s", "evaluations", "config")
+
+# a submission's table in the notebook, one line per seed: the run's target fields come from its summary
+TARGET_FIELDS = ("time_to_target_s", "steps_to_target", "epochs_to_target")
+SEED_COLUMNS = ("seed", "job_id", "state", "val_acc", *TARGET_FIELDS, "total_time_s")
 
 
 LEADERBOARD_SETTING, DEFAULT_LEADERBOARD = "leaderboard", "race/leaderboard.jsonl"  # coursekit.toml key, default
@@ -272,6 +277,16 @@ def post_entry(participant: str, submission: str, rows: Any, path: Path | None =
     for line in failures(rows):
         print(f"  FAILED {line}")
     return posted
+
+
+def seed_table(rows: Any) -> ResultsTable:
+    """A submission's runs (``labs.run_sweep``'s rows), one line per seed: its job, its accuracy, its time, steps
+    and epochs to the target (from the run's summary; "-" where it left none or missed the target), its wall time."""
+    table = ResultsTable(rows, title=getattr(rows, "title", ""))  # copies of the rows: the sweep's stay as they are
+    for row in table.rows:
+        summary = row.get("summary") or {}
+        row.update({name: summary.get(name) for name in TARGET_FIELDS})
+    return table.with_columns(*SEED_COLUMNS)
 
 
 def has_entry(participant: str, submission: str, path: Path | None = None, round_: int = 1) -> bool:

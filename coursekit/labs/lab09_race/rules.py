@@ -93,7 +93,7 @@ class Rules:
                                   f"{validation_text(b)}, data seed {b.data_seed})" if b.num_samples else ""))
         lines = [f"Race {self.name!r}",
                  f"  task: reach {self.target_acc:.1%} validation accuracy on {task} as fast as possible",
-                 f"  evaluation: the {part} every {b.eval_every} steps" if b.eval_every
+                 f"  evaluation: the {part} every {b.eval_every} steps and at each epoch's end" if b.eval_every
                  else f"  evaluation: the {part} at each epoch's end",
                  *([f"  confirmation: {b.confirm_fraction:.0%} of the validation set is held out of those "
                     "evaluations and evaluated once at the stop; an entry whose held-out accuracy falls clearly "

@@ -108,9 +108,24 @@ def test_an_entry_whose_held_out_part_falls_clearly_below_the_target_is_marked(t
     assert ("evaluation luck" in rows["lee"]["marks"]) is lucky
 
 
+def test_a_submissions_table_shows_each_seeds_time_steps_and_epochs_to_the_target() -> None:
+    from coursekit.labs.kit.results import ResultsTable
+
+    summary = {"time_to_target_s": 1.5, "steps_to_target": 40, "epochs_to_target": 1.0}
+    rows = ResultsTable([{"seed": 0, "job_id": "1", "state": "COMPLETED", "val_acc": 0.61, "total_time_s": 3.0,
+                          "summary": summary},
+                         {"seed": 1, "job_id": "2", "state": "FAILED", "val_acc": None, "total_time_s": None}],
+                        title="entry")
+    table = race.seed_table(rows)
+    assert table.columns == list(lb.SEED_COLUMNS) and table.title == "entry"
+    assert table.column("steps_to_target") == [40, None] and table.column("epochs_to_target") == [1.0, None]
+    assert "time_to_target_s" not in rows[0]  # the sweep's own rows are left as they are
+
+
 def test_rules_are_printed_and_refuse_a_race_without_a_fixed_task() -> None:
     text = RULES.text()
-    assert "60.0%" in text and "3 seeds" in text and "every 5 steps" in text and "50% of the validation set" in text
+    assert "60.0%" in text and "3 seeds" in text and "50% of the validation set" in text
+    assert "every 5 steps and at each epoch's end" in text  # the engine evaluates at both, with a target
     assert RULES.problems(DRY.replace(batch_size=256, precision="bf16", seed=4)) == []
     assert RULES.problems(DRY.replace(num_classes=2))[0].startswith("num_classes = 2")
     with pytest.raises(ValueError, match="data_seed"):

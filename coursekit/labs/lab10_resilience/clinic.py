@@ -78,9 +78,10 @@ EXPLANATIONS = {
         "watchdog's 'collective operation timeout', and its process aborts about a minute later, once the "
         "watchdog gave up waiting for its debug dump; rank 1 went on (its barrier was matched with rank 0's "
         "all-reduce, NCCL does not compare them) and waits until the launcher stops it. Rank 1's log says it "
-        "skipped a step; rank 0 did one more all-reduce.",
-        "cause: the ranks called different collectives: rank 1 skipped an all-reduce, so rank 0's last all-reduce "
-        "met rank 1's barrier. With TORCH_DISTRIBUTED_DEBUG=DETAIL torch compares the calls before running them "
+        "skipped a step; rank 0 went on all-reducing that step's gradients alone.",
+        "cause: the ranks called different collectives: rank 1 skipped a step's two all-reduces (one per "
+        "parameter: the weight's, the bias's), so rank 0's all-reduce of that step's weight met rank 1's barrier. "
+        "With TORCH_DISTRIBUTED_DEBUG=DETAIL torch compares the calls before running them "
         "and each rank fails at once with 'Detected mismatch between collectives on ranks': rank 0's own call "
         "is the ALLREDUCE, rank 1's the BARRIER (the other rank's op in the message can be one of the check's "
         "own collectives: read each rank's own).",

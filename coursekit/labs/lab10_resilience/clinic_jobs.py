@@ -8,8 +8,8 @@ starts one process per task (``submit_jobs(..., n_gpu=2)``: ``RANK``, ``WORLD_SI
 - ``rank_raises``: rank 1 raises at step ``FAIL_AT_STEP``; rank 0 goes on to its next all-reduce. The process
   group's timeout is long (``--stop-timeout-s``): what ends rank 0 early is the kit's launcher (Slurm: ``srun
   --kill-on-bad-exit``; the local site: ``coursekit.launch.stop_local_peer_tasks``) or, on gloo, the closed socket;
-- ``mismatched_collectives``: rank 1 skips one all-reduce ("its batch was empty"), so at the end rank 0's last
-  all-reduce meets rank 1's barrier: both wait until the process group's timeout, set short
+- ``mismatched_collectives``: rank 1 skips a step's all-reduces ("its batch was empty"), so rank 0's all-reduce of
+  that step's weight meets rank 1's barrier: both wait until the process group's timeout, set short
   (``--hang-timeout-s``: seconds, not torch's default: 10 minutes with NCCL, 30 with gloo); with ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` torch compares
   the collectives and names the mismatch;
 - ``rendezvous_fails``: the script hard-codes a world size of 3 for a job of 2 processes (``--wrong world_size``)

@@ -68,8 +68,8 @@ def environment_note(runtime: str | None, image: Path | None, wanted: str | os.P
         why = (f"{RUNTIME} is installed ({runtime}) but the image {named} does not exist" if named else
                f"{RUNTIME} is installed ({runtime}) but no image is named (the settings' container_image, or "
                f"${IMAGE_ENV})")
-    return (f"{why}. Only the job from your Python is submitted; below, the script the kit would give sbatch for "
-            "the container job.")
+    return (f"{why}. The table shows the job from your Python only (a job of this lab that already ran from it, "
+            "where there is one); below, what the container job's processes would run.")
 
 
 def run_environments(config: TrainConfig, *, image: str | os.PathLike | None = None, name: str = "env",

@@ -222,7 +222,8 @@ def _chart(series: Sequence[tuple[str, list[tuple[float, float]]]], title: str, 
 
 
 def render_view(watched: Sequence[WatchedJob], states: Mapping[str, str] | None = None) -> str:
-    """The view's HTML: the three charts and a line per job (latest sample, state); the fixed NO_GPU_TEXT when
+    """The view's HTML: the three charts and a line per job (a running job's latest sample, an ended job's figures
+    over its measured steps as in :func:`gpu_table`, its state); the fixed NO_GPU_TEXT when
     no job has a sample (a CPU). ``states``: each label's job state (shown in the lines)."""
     states = states or {}
     samples = {item.label: item.samples() for item in watched}
@@ -246,9 +247,15 @@ def render_view(watched: Sequence[WatchedJob], states: Mapping[str, str] | None 
     for index, item in enumerate(watched):
         runs = samples[item.label]
         last = runs[-1] if runs else {}
-        now = (f"{_number(last.get('util_pct'), '.0f')} % busy, "
-               f"{_number((last.get('mem_used_mib') or 0) / MIB_PER_GIB if last else None, '.1f')} GiB, "
-               f"{_number(last.get('power_w'), '.0f')} W" if last else "no sample yet")
+        if states.get(item.label) and runs:  # ended: the table's figures, not the last sample
+            fig = gpu_figures(runs, item.records())
+            now = (f"over its measured steps {_number(fig['util_mean_pct'], '.0f')} % busy, "
+                   f"{_number(fig['power_mean_w'], '.0f')} W; peak "
+                   f"{_number((fig['mem_peak_mib'] or 0) / MIB_PER_GIB, '.1f')} GiB")
+        else:
+            now = (f"now {_number(last.get('util_pct'), '.0f')} % busy, "
+                   f"{_number((last.get('mem_used_mib') or 0) / MIB_PER_GIB if last else None, '.1f')} GiB, "
+                   f"{_number(last.get('power_w'), '.0f')} W" if last else "no sample yet")
         state = states.get(item.label) or ("running" if item.job is not None else "waiting to be submitted")
         legend.append(f"<div><span style='color:{COLOURS[index % len(COLOURS)]}'>&#9632;</span> "
                       f"<b>{html.escape(item.label)}</b> ({html.escape(loader_text(item.config))}): "

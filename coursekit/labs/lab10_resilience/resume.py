@@ -39,6 +39,7 @@ from coursekit.jobs import local_process
 from coursekit.jobs.handle import Job
 from coursekit.jobs.submit import submit_jobs
 from coursekit.labs.kit.claims import ClaimResult, check_claim
+from coursekit.labs.kit.progress import JobsBar
 from coursekit.labs.kit.results import ResultsTable
 from coursekit.labs.lab10_resilience.records import (
     CHECKPOINT,
@@ -143,17 +144,21 @@ def follow_runs(runs: ResumeRuns, timeout_s: float) -> dict[str, str]:
     their final states. TimeoutError when they are not done within `timeout_s`."""
     deadline = time.monotonic() + timeout_s
     first_step_at: float | None = None
-    while not (runs.interrupted.done() and runs.reference.done()):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"the resume jobs ({runs.interrupted.job_id}, {runs.reference.job_id}) did not end "
-                               f"within {timeout_s:.0f} s: states {runs.interrupted.state}, {runs.reference.state}")
-        if runs.signal_after_s is not None and runs.signalled_at is None:
-            if first_step_at is None and _first_step_logged(runs.interrupted_out):
-                first_step_at = time.monotonic()
-            if first_step_at is not None and time.monotonic() - first_step_at >= runs.signal_after_s:
-                signal_job(runs.interrupted)
-                runs.signalled_at = time.time()
-        time.sleep(POLL_S)
+    with JobsBar(2, "resume jobs") as bar:  # a wait of minutes on a GPU: never silent
+        while not (runs.interrupted.done() and runs.reference.done()):
+            bar.done(int(runs.interrupted.done()) + int(runs.reference.done()))
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the resume jobs ({runs.interrupted.job_id}, {runs.reference.job_id}) did not "
+                                   f"end within {timeout_s:.0f} s: states {runs.interrupted.state}, "
+                                   f"{runs.reference.state}")
+            if runs.signal_after_s is not None and runs.signalled_at is None:
+                if first_step_at is None and _first_step_logged(runs.interrupted_out):
+                    first_step_at = time.monotonic()
+                if first_step_at is not None and time.monotonic() - first_step_at >= runs.signal_after_s:
+                    signal_job(runs.interrupted)
+                    runs.signalled_at = time.time()
+            time.sleep(POLL_S)
+        bar.done(2)
     runs.states = {"interrupted": runs.interrupted.wait(timeout_s), "reference": runs.reference.wait(timeout_s)}
     return runs.states
 

@@ -54,7 +54,8 @@ def test_without_a_runtime_the_note_says_so(course: Path, monkeypatch: pytest.Mo
     monkeypatch.setenv("PATH", str(course / "empty"))
     assert ev.container_runtime() is None
     note = ev.environment_note(None, None)
-    assert note.startswith("no container runtime here: neither singularity nor apptainer") and "sbatch" in note
+    assert note.startswith("no container runtime here: neither singularity nor apptainer")
+    assert "the job from your Python only" in note and "would run" in note
     _tool(course / "bin", "apptainer")
     monkeypatch.setenv("PATH", str(course / "bin"))
     assert "apptainer is installed" in ev.environment_note(ev.container_runtime(), None)

@@ -147,6 +147,15 @@ def test_the_view_draws_a_line_per_job_and_chart(tmp_path: Path) -> None:
     assert "completed" in page and "running" in page and "380 W" in page
 
 
+def test_an_ended_jobs_line_shows_the_tables_means_not_its_last_sample(tmp_path: Path) -> None:
+    """The fed run's last sample reads 60 % busy; its measured steps average 65 %, which the table shows."""
+    watched = _watched(tmp_path, STARVING_RUN, FED_RUN)
+    running = gv.render_view(watched, {gv.STARVING: "COMPLETED"})
+    assert "now 60 % busy" in running and "over its measured steps 20 % busy, 190 W" in running
+    ended = gv.render_view(watched, {gv.STARVING: "COMPLETED", gv.FED: "COMPLETED"})
+    assert "over its measured steps 65 % busy, 380 W" in ended and "now " not in ended
+
+
 def test_bad_arguments_name_the_parameter(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="starving="):
         gv.gpu_claims(gv.gpu_table(_watched(tmp_path, STARVING_RUN, FED_RUN)), starving="slow")
