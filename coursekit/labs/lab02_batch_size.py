@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from matplotlib.ticker import MaxNLocator
+
 from coursekit.labs.kit import experiments
 from coursekit.labs.kit.claims import check_claim, loglog_slope, time_to_target
 from coursekit.labs.kit.lab import Lab
@@ -111,8 +113,8 @@ def longer_verdict(longer: dict[str, Any], reference: dict[str, Any], acc_tie: f
     capped = f" (capped from {steps_r:,})" if steps_l < steps_r else ""
     return (f"Batch {batch_l} for {steps_l:,} steps{capped} against batch {batch_r} for "
             f"{steps_r:,}: {accuracy}, in {speed} ({longer['train_time_s']:.1f} s against "
-            f"{reference['train_time_s']:.1f} s), after processing {images_l / images_r:.1f}× as many images "
-            f"({images_l:,} against {images_r:,}).")
+            f"{reference['train_time_s']:.1f} s), after {images_l / images_r:.1f}× as many steps × batch "
+            f"({images_l:,} against {images_r:,} images; an epoch's last batch can be smaller).")
 
 
 def check_claims(table: ResultsTable, memory: ResultsTable | None, *, rate: str, target_acc: float,
@@ -170,10 +172,12 @@ def accuracy_figure(table: ResultsTable, target: float) -> Any:
                   label=f"batch {row['batch_size']}")
     left.axhline(target, color="black", linestyle=":", linewidth=0.8, label=f"target {target:.0%}")
     left.set_xlabel("epoch")
+    left.xaxis.set_major_locator(MaxNLocator(integer=True))
     left.set_ylabel("validation accuracy")
     outside_legend(left)  # beside the axes: the curves fill them
     labels = [str(r["batch_size"]) for r in table]
-    values = [r["time_to_target_s"] or 0.0 for r in table]
+    # a run that never reached the target: a grey bar as high as its whole training time
+    values = [r["time_to_target_s"] or r.get("train_time_s") or 0.0 for r in table]
     bars = right.bar(range(len(labels)), values, color=["tab:blue" if r["time_to_target_s"] else "lightgray"
                                                         for r in table])
     for bar, row in zip(bars, table, strict=True):

@@ -164,7 +164,8 @@ figure
 # Every run saw the training set the same number of times. The small batches made many more optimiser
 # steps in those epochs; the large ones made few, each better informed but not better by as much as the
 # number of images behind it. Left: validation accuracy after each epoch. Right: how long each run
-# trained before it first reached the target accuracy (grey: never, within the budget).
+# trained before it first reached the target accuracy (grey, marked "never": its whole training time, and no
+# reach).
 
 # %%
 bs.accuracy_figure(table, s.target_acc)

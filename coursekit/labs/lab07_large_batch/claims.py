@@ -86,6 +86,17 @@ def check_claims(table: ResultsTable, s: Any) -> list[ClaimResult]:
     return results
 
 
+def _edge_note(grid: ResultsTable, best: dict[str, Any], inside: bool) -> str:
+    """Where an optimizer's best LR is an edge of its grid: how far its best inner point ends below it."""
+    points = grid.where(optimizer=best["optimizer"])
+    multiples = points.column("lr_multiple")
+    if min(multiples) < best["lr_multiple"] < max(multiples):
+        return ""
+    inner = [p["val_acc"] for p in points if min(multiples) < p["lr_multiple"] < max(multiples)]
+    below = f"its best inner LR {100 * (best['val_acc'] - max(inner)):.2f} points below" if inner else "no inner LR"
+    return f" (an edge of its grid; {below}{'' if inside else ', beyond the tie'})"
+
+
 def _mean_std(row: dict[str, Any]) -> str:
     """A cell's accuracy as mean ± std (the mean alone for one seed)."""
     std = row["val_acc_std"]
@@ -152,7 +163,7 @@ def _large_batch_claims(table: ResultsTable, s: Any, strict: bool) -> list[Claim
         f"each optimizer's LR grid brackets its optimum: its best LR is inside the grid, or an inner LR ends "
         f"within {100 * OPTIMIZER_TIE:g} points of it", all(inside.values()),
         ", ".join(f"{row['optimizer'].upper()} best at {row['lr_multiple']:g}x its centre"
-                  + ("" if inside[row["optimizer"]] else " (beyond the tie)") for row in best_of_grid(grid).values()),
+                  + _edge_note(grid, row, inside[row["optimizer"]]) for row in best_of_grid(grid).values()),
         strict=False))
     closest = large_batch_recovery(table, s)
     top = closest[0]
