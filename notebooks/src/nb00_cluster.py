@@ -62,7 +62,9 @@ print("ready to submit jobs:", ready)
 # ## 3. A first job
 #
 # A job runs one command. Ours is the training engine with a handful of options; `engine_command`
-# writes the command for a configuration (only the options that differ from the defaults appear).
+# writes the command for a configuration (only the options that differ from the defaults appear). As with
+# `idr_pytools`' `gpu_jobs_submitter`, a command is what follows `python`: the job runs it with the Python of
+# your environment, so in a terminal you would type `python` before it. Every lab prints its commands so.
 # `s.job` holds the submission options: the time limit and, where the jobs run on a few shared CPU
 # cores, one compute thread per job (`OMP_NUM_THREADS=1`), so that they take turns instead of getting in
 # each other's way.
