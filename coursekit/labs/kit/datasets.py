@@ -81,10 +81,13 @@ def standin_notice(folder: str | Path, train_images: int = CIFAR10_TRAIN) -> str
             f"    CIFAR-10 once on a node with internet access: {stage_command(folder)}; then restart the kernel.")
 
 
-def fashion_notice(folder: Path, train_images: int) -> str:
-    """The one message a lab prints when it trains on Fashion-MNIST instead of CIFAR-10."""
+def fashion_notice(folder: Path, train_images: int, image_size: int = CIFAR10_SIZE) -> str:
+    """The one message a lab prints when it trains on Fashion-MNIST instead of CIFAR-10 (``image_size``: the side
+    its runs train at; the engine resizes the padded images to it)."""
+    shape = f"padded to {CIFAR10_SIZE} x {CIFAR10_SIZE}" + (
+        f", then resized to {image_size} x {image_size}" if image_size != CIFAR10_SIZE else "")
     return (f"{FASHION_MARK}: CIFAR-10 is not staged, so this lab trains on Fashion-MNIST from {folder} "
-            f"({train_images:,} + {CIFAR10_TEST:,} real 28 x 28 images of clothes, 10 classes, padded to 32 x 32). "
+            f"({train_images:,} + {CIFAR10_TEST:,} real 28 x 28 images of clothes, 10 classes, {shape}). "
             "Its accuracies are Fashion-MNIST's, not CIFAR-10's (a ResNet-18 reaches about 0.95 on it).")
 
 
@@ -156,7 +159,8 @@ def real_or_standin(config: Any, folder: str | Path | None = None) -> tuple[Any,
     if source.dataset == CIFAR10:
         return config, None
     if source.dataset == FASHION_MNIST:
-        return fashion_config(config, source.folder), fashion_notice(source.folder, config.num_samples or 60_000)
+        return fashion_config(config, source.folder), fashion_notice(source.folder, config.num_samples or 60_000,
+                                                                     config.image_size)
     return standin_config(config), standin_notice(where, config.num_samples or CIFAR10_TRAIN)
 
 

@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 
 from coursekit.labs.kit import datasets
@@ -61,3 +63,8 @@ def test_cli_says_where_it_is_missing(tmp_path, capsys):
 def test_the_validation_text_names_a_real_sets_test_split_and_a_generated_sets_fraction() -> None:
     assert datasets.validation_text(TrainConfig(dataset="fashion-mnist")) == "validated on its 10,000 test images"
     assert datasets.validation_text(TrainConfig(dataset="generated", val_fraction=0.25)) == "validation 25%"
+
+
+def test_the_fashion_notice_says_the_side_the_runs_train_at(tmp_path: Path) -> None:
+    assert "padded to 32 x 32)" in datasets.fashion_notice(tmp_path, 60_000)
+    assert "padded to 32 x 32, then resized to 224 x 224)" in datasets.fashion_notice(tmp_path, 60_000, 224)
