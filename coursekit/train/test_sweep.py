@@ -59,3 +59,21 @@ def test_a_sweep_on_several_processes_needs_one_device(monkeypatch: Any, capsys:
     monkeypatch.setattr(sweep, "launch_info", lambda: type("Info", (), {"world_size": 2})())
     assert sweep.main([*TINY, "--next", *TINY[:-6], "--device", "auto", "--progress", "off"]) == 2
     assert "--device differs" in capsys.readouterr().err
+
+
+def test_one_process_frees_each_runs_memory_before_the_next_even_after_a_failed_run(monkeypatch: Any,
+                                                                                     tmp_path: Path) -> None:
+    freed: list[int] = []
+    statuses = iter([{"status": "completed"}, RuntimeError("CUDA out of memory"), {"status": "completed"}])
+
+    def fake_train(config: Any) -> dict[str, str]:
+        outcome = next(statuses)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    monkeypatch.setattr(sweep, "train", fake_train)
+    monkeypatch.setattr(sweep, "_release_memory", lambda: freed.append(1))
+    configs = [sweep.parse_args([*TINY, "--out", str(tmp_path / str(i))]) for i in range(3)]
+    assert sweep._run_each(configs) == 1  # the failed run is counted, the next one still ran
+    assert len(freed) == 3

@@ -127,7 +127,9 @@ labs.reveal("speedup", ordered[-1]["images_per_s_median"] / ordered[0]["images_p
 # Memory is given in **GiB** (2³⁰ bytes, as PyTorch reports it), everywhere in this lab. GPUs are sold
 # in "GB" that are nearly GiB: an "H100 80GB" holds 79.2 GiB (85.0 × 10⁹ bytes), an H200 "141 GB" about
 # 140 GiB. The figure has log axes on both sides: memory that grows in proportion to the batch is a line of
-# slope 1 (dotted), bent only by the part that does not depend on the batch.
+# slope 1 (dotted), bent only by the part that does not depend on the batch. That part is more than the
+# weights, gradients and optimizer state (0.3 GiB for ResNet-50 with SGD and momentum): cuDNN's workspaces,
+# which its autotuner picks per convolution, take most of it (lab 03 measures them).
 
 # %% tags=["exact-settings"]
 profile.explain(
