@@ -322,7 +322,8 @@ graded = ticket.grade(answers)
 # %%
 estimate_sgd = next(e for e in estimates if e.optimizer == "sgd" and e.convention == "pytorch")
 verdicts = [
-    labs.check_claim("deeper networks keep more activations per image",
+    labs.check_claim("the deeper ResNets keep more activations per image (from ResNet-34 to ResNet-50 also because "
+                     "a bottleneck block keeps more than a basic one)",
                      depth.column("activations_mib_per_image") == sorted(set(depth.column("activations_mib_per_image"))),
                      "counted in a forward pass on the CPU: "
                      + ", ".join(f"{r['model']} {r['activations_mib_per_image']:.0f} MiB" for r in depth)),
