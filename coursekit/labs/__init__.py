@@ -35,6 +35,7 @@ from coursekit.labs.kit.experiments import (
     collect,
     engine_command,
     is_oom,
+    jobs_share_gpus,
     run_sweep,
     submit_sweep,
     summarize_run,
@@ -52,7 +53,7 @@ from coursekit.labs.kit.ticket import Question, exit_ticket
 from coursekit.labs.lab06_data_parallel.horovod import horovod_table
 
 __all__ = ["LABS", "Profile", "Question", "ResultsTable", "Sweep", "check_claim", "choose_profile", "choose_pseudonym",
-           "collect", "energy_columns", "energy_note", "engine_command", "exit_ticket", "horovod_table", "is_oom",
+           "collect", "energy_columns", "energy_note", "engine_command", "jobs_share_gpus", "exit_ticket", "horovod_table", "is_oom",
            "job_name", "lab_declarations", "lab_gpus", "lab_settings", "load_recording", "loglog_slope", "on_standin",
            "percent", "predict", "reveal", "run_sweep", "saturates", "share_of_increases", "signed", "submit_sweep", "summarize_run",
            "time_to_target", "wait_all", "wait_until_training"]  # + every lab's checkers (_LAZY, below)

@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from coursekit.labs.kit import experiments
 from coursekit.labs.kit.lab import Lab
 from coursekit.labs.kit.profiles import data_dir
 from coursekit.labs.kit.settings import QUIET, job_options, on_cifar10, workshop_budget
@@ -23,12 +22,6 @@ LAB = Lab(number="00", slug="lab00_cluster", title="The cluster from the noteboo
 # ----------------------------------------------------------------- the lab's numbers, per profile
 
 GPUS = LAB.gpus  # GPUs the notebook needs at once in the gpu profile
-
-
-def jobs_share_one_gpu() -> bool:
-    """Do this machine's one-GPU jobs run side by side on the same GPU? (the local site on a GPU machine: submitit's
-    local executor gives each the first GPU; a cluster gives each job its own.) The sweep's three jobs then share it."""
-    return experiments._shares_local_gpus(None)
 
 
 def settings(profile: str) -> dict[str, Any]:

@@ -36,12 +36,6 @@ CONTOUR_LEVELS = 30
 SweepRun, run_sweep, submit_sweeps = experiments.SweepRun, experiments.run_sweep, experiments.submit_sweeps
 
 
-def runs_share_one_gpu() -> bool:
-    """Would this machine's jobs share its GPU(s)? (submitit's local executor on a GPU machine; a cluster gives
-    each job its own.) There the runs go into one job: they would run one after the other anyway."""
-    return experiments._shares_local_gpus(None)
-
-
 def batch_sizes_text(points: int, batch_sizes: Sequence[int]) -> str:
     """The runs of the sweep in words, from the settings: full batch, B = 1, and the mini-batches between."""
     mini = [b for b in batch_sizes if 1 < b < points]

@@ -25,13 +25,6 @@ MIB_PER_GIB = 1024.0  # the engine's peak_mem_mb is in MiB (2**20 bytes); the la
 SweepRun, run_sweep, submit_sweeps = experiments.SweepRun, experiments.run_sweep, experiments.submit_sweeps
 
 
-def runs_share_one_gpu() -> bool:
-    """Would this machine's jobs share its GPU(s)? (submitit's local executor on a GPU machine; a cluster gives
-    each job its own.) There a sweep's runs go one after the other anyway, so the notebook puts them into one
-    job: one start of Python and torch instead of one per run, and a submission that returns at once."""
-    return experiments._shares_local_gpus(None)
-
-
 def add_time_to_accuracy(table: ResultsTable, target: float) -> ResultsTable:
     """Give every row ``time_to_target_s`` (training seconds until val_acc >= target, None if never) and
     ``epochs_to_target``; training seconds are the sum of the epochs' times (validation not counted)."""

@@ -27,12 +27,3 @@ def test_missing_facts_are_not_counted_and_unanswered_tickets_grade(tmp_path: Pa
     assert questions["first_job_id"].grade(123) == NOT_MEASURED
     graded = ExitTicket("00", questions).grade({}, course=tmp_path, quiet=True)
     assert (graded.score, graded.total) == (0, 1)  # only the transfer question counts, unanswered
-
-
-def test_the_sweeps_jobs_share_one_gpu_only_on_the_local_site_of_a_gpu_machine(monkeypatch) -> None:
-    from coursekit.labs import lab00_cluster
-    from coursekit.labs.kit import experiments
-
-    for shared in (True, False):
-        monkeypatch.setattr(experiments, "_shares_local_gpus", lambda site, shared=shared: shared)
-        assert lab00_cluster.jobs_share_one_gpu() is shared

@@ -202,7 +202,7 @@ failed = failures.report_failures(table, "the learning-rate sweep")
 table.with_columns("lr", "job_id", "state", "val_acc", "val_loss", "images_per_s", "total_time_s")
 
 # %%
-if lab00_cluster.jobs_share_one_gpu():  # a single machine: every job of the sweep on its one GPU, at once
+if labs.jobs_share_gpus():  # a single machine: every job of the sweep on its one GPU, at once
     profile.explain(gpu="The three jobs ran at the same time on this machine's one GPU, each with a share of it, "
                         "so each ran slower than the first job, which had the GPU to itself: compare their "
                         "images/s and total times with the first job's.")

@@ -88,7 +88,7 @@ profile.explain(
 
 # %% tags=["nbval-ignore-output"]
 noise_configs = [s.noise_base.replace(batch_size=b) for b in s.noise_batch_sizes]
-sweep, noise_sweep = gd.submit_sweeps([configs, noise_configs], one_job=profile.is_cpu or gd.runs_share_one_gpu(),
+sweep, noise_sweep = gd.submit_sweeps([configs, noise_configs], one_job=profile.is_cpu or labs.jobs_share_gpus(),
                                       **s.job,
                                       names=[labs.job_name(pseudo, "gd"), labs.job_name(pseudo, "noise")])
 print("submitted jobs", sorted({job.job_id for job in [*sweep.jobs, *noise_sweep.jobs]}))

@@ -43,7 +43,7 @@ memory_configs = ([s.memory_base.replace(batch_size=b) for b in s.memory_batch_s
                   if s.memory_base is not None else [])  # on a GPU: section 3's memory sweep, submitted now too
 groups = [configs, memory_configs] if memory_configs else [configs]
 sweep, *more = bs.submit_sweeps(groups, names=[labs.job_name(pseudo, "bs"), labs.job_name(pseudo, "mem")][:len(groups)],
-                                one_job=profile.is_cpu or bs.runs_share_one_gpu(), **s.job, timeout_s=s.timeout_s)
+                                one_job=profile.is_cpu or labs.jobs_share_gpus(), **s.job, timeout_s=s.timeout_s)
 memory_sweep = more[0] if more else None
 print("submitted: job(s)", ", ".join(sorted({str(job.job_id) for one in (sweep, *more) for job in one.jobs})))
 profile.explain(

@@ -230,8 +230,10 @@ def _gpu_counts(n_gpu: int | Sequence[int]) -> list[int]:
     return counts
 
 
-def _shares_local_gpus(site: Any) -> bool:
-    """Jobs of a sweep would share GPUs: the local site on a machine with GPUs (a cluster gives each its own)."""
+def jobs_share_gpus(site: Any = None) -> bool:
+    """Would this machine's jobs share its GPU(s)? The local site on a machine with GPUs (submitit's local executor
+    gives each job the first GPUs); a cluster gives each its own. ``site``: a Site, its name, or None (the
+    course's). Where they share, a sweep's runs go one after the other (or into one job)."""
     from coursekit.sites import Site, load_site, visible_gpu_count
 
     the_site = site if isinstance(site, Site) else load_site(site)
@@ -250,7 +252,7 @@ def submit_sweep(configs: Sequence[TrainConfig], *, name: str, n_gpu: int | Sequ
 
     configs = _validate(configs, name)
     counts = _gpu_counts(n_gpu)
-    one_at_a_time = one_at_a_time or _shares_local_gpus(submit_options.get("site"))
+    one_at_a_time = one_at_a_time or jobs_share_gpus(submit_options.get("site"))
     pairs = [(c, n) for n in counts for c in configs]  # the order submit_jobs returns the jobs in
     sweep = Sweep(name, [c for c, _ in pairs], n_gpus=[n for _, n in pairs] if not isinstance(n_gpu, int) else None)
     if not one_at_a_time:
@@ -343,7 +345,7 @@ def submit_sweeps(groups: Sequence[Sequence[TrainConfig]], *, names: Sequence[st
     options = {"time_max": DEFAULT_TIME_MAX, **options}
     n_gpu = options.pop("n_gpu", 1)
     counts = _gpu_counts(n_gpu)
-    one_at_a_time = options.pop("one_at_a_time", False) or _shares_local_gpus(options.get("site"))
+    one_at_a_time = options.pop("one_at_a_time", False) or jobs_share_gpus(options.get("site"))
     timeout_s = options.pop("timeout_s", DEFAULT_TIMEOUT_S)  # results() waits for the last job
     runs = [" ".join(shlex.quote(arg) for arg in config.to_args()) for configs in groups for config in configs]
     command = f"{SWEEP_ENGINE} " + f" {SWEEP_SEPARATOR} ".join(runs)

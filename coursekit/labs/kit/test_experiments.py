@@ -134,11 +134,11 @@ def test_a_sweep_on_the_local_site_of_a_gpu_machine_runs_one_job_at_a_time(monke
     from coursekit.labs.kit import experiments
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # one GPU, as the local site sees it
-    assert experiments._shares_local_gpus("local")
+    assert experiments.jobs_share_gpus("local")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    assert not experiments._shares_local_gpus("local")  # CPU jobs may share the cores (the cpu profile)
+    assert not experiments.jobs_share_gpus("local")  # CPU jobs may share the cores (the cpu profile)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
-    assert not experiments._shares_local_gpus("slurm")  # a cluster gives every job its own GPUs
+    assert not experiments.jobs_share_gpus("slurm")  # a cluster gives every job its own GPUs
 
 
 class RunsJob(StandInJob):

@@ -113,8 +113,8 @@ def run_jobs(runs: Sequence[Run], *, name: str, one_job: bool = False, timeout_s
     from coursekit.jobs import submit_jobs
     from coursekit.labs.kit.experiments import (
         RunsBar,
-        _shares_local_gpus,
         engine_command,
+        jobs_share_gpus,
         summarize_run,
         wait_all,
     )
@@ -126,7 +126,7 @@ def run_jobs(runs: Sequence[Run], *, name: str, one_job: bool = False, timeout_s
     for index, run in enumerate(runs):  # one job per run, or per shape (in order of first appearance)
         key = (run.shape["n_gpu"], run.shape.get("n_gpu_per_task", 1)) if one_job else index
         groups.setdefault(key, []).append(run)
-    together = one_job and not _shares_local_gpus(job.get("site"))
+    together = one_job and not jobs_share_gpus(job.get("site"))
     waves = [list(groups.values())] if together else [[members] for members in groups.values()]
     checked = [0.0]
 
