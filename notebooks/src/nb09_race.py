@@ -133,15 +133,19 @@ if not race.has_baseline():
 # same settings and the new runs replace the old ones; change a setting and it is a new entry.
 
 # %%
+paces = race.baseline_epochs()  # each posted baseline seed's epochs to the target, this round
+data_name, data_images = {"fashion-mnist": ("Fashion-MNIST's", 60_000), "cifar10": ("CIFAR-10's", 50_000)}.get(
+    s.baseline.dataset, ("the generated set's", 0))
+data_images = s.baseline.num_samples or data_images
 profile.explain(
-    gpu=(f"On Fashion-MNIST the baseline needs five to six epochs of its {s.baseline.num_samples or 60_000:,} "
-         f"training images to reach {s.baseline.target_acc:.0%}" if s.baseline.dataset == "fashion-mnist" else
-         f"The baseline may train {s.baseline.epochs} epochs of CIFAR-10's {s.baseline.num_samples or 50_000:,} "
-         f"training images to reach {s.baseline.target_acc:.0%}")
+    gpu=(f"This round's baseline needed {min(paces):.1f} to {max(paces):.1f} epochs of {data_name} "
+         f"{data_images:,} training images to reach {s.baseline.target_acc:.0%}" if paces else
+         f"The baseline may train {s.baseline.epochs} epochs of {data_name} {data_images:,} training images to "
+         f"reach {s.baseline.target_acc:.0%}")
         + ": time enough for the schedule and the epoch budget to matter, beside the speed of each step. Near the "
           "target its accuracy still swings a point or two from one evaluation to the next, so the first evaluation "
-          "over the target comes an epoch or more sooner or later from one seed to another: that is the spread of "
-          "the baseline's time on the board.",
+          "over the target comes sooner for one seed than for another: that is the spread of the baseline's time "
+          "on the board.",
     cpu="Most of these are **GPU** tips. Here the race's model is a small MLP on a CPU: it has no convolutions, "
         "so `channels_last` does not apply (the engine refuses it), and bf16 on a CPU is slower than fp32. "
         "Here, the batch size and the learning rate are what helps.")

@@ -27,6 +27,7 @@ from coursekit.labs.lab09_race.leaderboard import (
     BASELINE,
     append_run,
     baseline_advice,
+    baseline_epochs,
     clear_round,
     entry_name,
     failures,
@@ -55,7 +56,8 @@ from coursekit.train.target import code_hash, config_hash
 # the lab, declared once (coursekit.labs.kit.lab): its lists derive from it; read as text, so literals only
 LAB = Lab(number="09", slug="lab09_race", title="The race", notebook="09_race.ipynb", gpus=1)
 
-__all__ = ["BASELINE", "DEFAULT_SEEDS", "LeaderboardView", "Rules", "append_run", "baseline_advice", "clear_round",
+__all__ = ["BASELINE", "DEFAULT_SEEDS", "LeaderboardView", "Rules", "append_run", "baseline_advice", "baseline_epochs",
+           "clear_round",
            "code_hash", "config_hash", "entries", "entry_name", "failures", "has_baseline", "has_entry", "is_theirs",
            "leaderboard_path", "live_leaderboard", "marks_of", "may_post_baseline", "own_runs_path",
            "plot_leaderboard", "post_entry", "post_runs", "race_claims", "read_board", "read_race", "read_runs", "rival_name",

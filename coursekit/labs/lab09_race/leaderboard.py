@@ -301,6 +301,13 @@ def has_baseline(path: Path | None = None, round_: int = 1) -> bool:
                for r in read_runs(path))
 
 
+def baseline_epochs(path: Path | None = None, round_: int = 1) -> list[float]:
+    """Each posted baseline seed's epochs to the target in this round (the instructor's runs that reached it)."""
+    return sorted(float(r["epochs_to_target"]) for r in read_runs(path)
+                  if r["participant"] == BASELINE and int(r.get("round") or 1) == round_ and is_theirs(r)
+                  and r.get("target_reached") and r.get("epochs_to_target") is not None)
+
+
 def group_runs(runs: list[dict[str, Any]]) -> dict[tuple[str, str, int, str], list[dict[str, Any]]]:
     """Runs by (participant, submission, round, Unix user), in posting order; a seed posted again by the same
     user replaces its earlier run (the latest counts): another user's runs never replace or join them."""

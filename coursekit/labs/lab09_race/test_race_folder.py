@@ -46,6 +46,19 @@ def test_only_the_instructor_posts_the_baseline_and_a_participant_is_told_whom_t
     assert race.may_post_baseline() and race.post_runs(race.BASELINE, "baseline", rows, board) == 3
 
 
+def test_the_baseline_pace_is_its_own_seeds_epochs_to_the_target(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    board = course_with(tmp_path, monkeypatch, instructor=ME)
+    assert race.baseline_epochs(board) == []  # nothing posted: a notebook says what the baseline may train instead
+    paces = {0: 6.8, 1: 5.5, 2: None}  # seed 2 missed the target
+    rows = [{"job_id": f"b{s}", "summary": {**summary(s), "epochs_to_target": e, "target_reached": e is not None}}
+            for s, e in paces.items()]
+    race.post_runs(race.BASELINE, "baseline", rows, board)
+    race.post_runs("ada", "tuned", [{"job_id": "a0", "summary": {**summary(0), "epochs_to_target": 2.0}}], board)
+    assert race.baseline_epochs(board) == [5.5, 6.8]
+    assert race.baseline_epochs(board, round_=2) == []
+
+
 @as_root
 def test_a_baseline_posted_by_anyone_but_the_instructor_is_marked_whatever_its_claim_says(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
