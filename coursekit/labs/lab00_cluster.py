@@ -41,6 +41,42 @@ def settings(profile: str) -> dict[str, Any]:
     return values
 
 
+# ----------------------------------------------------------------- the sweep, read against the first job
+
+REPEAT_EXACT = 0.0005  # two accuracies closer than this print alike (3 decimals): the run repeated exactly
+FILLS_MORE = 1.1  # the sweep's images/s over the first job's beyond which one job had left part of the GPU idle
+
+
+def repeat_note(first_acc: float, repeat_acc: float, lr: float) -> str:
+    """The sweep's job with the first job's settings (seed included) against the first job: their gap is noise."""
+    gap = abs(repeat_acc - first_acc)
+    causes = ("kernels that add in another order from run to run, cuDNN's autotuner choosing other kernels on a "
+              "shared GPU")
+    head = (f"The lr={lr:g} job repeats the first job (same settings, same seed): they ended at validation accuracy "
+            f"{first_acc:.3f} and {repeat_acc:.3f}, {gap:.3f} apart. ")
+    if gap >= REPEAT_EXACT:
+        return head + (f"That is run-to-run noise (on a GPU: {causes}): one short run per learning rate ranks only "
+                       "the gaps larger than that.")
+    return head + (f"Here a run repeats exactly; on a GPU two such runs differ ({causes}), and one short run per "
+                   "learning rate ranks only the gaps larger than that difference.")
+
+
+def sharing_note(first_images_per_s: float | None, sweep_images_per_s: Iterable[float | None]) -> str:
+    """What the sweep's jobs, run at once on one GPU, did against the first job, which had the GPU to itself."""
+    text = ("The three jobs ran at the same time on this machine's one GPU, each with a share of it, so each ran "
+            "slower than the first job, which had the GPU to itself: compare their images/s and total times with "
+            "the first job's.")
+    speeds = list(sweep_images_per_s)
+    if not first_images_per_s or not speeds or None in speeds:
+        return text
+    together = sum(speeds) / first_images_per_s
+    if together > FILLS_MORE:
+        return text + (f" Together they processed {together:.1f}× the first job's images/s: one small job does not "
+                       "fill this GPU.")
+    return text + (f" Together they processed {together:.1f}× the first job's images/s, not clearly more than it "
+                   "alone: one job already kept this GPU busy, and the three only shared it.")
+
+
 # ----------------------------------------------------------------- the exit ticket
 
 END_STATES = ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT")  # the choices for the long job's final state

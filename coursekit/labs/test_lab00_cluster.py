@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from coursekit.labs.kit.ticket import NOT_ANSWERED, NOT_MEASURED, RIGHT, WRONG, ExitTicket
-from coursekit.labs.lab00_cluster import array_minutes, ticket_questions
+from coursekit.labs.lab00_cluster import array_minutes, repeat_note, sharing_note, ticket_questions
 
 SWEEP = [{"lr": 0.01, "val_acc": 0.5}, {"lr": 0.05, "val_acc": 0.9}, {"lr": 0.2, "val_acc": None}]
 
@@ -27,3 +27,19 @@ def test_missing_facts_are_not_counted_and_unanswered_tickets_grade(tmp_path: Pa
     assert questions["first_job_id"].grade(123) == NOT_MEASURED
     graded = ExitTicket("00", questions).grade({}, course=tmp_path, quiet=True)
     assert (graded.score, graded.total) == (0, 1)  # only the transfer question counts, unanswered
+
+
+def test_the_repeated_job_reads_as_noise_from_its_own_gap() -> None:
+    """The H200 run: the sweep's lr=0.1 job repeated the first job and ended 0.679 against 0.791."""
+    note = repeat_note(0.791, 0.679, 0.1)
+    assert "lr=0.1 job repeats the first job" in note and "0.112 apart" in note and "run-to-run noise" in note
+    same = repeat_note(0.61, 0.61, 0.05)  # a CPU run that repeats exactly: no noise to call noise
+    assert "0.000 apart" in same and "repeats exactly" in same and "run-to-run noise" not in same
+
+
+def test_the_shared_gpu_note_says_what_the_sum_shows() -> None:
+    """The H200 run: 9,941 + 9,659 + 9,549 images/s at once against the first job's 13,269 alone."""
+    assert "2.2× the first job's images/s: one small job does not fill" in sharing_note(13269, [9941, 9659, 9549])
+    busy = sharing_note(13269, [4400, 4400, 4400])
+    assert "1.0×" in busy and "not clearly more" in busy and "does not fill" not in busy
+    assert "Together" not in sharing_note(13269, [9941, None, 9549])  # a failed job: no sum

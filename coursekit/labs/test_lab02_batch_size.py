@@ -66,8 +66,8 @@ def test_the_claims_hold_on_rows_like_the_gpu_run():
 
 
 @pytest.mark.parametrize("planted, claim", [
-    # images/s keep growing in proportion to the batch: no saturation
-    ([(b, 60 * b, a, t) for b, _, a, t in GPU_ROWS], "saturates"),
+    # images/s keep growing in proportion to the batch: no bending toward saturation
+    ([(b, 60 * b, a, t) for b, _, a, t in GPU_ROWS], "ever more slowly"),
     # the largest batch ends within the run-to-run spread of the best
     ([*GPU_ROWS[:-1], (2048, 42_000, 0.880, None)], "below the best"),
     # the largest batch gets to the target first
@@ -98,20 +98,37 @@ def test_memory_line_and_the_transfer_answer():
 
 
 def test_the_exercise_verdict_follows_the_rows():
-    reference = {"batch_size": 128, "val_acc": 0.905, "train_time_s": 40.0, "summary": {"steps": 2345}}
-    faster = {"batch_size": 2048, "val_acc": 0.893, "train_time_s": 22.8, "summary": {"steps": 500}}
-    text = bs.longer_verdict(faster, reference, acc_tie=0.01)
+    reference = {"batch_size": 128, "val_acc": 0.905, "train_time_s": 40.0, "time_to_target_s": 25.0,
+                 "summary": {"steps": 2345}}
+    faster = {"batch_size": 2048, "val_acc": 0.893, "train_time_s": 22.8, "time_to_target_s": 12.5,
+              "summary": {"steps": 500}}
+    text = bs.longer_verdict(faster, reference, acc_tie=0.01, target=0.85)
     assert "0.012 less accuracy" in text and "1.8× less training time" in text and "capped from 2,345" in text
-    slower = {**faster, "val_acc": 0.90, "train_time_s": 80.0}
+    assert "Training time to 85%: 12.5 s against 25.0 s." in text  # to the target, not only to the end
+    slower = {**faster, "val_acc": 0.90, "train_time_s": 80.0, "time_to_target_s": None}
     text = bs.longer_verdict(slower, reference, acc_tie=0.01)
     assert "the same accuracy" in text and "2.0× more training time" in text
+    assert "Training time to the target accuracy: never against 25.0 s." in text
+
+
+def test_the_gains_per_batch_step_skip_runs_without_a_rate():
+    table = ResultsTable([{"batch_size": 512, "img_s": 110.0}, {"batch_size": 256, "img_s": 100.0},
+                          {"batch_size": 1024, "img_s": 111.1}, {"batch_size": 2048, "img_s": None}])
+    assert bs.rate_gains(table, "img_s") == "images/s gained from one batch to the next: 256 → 512: +10.0%, 512 → 1024: +1.0%"
+    assert bs.rate_gains(None, "img_s") == ""
+
+
+def test_the_memory_figure_labels_its_peaks():
+    figure = bs.memory_figure(memory(MEMORY_ROWS), "peaks")
+    labels = [tick.get_text() for tick in figure.axes[0].get_yticklabels()]
+    assert labels == ["10.2", "27.3", "50.1", "96"]
 
 
 def test_on_a_shared_cpu_only_the_direction_of_the_slope_is_checked():
     s = bs.settings("cpu")
     assert s["slope_drop_min"] == 0.0 < bs.settings("gpu")["slope_drop_min"]
     flat = [(b, 60 * b, a, t) for b, _, a, t in GPU_ROWS]  # no saturation at all still fails
-    with pytest.raises(AssertionError, match="saturates"):
+    with pytest.raises(AssertionError, match="ever more slowly"):
         bs.check_claims(sweep(flat), None, acc_gap_min=0.1, slope_drop_min=0.0, **{**OPTIONS, "gpu": False})
 
 

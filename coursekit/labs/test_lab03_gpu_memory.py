@@ -96,6 +96,12 @@ def test_peak_claims_are_not_checked_without_a_gpu():
     assert [c.holds for c in anatomy.check_peak_claims(None, 0.1, False, "no GPU")] == [None, None]
 
 
+def test_the_held_out_claim_says_the_fitted_term_is_not_tested_there():
+    """bf16 + channels_last gets no autotuning workspace: agreeing there tests the rest of the calculator only."""
+    held_out = anatomy.check_peak_claims(None, 0.1, False, "no GPU")[1].statement
+    assert "not fitted" in held_out and "bf16 + channels_last" in held_out and "no autotuning workspace" in held_out
+
+
 def test_estimates_per_case_follow_each_runs_options():
     base = TrainConfig(model="resnet18", dataset="synthetic", image_size=16, num_classes=10, gpu_resident=True)
     heldout = {"precision": "bf16", "channels_last": True}

@@ -205,9 +205,11 @@ if measured:
 # 0.4 GiB) is small for a 25 M-parameter network; the activations dominate and set the largest batch;
 # bf16 halves the activations. The calculator also names what a GPU's allocator holds beside them: the
 # backward's temporary gradients and, on fp32 tensors, the workspace cuDNN's autotuner tries algorithms
-# with during the first steps (about 4–6 GiB here). That holds for **TF32** as well: TF32 changes how the
+# with during the first steps (a fixed part and a share of the activations, so it grows with the batch: the
+# line above the figure gives it per bar). That holds for **TF32** as well: TF32 changes how the
 # tensor cores multiply, not the tensors' type, so the autotuner tries the same algorithms (lab 04's
-# ladder peaks at the same 27.3 GiB in fp32 and in tf32 at batch 256). In bf16 it needs little.
+# ladder peaks at the same 27.3 GiB in fp32 and in tf32 at batch 256). In bf16 it needs little (the
+# calculator counts none).
 # For a model with billions of parameters it is the other way round: at 16 bytes per parameter,
 # 80 GiB hold the training state of 5.4 billion parameters *before* a single activation.
 
@@ -216,6 +218,8 @@ resnet50 = build_model(TrainConfig(model="resnet50", image_size=224), 1000, (3, 
 fill = [estimate_memory(resnet50, "adamw", precision, 256, (3, 224, 224), convention="pytorch",
                         cudnn_benchmark=True) for precision in ("fp32", "bf16")]
 fill = [fill[0], fill[0].at_batch(1024), fill[1].at_batch(1024), fill[1].at_batch(2048)]
+print("cuDNN autotuning workspace (calculator): " + ", ".join(
+    f"{e.precision} batch {e.batch_size} {e.workspace_bytes / anatomy.GIB:.1f} GiB" for e in fill))
 anatomy.fill_figure(fill, [f"{e.precision}, batch {e.batch_size}" for e in fill], gpu_gib, gpu_label)
 
 # %% [markdown] tags=["exercise"]
