@@ -47,6 +47,7 @@ from coursekit.labs.lab06_data_parallel.buckets import (
     bucket_table,
     ddp_bucket_sizes,
     describe_bucket_layouts,
+    describe_saving,
     hidden_share,
     links_claim,
     network_claims,
@@ -103,7 +104,7 @@ __all__ = ["BF16_TIME", "EQUIVALENCE_TOLERANCE_CPU", "EXAMPLE_NCCL_LOG", "FLOAT_
            "two_node_options", "usable_gpu_counts", "WEAK_EFFICIENCY_MIN", "ALLREDUCE_SHARE",
            "energy_columns", "hidden_share", "two_node_text", "LINKS_ALLREDUCE_SHARE", "LINKS_SPREAD",
            "bucket_label", "bucket_layouts", "ddp_bucket_sizes", "describe_bucket_layouts", "links_claim",
-           "extra_time_text", "other_weak_pairs", "weak_pairs"]
+           "describe_saving", "extra_time_text", "other_weak_pairs", "weak_pairs"]
 
 # The lab's scripts as shipped with coursekit (package data), their only copy: the participants' lab06_data_parallel/ (and
 # the solved notebook folder's) is made from it (labs/kit/exercises.py).

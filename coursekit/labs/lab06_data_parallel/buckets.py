@@ -79,8 +79,10 @@ def _delay_layer(milliseconds: float) -> Any:
 
 
 def hidden_share(compute: float, allreduce: float, step: float) -> float:
-    """The share of the all-reduce alone that did not add to the step: (compute + all-reduce − step) / all-reduce.
-    1: all hidden behind the compute; 0 or less: it came after the compute (DDP's own work costs a little more).
+    """The time overlap saved, as a share of the all-reduce alone: (compute + all-reduce − step) / all-reduce.
+    1: all hidden behind the compute; 0 or less: overlapping saved nothing, the step took as long as compute and
+    all-reduce one after the other or longer (DDP's own work costs a little more). DDP starts each bucket's
+    all-reduce as soon as the bucket is ready, during the backward: this measures what that saved, not the order.
     A row must use the all-reduce it sends: the bf16 one for bf16 compression, or the bytes compression saved
     would count as hidden."""
     return (compute + allreduce - step) / allreduce
@@ -89,7 +91,8 @@ def hidden_share(compute: float, allreduce: float, step: float) -> float:
 def ddp_bucket_sizes(model: Any) -> list[int] | None:
     """The bytes of each bucket a DDP model uses, last layers first: DDP's logging data (``rebuilt_bucket_sizes``
     once it rebuilt its buckets after the first steps, else ``bucket_sizes``), else the assignment torch computes
-    for the model's parameters and cap; None where neither is available (another torch)."""
+    for the model's parameters and cap (with DDP's small first bucket where the cap was left at its default,
+    ``bucket_cap_mb=None``); None where neither is available (another torch)."""
     try:
         data = model._get_ddp_logging_data()
         text = data.get("rebuilt_bucket_sizes") or data.get("bucket_sizes")
@@ -101,7 +104,9 @@ def ddp_bucket_sizes(model: Any) -> list[int] | None:
         import torch.distributed as dist
 
         params = [p for p in reversed(list(model.module.parameters())) if p.requires_grad]
-        indices, _ = dist._compute_bucket_assignment_by_size(params, [int(model.bucket_bytes_cap)],
+        cap = int(model.bucket_bytes_cap)
+        first = dist._DEFAULT_FIRST_BUCKET_BYTES if getattr(model, "bucket_bytes_cap_default", False) else cap
+        indices, _ = dist._compute_bucket_assignment_by_size(params, [first, cap] if first < cap else [cap],
                                                               [False] * len(params))
         return [sum(params[i].numel() * params[i].element_size() for i in bucket) for bucket in indices]
     except Exception:  # noqa: BLE001 - a private API: no sizes rather than no row
@@ -167,7 +172,9 @@ def bucket_overlap(bucket_caps_mb: Sequence[float] = (ONE_BUCKET_MB, 25.0, 4.0),
     Each bucket row is labelled with the buckets DDP really used (``bucket_sizes``, read after the timed steps,
     once DDP rebuilt its buckets): a bucket holds whole gradients, so caps below the largest gradient
     (``largest_grad_mb``) all give one bucket per layer.
-    ``hidden`` = the share of the all-reduce time that did not add to the step (overlap): (compute + all-reduce
+    Every row sets ``bucket_cap_mb``: an explicit cap turns off the small first bucket (1 MiB) that DDP's
+    default (``bucket_cap_mb=None``) makes, so the 25 MB row is not quite DDP's default layout.
+    ``hidden`` = the time overlap saved, as a share of the all-reduce alone: (compute + all-reduce
     alone − step) / all-reduce alone, with the bf16 all-reduce alone for the bf16 compression row. With
     ``backward_ms_per_layer`` > 0 each layer's backward also sleeps that long: on a CPU the compute of
     a GPU is emulated so that the processor is free to communicate, as it is on a GPU node. ``compression``
@@ -267,8 +274,9 @@ def network_effects(table: Sequence[dict[str, Any]]) -> dict[str, float | None]:
     """What one bucket table says about the network (ms, medians): ``compute`` (no_sync), ``allreduce`` and
     ``allreduce_bf16`` alone, ``one_bucket`` and ``best_buckets`` (the fastest smaller bucket size, fp32),
     ``compressed`` (bf16 hook); ``saved_ms`` = one bucket − best buckets: how much faster smaller buckets make a
-    step (the communication they hid, and one bucket's own extra cost: its ``hidden`` is below 0);
+    step (the communication they hid, and one bucket's own extra cost where its ``hidden`` is below 0);
     ``hidden_ms`` = the best buckets' ``hidden`` share x the all-reduce alone, the table's definition;
+    ``one_bucket_extra_ms`` = one bucket − (compute + all-reduce): ``saved_ms`` = this + ``hidden_ms``;
     ``overlap_room_ms`` = the smaller of compute (forward + backward) and all-reduce: a bound on what any overlap
     can hide (the all-reduce overlaps the backward only; the backward's part of the compute is not timed apart)."""
     def step(predicate: Any) -> float | None:
@@ -284,7 +292,27 @@ def network_effects(table: Sequence[dict[str, Any]]) -> dict[str, float | None]:
             "compressed": step(lambda r: r.get("bucket_cap_mb") and r.get("compressed")),
             "saved_ms": one - best if one is not None and best is not None else None,
             "hidden_ms": compute + allreduce - best if None not in (compute, allreduce, best) else None,
+            "one_bucket_extra_ms": one - compute - allreduce if None not in (compute, allreduce, one) else None,
             "overlap_room_ms": min(compute, allreduce) if compute is not None and allreduce is not None else None}
+
+
+def describe_saving(effects: dict[str, float | None]) -> str:
+    """The best buckets' saving against one bucket (:func:`network_effects`), split into the one-bucket row's own
+    extra over compute + all-reduce one after the other and what overlap hid; "" where a time is missing."""
+    saved, extra, hidden = effects.get("saved_ms"), effects.get("one_bucket_extra_ms"), effects.get("hidden_ms")
+    if saved is None or extra is None or hidden is None:
+        return ""
+    if saved <= 0:
+        return f"the best buckets were no faster than one bucket ({-saved:.1f} ms slower)"
+    if extra <= 0:
+        return (f"one bucket took no longer than compute + all-reduce one after the other ({-extra:.1f} ms less): "
+                f"the best buckets' {saved:.1f} ms against it is overlap beyond one bucket's")
+    if hidden <= 0:
+        return (f"the best buckets' {saved:.1f} ms against one bucket all come from the one-bucket row's own extra "
+                f"over compute + all-reduce ({extra:.1f} ms; its cause is not measured here): overlap hid nothing")
+    return (f"of the best buckets' {saved:.1f} ms against one bucket, {extra:.1f} ms is the one-bucket row's own "
+            f"extra over compute + all-reduce (its cause is not measured here) and {hidden:.1f} ms is what "
+            "overlap hid")
 
 
 def allreduce_ms_per_mb(table: Sequence[dict[str, Any]]) -> float:
