@@ -67,18 +67,21 @@ from coursekit.labs.lab07_large_batch.analysis import (
     shared_seeds,
     sqrt_over_linear,
     two_doublings_speedup,
+    warmup_effect,
 )
 from coursekit.labs.lab07_large_batch.claims import (
+    CPU_CLAIMS_NOTE,
     EQUAL_STEPS_RECOVERY_MIN,
     GAP_MIN,
     GHOST_STANDARD_ERRORS,
     RECOVERY_MID_MIN,
     SPIKE_MARGIN,
-    SQRT_OVER_LINEAR_MIN,
+    SQRT_STANDARD_ERRORS,
     TWO_DOUBLINGS_MIN,
     check_claims,
     knee_reading,
     optimizer_finding,
+    warmup_reading,
 )
 from coursekit.labs.lab07_large_batch.figures import (
     accuracy_figure,
@@ -143,18 +146,19 @@ LAB = Lab(number="07", slug="lab07_large_batch", title="Large-batch training",
           notebook="07_large_batch.ipynb", gpus=1, script_folders=("lab07_large_batch",),
           recordings=("large_batch_gpu",), exercises=("rules_check.check_large_batch_rules",))
 
-__all__ = ["Arm", "CHANCE", "CPU_BASE_BATCH", "CPU_BASE_LR", "CPU_EPOCHS", "CPU_HOLDOUT", "CPU_LARGE", "CPU_MID",
+__all__ = ["Arm", "CHANCE", "CPU_BASE_BATCH", "CPU_BASE_LR", "CPU_CLAIMS_NOTE", "CPU_EPOCHS", "CPU_HOLDOUT", "CPU_LARGE", "CPU_MID",
            "CPU_SIDE", "CPU_STANDIN_VAL", "CPU_SUBSET", "CPU_TARGET_ACC", "CRITICAL_LR_FACTORS",
            "CRITICAL_WARMUP_STEPS", "EQUAL_STEPS", "EQUAL_STEPS_RECOVERY_MIN", "GAP_MIN", "GHOST",
            "GHOST_STANDARD_ERRORS", "GPUS", "GPU_BASE_BATCH", "GPU_BASE_LR", "GPU_CRITICAL_BATCHES",
            "GPU_CRITICAL_EPOCHS", "GPU_EPOCHS", "GPU_LARGE", "GPU_MID", "GRID", "GRID_FACTORS", "GROUPS",
            "HOLDOUT", "LAMB_LR_CENTRE", "LARS_LR_CENTRE", "LargeBatchSettings", "NOISE_EPOCHS_GPU",
            "NOISE_MICRO_BATCHES", "OPTIMIZER_TIE", "PARTS", "RECOVERY_MID_MIN", "Run", "SCALING", "SCALING_RULES",
-           "SPIKE_LRS", "SPIKE_MARGIN", "SPIKE_STEPS", "SQRT_OVER_LINEAR_MIN", "TARGET_ACC", "TWO_DOUBLINGS_MIN",
+           "SPIKE_LRS", "SPIKE_MARGIN", "SPIKE_STEPS", "SQRT_STANDARD_ERRORS", "TARGET_ACC", "TWO_DOUBLINGS_MIN",
            "T_975", "WARMUP_SHARE", "accuracy_figure", "arm_accuracy", "arm_names", "b_simple_at",
            "best_inside_grid", "best_of_grid", "cells", "check_claims", "critical_curve", "critical_figure",
            "critical_grid_check", "early_peak_loss", "equal_steps_recovery", "fit_critical_batch", "gap_points",
            "ghost_gain", "grid_figure", "grid_table", "knee_reading", "large_batch_recovery", "noise_figure",
            "noise_series", "noise_spread", "optimizer_comparison", "optimizer_finding", "paired", "plan",
            "recovery", "reference_steps", "results", "scaled_lr", "settings", "shared_seeds", "spike_figure",
-           "sqrt_over_linear", "steps_per_epoch", "submit", "two_doublings_speedup", "typed_settings"]
+           "sqrt_over_linear", "steps_per_epoch", "submit", "two_doublings_speedup", "typed_settings",
+           "warmup_effect", "warmup_reading"]

@@ -133,7 +133,8 @@ def best_inside_grid(grid: ResultsTable, tie: float | None = None) -> dict[str, 
 
 def optimizer_comparison(table: ResultsTable, s: Any) -> dict[str, Any]:
     """Tuned SGD against the better of the tuned layer-wise optimizers (LARS, LAMB): their best grid points and
-    ``margin`` = best layer-wise accuracy − best SGD accuracy (positive: LARS or LAMB ends ahead)."""
+    ``margin`` = best layer-wise accuracy − best SGD accuracy (positive: LARS or LAMB ends ahead); ``each``: the
+    best grid point of every layer-wise optimizer."""
     best = best_of_grid(grid_table(table, s))
     layerwise = [row for optimizer, row in best.items() if optimizer != "sgd"]
     if "sgd" not in best or not layerwise:
@@ -141,7 +142,8 @@ def optimizer_comparison(table: ResultsTable, s: Any) -> dict[str, Any]:
     top = max(layerwise, key=lambda row: row["val_acc"])
     rows = table.where(part="A", arm=best["sgd"]["arm"])
     steps = rows[0]["summary"].get("steps") if len(rows) and rows[0].get("summary") else None
-    return {"sgd": best["sgd"], "layerwise": top, "margin": top["val_acc"] - best["sgd"]["val_acc"], "steps": steps}
+    return {"sgd": best["sgd"], "layerwise": top, "margin": top["val_acc"] - best["sgd"]["val_acc"], "steps": steps,
+            "each": layerwise}
 
 
 def sqrt_over_linear(table: ResultsTable, s: Any) -> tuple[float, float]:
@@ -195,6 +197,21 @@ def early_peak_loss(step_records: list[dict[str, Any]], steps: int = SPIKE_STEPS
     if not losses:
         return float("nan")
     return max(loss if math.isfinite(loss) else math.inf for loss in losses)
+
+
+def warmup_effect(table: ResultsTable) -> list[dict[str, Any]]:
+    """Per LR of B, paired seed by seed: ``higher`` (the seeds whose warm-up run ended more accurate) of ``seeds``
+    (those both ran), and the mean ± std of acc(with warm-up) − acc(without). B's arms come in pairs: with, then
+    without warm-up (``plan``)."""
+    arms = list(dict.fromkeys(table.where(part="B").column("arm")))
+    out = []
+    for with_w, without in zip(arms[::2], arms[1::2], strict=False):
+        left, right = arm_accuracy(table, with_w, "B"), arm_accuracy(table, without, "B")
+        diffs = [left[k] - right[k] for k in sorted(left) if k in right]
+        gain, gain_std = mean_std(diffs, empty=None)
+        out.append({"lr": table.where(part="B", arm=with_w)[0]["lr"], "seeds": len(diffs),
+                    "higher": sum(d > 0 for d in diffs), "gain": gain, "gain_std": gain_std})
+    return out
 
 
 # ----------------------------------------------------------------------------- C: critical batch

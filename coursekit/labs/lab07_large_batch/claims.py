@@ -31,6 +31,7 @@ from coursekit.labs.lab07_large_batch.analysis import (
     shared_seeds,
     sqrt_over_linear,
     two_doublings_speedup,
+    warmup_effect,
 )
 
 GAP_MIN = 0.02  # "a gap": the large batch at equal epochs loses at least 2 accuracy points
@@ -40,12 +41,17 @@ SPIKE_MARGIN = 1.0  # without warm-up the early loss peaks at least 1 nat above 
 # 2.25x, i.e. 1.5x a doubling (perfect scaling: 4x). Two doublings, not one: a step count is read at an evaluation,
 # so one doubling's ratio moves by ~10 % with where the evaluations fall (1.44-1.5x on one H100, 576/400 and 576/384)
 TWO_DOUBLINGS_MIN = 2.25
-SQRT_OVER_LINEAR_MIN = 0.0  # at the large batch the square-root rule ends above the linear rule (paired mean)
+# at the large batch the square-root rule ends above the linear rule by more than this many standard errors of
+# the paired mean (3 seeds on one H200: +0.012 ± 0.004, standard error 0.002)
+SQRT_STANDARD_ERRORS = 2.0
 # OPTIMIZER_TIE (analysis.py, imported above): SGD against LARS/LAMB closer than half a point is a tie
 # ghost batch norm is reported as seen when its paired gain exceeds this many standard errors of the paired mean
 # (3 seeds on one GPU: +0.005 ± 0.002 in one run, +0.003 ± 0.004 in another: a coin flip is "not seen")
 GHOST_STANDARD_ERRORS = 2.0
 EQUAL_STEPS_RECOVERY_MIN = 0.75  # given the reference's steps, the large batch wins back at least 75 % of the gap
+# what the notebook shows above the claims on the cpu profile (``profile.explain(cpu=CPU_CLAIMS_NOTE)``)
+CPU_CLAIMS_NOTE = ("On this small CPU run (a batch-norm MLP on 4,000 images, two epochs) the claims are printed as "
+                   "measured, not asserted: so small a model is not the evidence a GPU run of the real network gives.")
 
 
 def check_claims(table: ResultsTable, s: Any) -> list[ClaimResult]:
@@ -80,10 +86,18 @@ def check_claims(table: ResultsTable, s: Any) -> list[ClaimResult]:
         f"at lr {with_w['lr']:g} (batch {with_w['batch_size']}) the early loss spikes without warm-up (its peak in "
         f"the first {SPIKE_STEPS} steps >= {SPIKE_MARGIN:g} above the warm-up run's)", jump >= SPIKE_MARGIN,
         f"peak loss {without['early_peak_loss']:.2f} vs {with_w['early_peak_loss']:.2f}; final accuracy, not part "
-        f"of the claim (at this LR the seeds scatter): {_mean_std(without)} vs {_mean_std(with_w)} with warm-up",
-        strict=strict))
+        f"of the claim: {_mean_std(without)} vs {_mean_std(with_w)} with warm-up; "
+        f"{_warmup_pairs(warmup_effect(table)[-1])}", strict=strict))
     results += _critical_claims(table, s, strict)
     return results
+
+
+def _at_edge(grids: ResultsTable, batches: list[int]) -> str:
+    """How many of ``batches`` were fastest at an edge of C's LR grid (``critical_grid_check``): their step counts
+    are upper bounds, a LR beyond the grid might have reached the target in fewer steps."""
+    edge = [r["batch_size"] for r in grids if r["batch_size"] in batches and r["best_at_edge"]]
+    return (f"{len(edge)} of its {len(batches)} batches fastest at an edge of their LR grid"
+            + (f" ({', '.join(map(str, edge))}: step counts that are upper bounds)" if edge else ""))
 
 
 def _edge_note(grid: ResultsTable, best: dict[str, Any], inside: bool) -> str:
@@ -95,6 +109,26 @@ def _edge_note(grid: ResultsTable, best: dict[str, Any], inside: bool) -> str:
     inner = [p["val_acc"] for p in points if min(multiples) < p["lr_multiple"] < max(multiples)]
     below = f"its best inner LR {100 * (best['val_acc'] - max(inner)):.2f} points below" if inner else "no inner LR"
     return f" (an edge of its grid; {below}{'' if inside else ', beyond the tie'})"
+
+
+def _warmup_pairs(effect: dict[str, Any]) -> str:
+    """B's final accuracies at one LR, paired seed by seed (``warmup_effect``), in words."""
+    if not effect["seeds"]:
+        return "no seed ran both"
+    return (f"with warm-up {effect['higher']} of {effect['seeds']} seeds ended higher; mean paired difference "
+            f"(with − without) {signed(effect['gain'])}")
+
+
+def warmup_reading(table: ResultsTable) -> str:
+    """One line per LR of B: in how many seeds the warm-up run ended more accurate, and by how much on average
+    (paired seed by seed; reported, not a claim)."""
+    return "\n".join(f"lr {effect['lr']:g}: {_warmup_pairs(effect)}" for effect in warmup_effect(table))
+
+
+def _standard_error(table: ResultsTable, arms: list[str], std: float) -> tuple[int, float]:
+    """The seeds that ``arms`` share (A) and the standard error of a paired mean whose std over them is ``std``."""
+    seeds = len(shared_seeds(table, arms))
+    return seeds, std / math.sqrt(seeds) if seeds else float("nan")
 
 
 def _mean_std(row: dict[str, Any]) -> str:
@@ -109,22 +143,24 @@ def _critical_claims(table: ResultsTable, s: Any, strict: bool) -> list[ClaimRes
     fit = fit_critical_batch(curve)
     smallest, largest = min(s.critical_batches), max(s.critical_batches)
     speedup = two_doublings_speedup(curve, smallest)
+    grids = critical_grid_check(table, s)
     results = [check_claim(
         f"from batch {smallest} to {4 * smallest} (two doublings) the steps to the target fall at least "
         f"{TWO_DOUBLINGS_MIN:g}x ({math.sqrt(TWO_DOUBLINGS_MIN):g}x a doubling; perfect scaling: 4x)",
         speedup is not None and speedup >= TWO_DOUBLINGS_MIN,
-        f"speed-up {speedup:.2f}x ({math.sqrt(speedup):.2f}x a doubling)" if speedup else "-",
+        f"speed-up {speedup:.2f}x ({math.sqrt(speedup):.2f}x a doubling); "
+        f"{_at_edge(grids, [smallest, 4 * smallest])}" if speedup else "-",
         applies=speedup is not None, why_not=f"batch {smallest} or {4 * smallest} did not reach the target",
         strict=strict)]
     low, high = (fit["b_crit_low"], fit["b_crit_high"]) if fit else (None, None)
+    edges = _at_edge(grids, [r["batch_size"] for r in curve if r["steps_to_target"]])
     results.append(check_claim(
         f"a knee shows: the 95 % interval of the fitted B_crit lies inside the batches measured ({smallest} to "
         f"{largest}), excluding both ends", low is not None and smallest < low and high < largest,
-        f"B_crit {fit['b_crit']:.0f}, interval {low:.0f} to {high:.0f}" if low is not None else
-        (f"B_crit {fit['b_crit']:.0f}, no interval" if fit else "no fit"),
+        f"B_crit {fit['b_crit']:.0f}, interval {low:.0f} to {high:.0f}; {edges}" if low is not None else
+        (f"B_crit {fit['b_crit']:.0f}, no interval; {edges}" if fit else "no fit"),
         applies=fit is not None and len([r for r in curve if r["steps_to_target"]]) >= 3,
         why_not="fewer than three batches reached the target", strict=strict))
-    grids = critical_grid_check(table, s)
     edges = [f"{r['batch_size']} (fastest at its {r['best_at_edge']} LR)" for r in grids if r["best_at_edge"]]
     results.append(check_claim(
         "C's LR grid brackets the fastest LR at every batch (within one evaluation interval)",
@@ -136,12 +172,13 @@ def _critical_claims(table: ResultsTable, s: Any, strict: bool) -> list[ClaimRes
     b_simple = b_simple_at(series, at_step)
     spread = noise_spread(series, at_step)
     if fit and b_simple and spread and 0 < fit["b_crit"] < math.inf:
-        ratio, factor = b_simple / fit["b_crit"], spread["factor"]
+        b_crit = fit["b_crit"]
         results.append(check_claim(
-            "B_simple at C's target and the fitted B_crit agree within the estimator's own spread (the factor "
-            "between its lowest and highest reading from half to twice that step)", 1 / factor <= ratio <= factor,
-            f"B_simple {b_simple:.0f}, B_crit {fit['b_crit']:.0f} (ratio {ratio:.2f}); B_simple {spread['low']:.0f} "
-            f"to {spread['high']:.0f} from step {at_step / 2:.0f} to {2 * at_step} (factor {factor:.2f})",
+            "B_simple and the fitted B_crit agree within the estimator's own spread: B_crit lies between B_simple's "
+            "lowest and highest reading from half to twice the step where C's reference batch reached the target",
+            spread["low"] <= b_crit <= spread["high"],
+            f"B_crit {b_crit:.0f}; B_simple {b_simple:.0f} at step {at_step}, {spread['low']:.0f} to "
+            f"{spread['high']:.0f} from step {at_step / 2:.0f} to {2 * at_step} (factor {spread['factor']:.2f})",
             strict=False))
     return results
 
@@ -152,10 +189,13 @@ def _large_batch_claims(table: ResultsTable, s: Any, strict: bool) -> list[Claim
     LARS/LAMB tuned alike is printed as measured."""
     arms, large = s.claim_arms, s.large_batch
     gain, gain_std = sqrt_over_linear(table, s)
+    seeds, error = _standard_error(table, [arms["large_sqrt"], arms["large_linear"]], gain_std)
     results = [check_claim(
         f"at batch {large}, square-root scaling ({arms['large_sqrt']}) ends above linear scaling "
-        f"({arms['large_linear']})", gain > SQRT_OVER_LINEAR_MIN, f"{signed(gain)} ± {gain_std:.3f} (paired over seeds)",
-        strict=strict)]
+        f"({arms['large_linear']}) by more than {SQRT_STANDARD_ERRORS:g} standard errors",
+        gain > SQRT_STANDARD_ERRORS * error,
+        f"{signed(gain)} ± {gain_std:.3f} over {seeds} seeds (paired; standard error {error:.3f})",
+        applies=seeds >= 2, why_not=f"{seeds} seed: a standard error needs two or more", strict=strict)]
     print(optimizer_finding(optimizer_comparison(table, s), large))
     grid = grid_table(table, s)
     inside = best_inside_grid(grid)
@@ -173,8 +213,7 @@ def _large_batch_claims(table: ResultsTable, s: Any, strict: bool) -> list[Claim
         f"closest: {top['arm']} {100 * top['below_reference']:.1f} points below (won back {percent(top['won_back'])} "
         "of the gap)", strict=strict))
     gain, gain_std = ghost_gain(table, s)
-    seeds = len(shared_seeds(table, [arms["large_ghost"], arms["large_linear"]]))
-    error = gain_std / math.sqrt(seeds) if seeds else float("nan")
+    seeds, error = _standard_error(table, [arms["large_ghost"], arms["large_linear"]], gain_std)
     results.append(check_claim(
         f"ghost batch norm (virtual batches of {s.ghost_batch}) narrows the gap at batch {large}: "
         f"{arms['large_ghost']} ends above {arms['large_linear']} by more than {GHOST_STANDARD_ERRORS:g} standard "
@@ -194,7 +233,8 @@ def _large_batch_claims(table: ResultsTable, s: Any, strict: bool) -> list[Claim
 def optimizer_finding(tuned: dict[str, Any], batch: int) -> str:
     """One line on SGD against the best of LARS and LAMB tuned alike (``optimizer_comparison``), worded by the
     measurement: a tie within ``OPTIMIZER_TIE``, else who ends ahead and by how much, and how that reads against
-    Nado et al. 2021 (``tuned["steps"]``: the run's steps, the likely reason when the layer-wise one wins)."""
+    Nado et al. 2021 (``tuned["steps"]``: the run's steps, the likely reason when the layer-wise one wins); the
+    measured line gives each layer-wise optimizer's best point against SGD's (``tuned["each"]``)."""
     sgd, top, steps = tuned["sgd"], tuned["layerwise"], tuned.get("steps")
     name, margin = top["optimizer"].upper(), tuned["margin"]
     if abs(margin) <= OPTIMIZER_TIE:
@@ -210,9 +250,12 @@ def optimizer_finding(tuned: dict[str, Any], batch: int) -> str:
     else:
         verdict = f"SGD ends {100 * -margin:.1f} points above {name}, the better layer-wise optimizer"
         reading = "as Nado et al. (2021) found: tuned alike, SGD with momentum keeps up"
+    each = sorted(tuned.get("each", [top]), key=lambda row: -row["val_acc"])
+    against = "; ".join(f"{row['optimizer'].upper()} {row['val_acc']:.3f} at lr {row['lr']:g} "
+                        f"({100 * (row['val_acc'] - sgd['val_acc']):+.1f} points against SGD)" for row in each)
     return (f"MEASURED (reported whichever way it goes): tuned alike at batch {batch}, {verdict}: {reading}\n"
-            f"    measured: SGD {sgd['val_acc']:.3f} at lr {sgd['lr']:g}; {name} {top['val_acc']:.3f} at lr "
-            f"{top['lr']:g}; {sgd['seeds']} seed(s) per grid point")
+            f"    measured: SGD {sgd['val_acc']:.3f} at lr {sgd['lr']:g}; {against}; {sgd['seeds']} seed(s) per grid "
+            "point")
 
 
 def knee_reading(s: Any, fit: dict[str, Any] | None, series: list[dict[str, Any]], at_step: int | None) -> str:

@@ -91,11 +91,11 @@ def critical_figure(curve: ResultsTable, fit: dict[str, float] | None, b_simple:
     if fit and 0 < fit["b_crit"] < math.inf:
         grid = [r["batch_size"] for r in curve]
         left.plot(grid, [fit["s_min"] * (1 + fit["b_crit"] / b) for b in grid], linestyle="--",
-                  label=f"fit, B_crit ≈ {fit['b_crit']:.0f}")
+                  label="fit: S = S_min (1 + B_crit / B)")
         right.plot(grid, [fit["e_min"] * (1 + b / fit["b_crit"]) for b in grid], linestyle="--",
-                   label=f"fit, B_crit ≈ {fit['b_crit']:.0f}")
+                   label="fit: E = E_min (1 + B / B_crit)")
         for ax in (left, right):
-            ax.axvline(fit["b_crit"], color="grey", linestyle=":")
+            ax.axvline(fit["b_crit"], color="grey", linestyle=":", label=f"B_crit ≈ {fit['b_crit']:.0f} (the fit)")
     if b_simple:
         for ax in (left, right):
             ax.axvline(b_simple, color="black", linestyle="-.", label=f"B_simple ≈ {b_simple:.0f}")

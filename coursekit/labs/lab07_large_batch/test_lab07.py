@@ -188,6 +188,9 @@ def test_every_claim_holds_on_a_table_planted_to_show_them():
     # B_crit 613, inside the batches, but its interval (79 to 4724) reaches beyond the largest: no knee shown
     ({"critical": {64: 2000, 128: 500, 256: 600, 512: 150, 1024: 300, 2048: 110, 4096: 200}}, "a knee shows"),
     ({"arms": {**ARMS, "sqrt 4x + warm-up B=4096": 0.90}}, "square-root scaling"),
+    # +0.001 ± 0.020 over 3 seeds (standard error 0.012): above linear on average, not beyond 2 standard errors
+    ({"arms": {**ARMS, "sqrt 4x + warm-up B=4096": 0.906},
+      "offsets": {"sqrt 4x + warm-up B=4096": (0.02, -0.02, 0.0)}}, "square-root scaling .* 2 standard errors"),
     ({"first_seed_arms": {**FIRST_SEED_ARMS, "LAMB lr 0.05 B=4096": 0.937}}, "closes the gap"),
     ({"arms": {**ARMS, "ghost BN 256, linear 16x + warm-up B=4096": 0.938}}, "closes the gap"),
     ({"first_seed_arms": {**FIRST_SEED_ARMS, "equal steps, linear 16x + warm-up B=4096": 0.91}}, "2340 steps"),
@@ -265,10 +268,16 @@ def test_ghost_batch_norm_is_seen_only_beyond_two_standard_errors(offsets, holds
 
 
 def test_b_simple_is_compared_within_its_own_spread():
-    """A flat B_simple has no spread: 1.5x off B_crit is not seen; a growing one (x4 over the window) holds."""
+    """B_crit (739 planted) must lie within B_simple's range over the window: a flat B_simple has no range, so
+    1.5x off is not seen; a growing one (x4 over the window) that brackets B_crit holds; one whose whole range
+    lies above B_crit (1067 to 4267) is not seen, though B_simple/B_crit (2.9) is within the factor 4."""
     flat = [r for r in lb.check_claims(planted(b_simple=1100.0, noise_slope=0.0), gpu_settings())
             if "B_simple" in r.statement]
     assert flat[0].holds is False and "factor 1.00" in flat[0].evidence
+    (holds,) = [r for r in lb.check_claims(planted(), gpu_settings()) if "B_simple" in r.statement]
+    assert holds.holds is True and "lies between B_simple's lowest and highest" in holds.statement
+    (above,) = [r for r in lb.check_claims(planted(b_simple=2000.0), gpu_settings()) if "B_simple" in r.statement]
+    assert above.holds is False and not above.strict and "1067 to 4267" in above.evidence
     spread = lb.noise_spread(lb.noise_series(planted()), 320)
     assert spread["factor"] == pytest.approx(4.0) and spread["low"] == pytest.approx(320)
     assert lb.noise_spread([], 320) is None and lb.noise_spread(lb.noise_series(planted()), None) is None
@@ -283,6 +292,29 @@ def test_the_critical_fit_gives_an_interval_from_its_residuals():
     exact = lb.fit_critical_batch(ResultsTable([{"batch_size": b, "steps_to_target": 100 * (1 + 512 / b)}
                                                 for b in (64, 1024)]))
     assert exact["b_crit"] == pytest.approx(512) and exact["b_crit_low"] is None
+
+
+def test_the_warm_up_reading_pairs_the_seeds():
+    rows = [{**r, "val_acc": r["val_acc"] + (0.1 if r["seed"] == 2 and "no warm-up" in r["arm"] else 0.0)}
+            for r in planted()]  # seed 2: the run without warm-up ends 0.05 above the one with it
+    (effect,) = lb.warmup_effect(ResultsTable(rows))
+    assert effect["lr"] == 12.8 and (effect["higher"], effect["seeds"]) == (2, 3)
+    assert effect["gain"] == pytest.approx(0.05 / 3)
+    assert lb.warmup_reading(ResultsTable(rows)) == ("lr 12.8: with warm-up 2 of 3 seeds ended higher; mean paired "
+                                                    "difference (with − without) +0.017")
+    (spike,) = [r for r in lb.check_claims(ResultsTable(rows), gpu_settings()) if "spikes" in r.statement]
+    assert "not part of the claim" in spike.statement + spike.evidence and "2 of 3 seeds ended higher" in spike.evidence
+
+
+@pytest.mark.parametrize(("steps_1024", "words"), [
+    (None, "0 of its 7 batches fastest at an edge of their LR grid"),
+    ((None, 130, 100), "1 of its 7 batches fastest at an edge of their LR grid (1024: step counts that are upper")])
+def test_the_knee_claim_counts_its_batches_at_an_edge(steps_1024, words):
+    table = planted(critical_grid={1024: steps_1024} if steps_1024 else None)
+    (knee,) = [r for r in lb.check_claims(table, gpu_settings()) if "a knee shows" in r.statement]
+    assert words in knee.evidence
+    (doublings,) = [r for r in lb.check_claims(table, gpu_settings()) if "two doublings" in r.statement]
+    assert "0 of its 2 batches fastest at an edge" in doublings.evidence
 
 
 def test_the_knee_reading_places_a_batches_against_the_measured_b_crit():
@@ -320,6 +352,7 @@ def test_sgd_against_lars_and_lamb_is_reported_the_way_it_went(capsys, lamb, sgd
     assert not any("SGD" in r.statement and "LAMB" in r.statement for r in results)  # printed, not a claim
     out = capsys.readouterr().out
     assert f"tuned alike at batch 4096, {words}" in out
+    assert f"LARS 0.905 at lr 20 ({100 * (0.905 - sgd):+.1f} points against SGD)" in out  # LARS too, at its best
     assert ("makes 140 steps" in out) is ("departs" in words)
 
 
@@ -348,6 +381,7 @@ def test_the_figures_draw_what_the_table_holds():
     assert len(figures[4].axes[0].containers) == 3  # one error-bar line per optimizer
     assert len(figures[1].axes[0].lines) == 2 and max(figures[1].axes[0].lines[1].get_ydata()) == 9.0
     assert math.isfinite(fit["b_crit"])
+    assert any(label.startswith("B_crit ≈") for label in figures[2].axes[0].get_legend_handles_labels()[1])
 
 
 def test_the_claims_on_the_recorded_gpu_run():
