@@ -180,7 +180,7 @@ figure
 # ends higher) are within what another seed could change. After the first epoch the large batches have made
 # few steps (printed above the figure), so they may still be near chance there.
 
-# %%
+# %% tags=["exact-counts"]
 print("optimiser steps in the first epoch: " + ", ".join(
     f"batch {r['batch_size']}: {r['epochs'][0]['step']:,}" for r in ordered if r["epochs"]))
 bs.accuracy_figure(table, s.target_acc)

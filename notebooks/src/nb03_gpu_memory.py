@@ -213,7 +213,7 @@ if measured:
 # For a model with billions of parameters it is the other way round: at 16 bytes per parameter,
 # 80 GiB hold the training state of 5.4 billion parameters *before* a single activation.
 
-# %%
+# %% tags=["exact-arithmetic"]
 resnet50 = build_model(TrainConfig(model="resnet50", image_size=224), 1000, (3, 224, 224))
 fill = [estimate_memory(resnet50, "adamw", precision, 256, (3, 224, 224), convention="pytorch",
                         cudnn_benchmark=True) for precision in ("fp32", "bf16")]

@@ -18,7 +18,7 @@
 # engine. They are submitted together in section 3 and run while you read sections 4 and 5; section 6
 # collects them. The speed-up ladder of section 6 needs tensor cores.
 
-# %%
+# %% tags=["exact-settings"]
 # %matplotlib inline
 import coursekit
 from coursekit import labs
