@@ -104,3 +104,35 @@ def test_the_bar_redraws_at_most_once_a_second_however_often_it_is_told(monkeypa
     monkeypatch.setattr(progress, "redraws_seen", lambda: True)
     with JobsBar(3, "ada-bs") as bar:
         assert bar._bar.mininterval == progress.REDRAW_S >= 1.0
+
+
+def test_a_notebook_bar_is_shown_after_the_delay_and_its_closing_line_takes_its_place(monkeypatch, capsys):
+    """A saved notebook keeps what its display id holds last: the line, not the widget's first drawing."""
+    import IPython.display
+
+    from coursekit.jobs import queue_view
+
+    shown = []
+
+    class Handle:
+        def update(self, data, raw=False):
+            shown.append(("update", data, raw))
+
+    def display(obj, display_id=False):
+        shown.append(("display", type(obj).__name__, display_id))
+        return Handle()
+
+    monkeypatch.setattr(progress, "redraws_seen", lambda: True)
+    monkeypatch.setattr(queue_view, "in_kernel", lambda: True)
+    monkeypatch.setattr(IPython.display, "display", display)
+    monkeypatch.setattr(progress, "PROGRESS_DELAY_S", 3600.0)
+    with JobsBar(2, "ada-quick") as bar:  # a wait shorter than the delay shows nothing, and says nothing
+        bar.done(2)
+    assert shown == [] and capsys.readouterr().out == ""
+    monkeypatch.setattr(progress, "PROGRESS_DELAY_S", 0.0)
+    with JobsBar(3, "ada-bs") as bar:
+        for count in (1, 1, 3):
+            bar.done(count)
+    assert [entry[0] for entry in shown] == ["display", "update"] and shown[0][2] is True  # shown once, by id
+    assert shown[1][1]["text/plain"].startswith("ada-bs: 3/3 jobs ended after ") and shown[1][2] is True
+    assert capsys.readouterr().out == ""  # the line is in the bar's place, not printed a second time
