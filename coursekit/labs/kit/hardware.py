@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 GB = 1e9
+GIB = 2**30
 AMPERE = (8, 0)  # bf16 and tf32 tensor cores
 NEEDS_AMPERE = ("bf16", "tf32")
 # Dense (no sparsity) tensor-core peaks from NVIDIA's datasheets, TFLOP/s: (name fragment, bf16, fp16).
@@ -50,7 +51,8 @@ def describe(info: dict[str, Any] | None) -> str:
     if not info or info.get("name") is None:
         return "no GPU"
     major, minor = info["capability"]
-    return f"{info['name']} ({info['total_memory_gb']:.0f} GB, compute capability {major}.{minor})"
+    gib = info["total_memory_gb"] * GB / GIB  # the labs give memory in GiB (2^30 bytes)
+    return f"{info['name']} ({gib:.1f} GiB, compute capability {major}.{minor})"
 
 
 def usable_precisions(info: dict[str, Any] | None, wanted: Sequence[str]) -> tuple[list[str], dict[str, str]]:

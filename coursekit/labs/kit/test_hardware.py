@@ -32,5 +32,6 @@ def test_peaks_come_from_the_gpus_name_and_unknown_is_none():
 def test_memory_and_description():
     assert hardware.memory_gb(H100) == 85.0 and hardware.memory_gb(None, default=80) == 80
     assert "compute capability 9.0" in hardware.describe(H100) and hardware.describe(None) == "no GPU"
+    assert "(139.7 GiB," in hardware.describe({**H100, "total_memory_gb": 150.0})  # an H200: 150e9 bytes
     info = hardware.gpu_info("cpu")
     assert info["device"] == "cpu" and info["capability"] is None
