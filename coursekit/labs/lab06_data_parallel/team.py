@@ -143,7 +143,9 @@ def team_table(part: TeamPart, title: str = "") -> tuple[ResultsTable, list[str]
             ignored += 1  # not the part's holder: never mixed into the team's table
             continue
         cells[(n_gpu, batch)] = record  # records are oldest first: the latest wins
-    notes = [f"the team's records are {pool.UNVERIFIED}"] if records and evidence == pool.UNVERIFIED else []
+    # a team of one reads its own records back: there is no teammate's line to doubt
+    notes = ([f"the team's records are {pool.UNVERIFIED}"]
+             if records and evidence == pool.UNVERIFIED and part.parts > 1 else [])
     notes += [f"ignored: {problem}" for problem in problems]
     not_theirs = sum(1 for r in records if r.get("not_theirs"))
     if ignored or not_theirs:
