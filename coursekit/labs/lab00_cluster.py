@@ -47,17 +47,21 @@ REPEAT_EXACT = 0.0005  # two accuracies closer than this print alike (3 decimals
 FILLS_MORE = 1.1  # the sweep's images/s over the first job's beyond which one job had left part of the GPU idle
 
 
-def repeat_note(first_acc: float, repeat_acc: float, lr: float) -> str:
+def repeat_note(first_acc: float, repeat_acc: float, lr: float, on_gpu: bool) -> str:
     """The sweep's job with the first job's settings (seed included) against the first job: their gap is noise."""
     gap = abs(repeat_acc - first_acc)
-    causes = ("kernels that add in another order from run to run, cuDNN's autotuner choosing other kernels on a "
-              "shared GPU")
+    causes = ("a tiny difference at the start, from kernels that add in another order from run to run or from "
+              "cuDNN's autotuner choosing other kernels on a shared GPU, which a few epochs at a large learning rate "
+              "amplify")
     head = (f"The lr={lr:g} job repeats the first job (same settings, same seed): they ended at validation accuracy "
             f"{first_acc:.3f} and {repeat_acc:.3f}, {gap:.3f} apart. ")
     if gap >= REPEAT_EXACT:
-        return head + (f"That is run-to-run noise (on a GPU: {causes}): one short run per learning rate ranks only "
-                       "the gaps larger than that.")
-    return head + (f"Here a run repeats exactly; on a GPU two such runs differ ({causes}), and one short run per "
+        return head + (f"That is run-to-run noise: {causes}. One short run per learning rate ranks only the gaps "
+                       "larger than that.")
+    if on_gpu:
+        return head + (f"Here the two ended alike; on a GPU they need not: {causes}. One short run per learning "
+                       "rate ranks only the gaps larger than such a difference.")
+    return head + (f"Here a run repeats exactly. On a GPU two such runs differ: {causes}. One short run per "
                    "learning rate ranks only the gaps larger than that difference.")
 
 

@@ -31,10 +31,12 @@ def test_missing_facts_are_not_counted_and_unanswered_tickets_grade(tmp_path: Pa
 
 def test_the_repeated_job_reads_as_noise_from_its_own_gap() -> None:
     """The H200 run: the sweep's lr=0.1 job repeated the first job and ended 0.679 against 0.791."""
-    note = repeat_note(0.791, 0.679, 0.1)
+    note = repeat_note(0.791, 0.679, 0.1, on_gpu=True)
     assert "lr=0.1 job repeats the first job" in note and "0.112 apart" in note and "run-to-run noise" in note
-    same = repeat_note(0.61, 0.61, 0.05)  # a CPU run that repeats exactly: no noise to call noise
+    same = repeat_note(0.61, 0.61, 0.05, on_gpu=False)  # a CPU run that repeats exactly: no noise to call noise
     assert "0.000 apart" in same and "repeats exactly" in same and "run-to-run noise" not in same
+    alike = repeat_note(0.791, 0.791, 0.1, on_gpu=True)  # a GPU pair that happened to end alike
+    assert "ended alike; on a GPU they need not" in alike and "repeats exactly" not in alike
 
 
 def test_the_shared_gpu_note_says_what_the_sum_shows() -> None:

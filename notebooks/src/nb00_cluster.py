@@ -205,7 +205,7 @@ table.with_columns("lr", "job_id", "state", "val_acc", "val_loss", "images_per_s
 # one job of the sweep has the first job's settings, seed included: the two differ by chance alone
 repeat = next((row for row, config in zip(table, configs, strict=True) if config == s.first_job), None)
 if repeat is not None and None not in (repeat["val_acc"], run["val_acc"]):
-    print(lab00_cluster.repeat_note(run["val_acc"], repeat["val_acc"], repeat["lr"]))
+    print(lab00_cluster.repeat_note(run["val_acc"], repeat["val_acc"], repeat["lr"], profile.is_gpu))
 if labs.jobs_share_gpus():  # a single machine: every job of the sweep on its one GPU, at once
     profile.explain(gpu=lab00_cluster.sharing_note(run["images_per_s"], table.column("images_per_s")))
 

@@ -106,7 +106,8 @@ table = failures.completed(table)
 # images and the processor's parallel units fill up, so each doubling of the batch gains less than the one
 # before. Once the processor is busy all the time, twice the batch takes twice as long and images/s stop
 # growing: that is saturation. Whether this sweep's largest batches reach it or only bend toward it, the
-# slopes checked in section 6 say; section 3 prints the gains of a much larger model per image. Each point
+# slopes checked in section 6 say; section 3 prints the same gains for a model that costs far more per image
+# (ResNet-50 at 224 x 224). Each point
 # is the median of the rates of the run's measured windows (the first five steps, or the first quarter of a
 # short run, which pay for allocations and warm-up, left out); the error bars are their standard deviation.
 # Both axes are logarithmic: growth in proportion to the batch is a line of slope 1, slowing growth is the

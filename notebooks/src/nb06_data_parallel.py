@@ -273,7 +273,7 @@ profile.explain(
            "shorter than compute and all-reduce one after the other "
            f"({links['compute'] + links['allreduce']:.1f} ms); the all-reduce is small enough next to the step "
            "that this costs little."
-           if most_hidden <= 0 else f"Overlapping saved at most {most_hidden:.0%} of the all-reduce.")
+           if most_hidden <= 0 else f"Overlapping saved at most {min(most_hidden, 1):.0%} of the all-reduce.")
         + " The claim below checks this on your GPUs.",
     cpu="With two processes sharing two cores, DDP's copies of the gradients into its buckets and the noise of "
         "the shared cores are as large as what the overlap saves: the bucket rows change from one run to the "

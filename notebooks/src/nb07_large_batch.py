@@ -294,9 +294,9 @@ curve
 # **Did each batch's LR grid find its fastest LR?** The table lists the steps to the target of each LR of the
 # grid. Where the fastest is at an edge of its grid (`best_at_edge`: faster than the inner LR by more than one
 # evaluation interval, the precision of a step count), a larger or smaller LR might have reached the target in
-# fewer steps: that batch's step count is an upper bound, and the fitted B_crit and the speed-up of two
-# doublings carry that error beyond their intervals. Their claims below say how many of their batches were at an
-# edge. The grid itself grows with the batch (it is the linear rule times ¼, ½ and 1), so a `best_lr` at the
+# fewer steps: that batch's step count is an upper bound. The fitted B_crit carries that error beyond its
+# interval, and the speed-up of two doublings, a ratio of two such counts, may be off either way. Their claims
+# below say how many of their batches were at an edge. The grid itself grows with the batch (it is the linear rule times ¼, ½ and 1), so a `best_lr` at the
 # grid's top edge grows with the batch by construction: it does not measure how the fastest LR scales.
 
 # %% tags=["nbval-ignore-output"]

@@ -138,7 +138,8 @@ data_name, data_images = {"fashion-mnist": ("Fashion-MNIST's", 60_000), "cifar10
     s.baseline.dataset, ("the generated set's", 0))
 data_images = s.baseline.num_samples or data_images
 profile.explain(
-    gpu=(f"This round's baseline needed {min(paces):.1f} to {max(paces):.1f} epochs of {data_name} "
+    gpu=(f"This round's baseline needed {min(paces):.1f}"
+         + (f" to {max(paces):.1f}" if max(paces) > min(paces) else "") + f" epochs of {data_name} "
          f"{data_images:,} training images to reach {s.baseline.target_acc:.0%}" if paces else
          f"The baseline may train {s.baseline.epochs} epochs of {data_name} {data_images:,} training images to "
          f"reach {s.baseline.target_acc:.0%}")

@@ -98,7 +98,7 @@ class Settings(Mapping[str, Any]):
         ours = isinstance(budget, dict) and "gpu_minutes_per_participant" in budget  # lab 06 has its own
         if ours:
             lines.append(f"  workshop budget: {budget['gpu_minutes_per_participant']:g} GPU-minutes per participant "
-                         f"({budget['jobs']} jobs; {budget['estimate']}), {budget['gpu_hours_room']:g} GPU-hours for "
+                         f"({budget['jobs']} job{'s' if budget['jobs'] != 1 else ''}; {budget['estimate']}), {budget['gpu_hours_room']:g} GPU-hours for "
                          f"{budget['participants']} participants"
                          + (f", {budget['room_gpu_minutes']:g} GPU-minutes of them run once for the room "
                             f"({budget['room_estimate']})" if budget.get("room_gpu_minutes") else ""))

@@ -96,7 +96,9 @@ def _at_edge(grids: ResultsTable, batches: list[int]) -> str:
     """How many of ``batches`` were fastest at an edge of C's LR grid (``critical_grid_check``): their step counts
     are upper bounds, a LR beyond the grid might have reached the target in fewer steps."""
     edge = [r["batch_size"] for r in grids if r["batch_size"] in batches and r["best_at_edge"]]
-    return (f"{len(edge)} of its {len(batches)} batches fastest at an edge of their LR grid"
+    count = ("both" if len(batches) == 2 else "all") if edge and len(edge) == len(batches) > 1 else \
+        f"{len(edge)} of its {len(batches)}"
+    return (f"{count} batches fastest at an edge of their LR grid"
             + (f" ({', '.join(map(str, edge))}: step counts that are upper bounds)" if edge else ""))
 
 

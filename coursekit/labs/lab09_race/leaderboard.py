@@ -302,10 +302,12 @@ def has_baseline(path: Path | None = None, round_: int = 1) -> bool:
 
 
 def baseline_epochs(path: Path | None = None, round_: int = 1) -> list[float]:
-    """Each posted baseline seed's epochs to the target in this round (the instructor's runs that reached it)."""
-    return sorted(float(r["epochs_to_target"]) for r in read_runs(path)
-                  if r["participant"] == BASELINE and int(r.get("round") or 1) == round_ and is_theirs(r)
-                  and r.get("target_reached") and r.get("epochs_to_target") is not None)
+    """Each posted baseline seed's epochs to the target in this round (the instructor's runs that reached it, the
+    latest run of each seed: a seed posted again replaces its earlier run, as on the board)."""
+    runs = [r for (participant, _, round_no, _), group in group_runs(read_runs(path)).items()
+            if participant == BASELINE and round_no == round_ for r in group]
+    return sorted(float(r["epochs_to_target"]) for r in runs
+                  if is_theirs(r) and r.get("target_reached") and r.get("epochs_to_target") is not None)
 
 
 def group_runs(runs: list[dict[str, Any]]) -> dict[tuple[str, str, int, str], list[dict[str, Any]]]:

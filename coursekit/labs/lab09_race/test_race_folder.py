@@ -56,6 +56,9 @@ def test_the_baseline_pace_is_its_own_seeds_epochs_to_the_target(
     race.post_runs(race.BASELINE, "baseline", rows, board)
     race.post_runs("ada", "tuned", [{"job_id": "a0", "summary": {**summary(0), "epochs_to_target": 2.0}}], board)
     assert race.baseline_epochs(board) == [5.5, 6.8]
+    again = {"job_id": "b1x", "summary": {**summary(1), "epochs_to_target": 7.5, "target_reached": True}}
+    race.post_runs(race.BASELINE, "baseline", [again], board)  # seed 1 posted again: its latest run counts
+    assert race.baseline_epochs(board) == [6.8, 7.5]
     assert race.baseline_epochs(board, round_=2) == []
 
 
