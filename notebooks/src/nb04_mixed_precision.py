@@ -358,11 +358,12 @@ if profile.is_gpu and not labs.on_standin(s.base):
     # real data: the validation accuracy, paired by seed (one run's final training loss moves by more than 5 %
     # from seed to seed). Undecided with the seeds run (verdict None): reported as not seen, not asserted
     same, paired = numerics.formats_match(runs, numerics.VAL_ACC_TOLERANCE, formats=halves)
+    scale_kept = fp16 is None or fp16["summary"].get("loss_scale") is not None  # a broken fp16 run fails, seeds or not
     verdicts.append(labs.check_claim(
         " and ".join(halves) + f" reach fp32's validation accuracy (each one's accuracy minus fp32's of the same seed, "
         f"averaged over {len(s.seeds)} seeds: |mean| + 2 standard errors within {numerics.VAL_ACC_TOLERANCE})",
-        bool(halves) and same is True and (fp16 is None or fp16["summary"].get("loss_scale") is not None), paired,
-        applies=bool(halves) and "fp32" in losses, strict=same is not None,
+        bool(halves) and same is True and scale_kept, paired,
+        applies=bool(halves) and "fp32" in losses, strict=same is not None or not scale_kept,
         why_not="the fp32 run or every low-precision run failed (see the failures above)"))
 else:
     # small or generated data: one run's final training loss is a stable number, within 5 % of fp32's, or 0.01
