@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from coursekit import labs
 from coursekit.labs import lab04_mixed_precision as numerics
 
 
@@ -113,8 +114,8 @@ def test_formats_match_cannot_decide_when_a_format_has_no_fp32_beside_it():
 
 def test_the_ladder_shows_energy_per_image_only():
     rows = [{"energy_per_image_j": 0.2, "energy_per_epoch_j": 5000.0}]
-    assert numerics.ladder_energy_columns(rows) == ["energy_per_image_j"]
-    assert numerics.ladder_energy_columns([{"energy_per_image_j": None}]) == []
+    assert labs.energy_columns(rows, per_epoch=False) == ["energy_per_image_j"]
+    assert labs.energy_columns([{"energy_per_image_j": None}], per_epoch=False) == []
 
 
 def test_the_transfer_question_of_the_exit_ticket():

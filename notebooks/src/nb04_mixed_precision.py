@@ -233,7 +233,7 @@ elif not s.ladder:
         ladder.add_column("peak_mem_gib", lambda r: r["peak_mem_gb"])  # the benchmark's "GB" are GiB (MiB / 1024)
         title = "ResNet-50 training ladder (recorded on " + recording["device"] + ")"
 if ladder is not None:
-    display(ladder.with_columns("rung", "img_s", *numerics.ladder_energy_columns(ladder), "speedup", "tflops",
+    display(ladder.with_columns("rung", "img_s", *labs.energy_columns(ladder, per_epoch=False), "speedup", "tflops",
                                 "peak_mem_gib"))
     print(labs.energy_note(ladder))
     figure, (left, right) = plots.new_figure(ncols=2)

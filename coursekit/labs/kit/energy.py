@@ -38,9 +38,14 @@ def energy_figures(timed_steps: Sequence[dict[str, Any]], images_per_epoch: Any)
     return {"energy_per_image_j": per_image, "energy_per_epoch_j": per_epoch}
 
 
-def energy_columns(rows: Iterable[dict[str, Any]]) -> list[str]:
-    """The energy columns to show beside images/s: both when any row measured energy, else none."""
-    return list(ENERGY_COLUMNS) if any(row.get("energy_per_image_j") is not None for row in rows) else []
+def energy_columns(rows: Iterable[dict[str, Any]], per_epoch: bool = True) -> list[str]:
+    """The energy columns to show beside images/s: both when any row measured energy, else none.
+    ``per_epoch=False``: energy per image only, for tables whose "epoch" is not one pass over a data set (a fixed
+    number of synthetic batches: lab 04's ladder; global batches that grow with the GPUs: lab 06), where energy
+    per epoch would read as something it is not."""
+    if not any(row.get("energy_per_image_j") is not None for row in rows):
+        return []
+    return list(ENERGY_COLUMNS) if per_epoch else ["energy_per_image_j"]
 
 
 def energy_note(rows: Iterable[dict[str, Any]]) -> str:

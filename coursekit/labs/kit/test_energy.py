@@ -37,6 +37,7 @@ def test_joules_per_image_over_the_timed_steps_only():
     assert row["energy_per_image_j"] == pytest.approx(126.0 / 512)
     assert row["energy_per_epoch_j"] == pytest.approx(126.0 / 512 * IMAGES_PER_EPOCH)
     assert energy.energy_columns([row]) == ["energy_per_image_j", "energy_per_epoch_j"]
+    assert energy.energy_columns([row], per_epoch=False) == ["energy_per_image_j"]
     assert energy.energy_note([row]) == ""
 
 

@@ -18,7 +18,6 @@ from typing import Any
 import torch
 
 from coursekit.labs.kit import experiments
-from coursekit.labs.kit.energy import energy_columns as kit_energy_columns
 from coursekit.labs.kit.lab import Lab
 from coursekit.labs.kit.profiles import data_dir
 from coursekit.labs.kit.results import ResultsTable
@@ -124,13 +123,6 @@ def matmul_tflops(sizes: Sequence[int], precision: str = "bf16", device: str = "
         rows.append({"size": n, "multiple_of_8": n % 8 == 0, "tflops": 2 * n**3 / seconds / 1e12,
                      "device": str(where), "precision": precision})
     return rows
-
-
-def ladder_energy_columns(rows: Any) -> list[str]:
-    """The energy column of the ladder's table: energy per image only, where measured. A rung's "epoch" is a
-    fixed number of synthetic batches, not a pass over a data set, so energy per epoch would read as something
-    it is not (lab 06's ``scaling.energy_columns`` leaves it out for a like reason)."""
-    return [c for c in kit_energy_columns(rows) if c != "energy_per_epoch_j"]
 
 
 def training_flop_per_image(model: torch.nn.Module, input_shape: Sequence[int], num_classes: int) -> float:

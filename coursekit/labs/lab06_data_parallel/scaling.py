@@ -15,7 +15,7 @@ from coursekit.labs.kit.results import ResultsTable, format_value
 def energy_columns(rows: Any) -> list[str]:
     """The energy column of lab 06's tables: energy per image only, where measured. Energy per epoch would
     mislead here: a synthetic epoch is a number of *global* batches, so its images grow with the GPUs."""
-    return [c for c in kit_energy_columns(rows) if c != "energy_per_epoch_j"]
+    return kit_energy_columns(rows, per_epoch=False)
 
 
 def scaling_batches(n_gpus: Sequence[int], batch_per_gpu: int, global_batch: int) -> list[int]:
