@@ -9,6 +9,7 @@ from coursekit.train.checks import validate
 from coursekit.train.config import TrainConfig
 from coursekit.train.data import confirm_split
 from coursekit.train.engine import train
+from coursekit.train.loop import Trainer
 from coursekit.train.target import code_hash, config_hash
 
 RUN = TrainConfig(model="mlp", dataset="generated", num_samples=1000, num_classes=4, image_size=16, batch_size=50,
@@ -58,3 +59,28 @@ def test_the_held_out_part_is_evaluated_once_at_the_stop_and_the_stopping_set_sh
     events = [line for line in (tmp_path / "held" / "metrics.jsonl").read_text().splitlines()
               if '"target_confirmed"' in line]
     assert len(events) == 1
+
+
+def test_the_stopping_evaluations_read_the_loader_once_and_give_what_the_loader_gives(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import coursekit.train.target as target
+
+    passes: list[int] = []
+    evaluations: list[tuple] = []
+    evaluate = Trainer.evaluate
+
+    def counting_evaluate(self, loader=None):  # noqa: ANN001, ANN202
+        passes.append(int(loader is None or not isinstance(loader, list)))
+        result = evaluate(self, loader)
+        evaluations.append((result, evaluate(self)))  # the same pass straight from the val loader
+        return result
+
+    monkeypatch.setattr(Trainer, "evaluate", counting_evaluate)
+    run = RUN.replace(timing_warmup=0, epochs=1)
+    train(run.replace(out=str(tmp_path / "kept")))
+    assert len(passes) >= 4 and passes[0] == 1 and sum(passes) == 1  # read once, then the kept batches
+    assert all(kept == straight for kept, straight in evaluations)
+    passes.clear()
+    monkeypatch.setattr(target, "VAL_CACHE_MAX_BYTES", 1000)  # smaller than the set: every pass reads the loader
+    train(run.replace(out=str(tmp_path / "read")))
+    assert len(passes) >= 4 and sum(passes) == len(passes)
