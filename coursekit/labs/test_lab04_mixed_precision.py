@@ -122,3 +122,15 @@ def test_the_transfer_question_of_the_exit_ticket():
     # a gradient of 5000 through fp16 from a scale of 2^16: 13 halvings to 8, the first scale with 5000 x S <= 65504
     table = numerics.grad_scaler_demo(gradient=5000.0, steps=20)
     assert sum(table.column("skipped")) == 13 and table[-1]["scale"] == 8.0
+
+
+def test_the_scaler_events_name_the_run_whose_scaler_skipped_steps():
+    steps = [{"step": 10, "loss": 2.0, "loss_scale": 65536.0}, {"step": 165, "loss": 30.1, "loss_scale": 8192.0},
+             {"step": 300, "loss": 0.5, "loss_scale": 8192.0}]
+    rows = [{"precision": "fp32", "seed": 1, "val_acc": 0.913, "summary": {}, "steps": []},
+            {"precision": "bf16", "seed": 1, "val_acc": 0.883, "summary": {"skipped_steps": 0}, "steps": []},
+            {"precision": "fp16", "seed": 1, "val_acc": 0.831, "summary": {"skipped_steps": 3}, "steps": steps}]
+    text = numerics.scaler_events(rows)
+    assert text.startswith("fp16 seed 1: its GradScaler skipped 3 step(s) (scale 65,536 → 8,192)")
+    assert "peaked at 30.1 at step 165" in text and "-0.082 from fp32 seed 1" in text and "bf16" not in text
+    assert numerics.scaler_events(rows[:2]) == "No run's GradScaler skipped a step."

@@ -1,9 +1,11 @@
 """Time to a target accuracy (``--target-acc``, lab 09's race), measured by the engine, not by the participant.
 
-- an untimed warm-up (``--timing-warmup`` steps on random data: compilation, cuDNN autotuning), after
-  which the model, optimizer, schedule, scaler and random state are put back as they were;
-- a clock that runs during training only: it stops for every evaluation on the full validation set
-  (every ``--eval-every`` steps, else at each epoch's end) and the run stops when the target is reached;
+- an untimed warm-up (``--timing-warmup`` steps on random data, and one more at the size of an epoch's
+  last, smaller batch: compilation, cuDNN autotuning), after which the model, optimizer, schedule, scaler and
+  random state are put back as they were;
+- a clock that runs during training only: it stops for every evaluation on the validation set (its stopping
+  part with ``--confirm-fraction``; every ``--eval-every`` steps, else at each epoch's end) and the run stops
+  when the target is reached;
 - ``--confirm-fraction f``: a share ``f`` of the validation set is never read by those evaluations; it is
   evaluated once at the stop (``confirm_acc``). The first evaluation over the target may owe it to luck (the
   winner's curse of many noisy evaluations); the held-out part, unread until then, shows the accuracy the
@@ -184,8 +186,17 @@ class TargetRun:
                 "gpu_name": torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else None,
                 **self.fingerprint, **self.confirmation}
 
+    def _last_batch_size(self, trainer: Any) -> int:
+        """The size of each epoch's last training batch where it is smaller than the others (no ``drop_last``),
+        else 0."""
+        sampler = getattr(trainer.data.train_loader, "sampler", None)
+        if self.cfg.drop_last or sampler is None or not hasattr(sampler, "__len__"):
+            return 0
+        return len(sampler) % self.cfg.batch_size
+
     def _warm_up(self, trainer: Any, steps: int) -> None:
-        """``steps`` training steps and one evaluation forward on random data, then everything put back."""
+        """``steps`` training steps (and one more at the size of an epoch's last batch where it is smaller) and
+        one evaluation forward on random data, then everything put back."""
         saved = copy.deepcopy({"model": trainer.model.state_dict(), "optimizer": trainer.optimizer.state_dict(),
                                "scheduler": trainer.scheduler.state_dict(),
                                "precision": trainer.precision.state_dict()})
@@ -198,6 +209,9 @@ class TargetRun:
         targets = torch.randint(0, trainer.data.num_classes, (self.cfg.batch_size,), device=self.device)
         for _ in range(steps):
             trainer._train_step(inputs, targets)
+        last = self._last_batch_size(trainer)
+        if last:  # an epoch's last, smaller batch: a new shape to autotune (and, under compile, to compile) for
+            trainer._train_step(inputs[:last], targets[:last])
         trainer.run_model.eval()
         with torch.no_grad(), trainer.precision.autocast():
             trainer.run_model(inputs)

@@ -84,3 +84,24 @@ def test_the_stopping_evaluations_read_the_loader_once_and_give_what_the_loader_
     monkeypatch.setattr(target, "VAL_CACHE_MAX_BYTES", 1000)  # smaller than the set: every pass reads the loader
     train(run.replace(out=str(tmp_path / "read")))
     assert len(passes) >= 4 and sum(passes) == len(passes)
+
+
+def test_the_warm_up_also_meets_the_epochs_last_smaller_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sizes: list[int] = []
+    step = Trainer._train_step
+
+    def recording_step(self, inputs, targets):  # noqa: ANN001, ANN202
+        sizes.append(len(inputs))
+        return step(self, inputs, targets)
+
+    monkeypatch.setattr(Trainer, "_train_step", recording_step)
+    uneven = RUN.replace(batch_size=60, epochs=1, timing_warmup=2)  # 800 training samples: 13 x 60 + 20
+    train(uneven.replace(out=str(tmp_path / "uneven")))
+    assert sizes[:3] == [60, 60, 20]  # the warm-up: two full batches, then the last batch's size
+    sizes.clear()
+    train(uneven.replace(drop_last=True, out=str(tmp_path / "dropped")))
+    assert sizes[:3] == [60, 60, 60] and 20 not in sizes
+    monkeypatch.setattr(Trainer, "_train_step", step)
+    cold = train(uneven.replace(timing_warmup=0, out=str(tmp_path / "cold")))
+    warm = train(uneven.replace(out=str(tmp_path / "warm")))
+    assert cold["train_loss"] == warm["train_loss"] and cold["val_acc"] == warm["val_acc"]

@@ -78,11 +78,12 @@ for config in configs:
 profile.explain(
     gpu="The jobs hold a GPU, so they run on it. For two parameters its arithmetic costs next to nothing. A "
         "step pays a fixed cost, the same for every B: the host's work per step (Python, the optimiser, the "
-        "data loader), the step's kernel launches and the engine's record of every step (here with *w* and "
-        "*b*); assembling the batch on the CPU adds a part that grows with B. A B = 1 step is nearly all fixed "
-        "cost, so it is far from *n* times cheaper than a full-batch step, and the B = 1 run, *n* steps per "
-        "epoch, lasts a minute or two where the others take seconds. The step times are in the results table "
-        "below (`step_time_s`) and in Exercise 2.",
+        "data loader) and the step's kernel launches; assembling the batch on the CPU adds a part that grows "
+        "with B. A B = 1 step is nearly all fixed cost, so it is far from *n* times cheaper than a full-batch "
+        "step, and the B = 1 run, *n* steps per epoch, lasts a minute or two where the others take seconds. "
+        "The step times are in the results table below (`step_time_s`) and in Exercise 2. Between two steps "
+        "the engine also writes its record of the step (here with *w* and *b*), outside the step times: the "
+        "runs' total times (`total_time_s`) include it.",
     cpu="The jobs run on this machine's CPU, one thread each. A run lasts a second or two at most (the first "
         "also pays the job's start-up), about what starting Python and torch costs.")
 
@@ -123,7 +124,8 @@ table.with_columns("batch_size", "job_id", "state", "final_loss", "step_time_s",
 # ## 3. Loss against epochs and against time
 #
 # Left: the loss on the whole training set after each step, against the number of epochs done. Right:
-# the same loss against the seconds the run had spent stepping. Per epoch, small batches make many more
+# the same loss against the seconds the run had spent stepping (its first step counted at the run's
+# median step time: in the job's first run it also carries the job's start-up). Per epoch, small batches make many more
 # updates, so they get down faster; per *step* they are noisy.
 
 # %%
@@ -132,8 +134,8 @@ for row in table:
     per_epoch = len(row["path"]) / s.base.epochs
     epochs = [(i + 1) / per_epoch for i in range(len(row["path"]))]
     seconds, total = [], 0.0
-    for record in row["steps"]:
-        total += record["data_time_s"] + record["compute_time_s"]
+    for index, record in enumerate(row["steps"]):
+        total += row["step_time_s"] if index == 0 else record["data_time_s"] + record["compute_time_s"]
         seconds.append(total)
     left.plot(epochs, row["path_loss"], label=f"B={row['batch_size']}")
     right.plot(seconds, row["path_loss"], label=f"B={row['batch_size']}")
@@ -236,7 +238,8 @@ labs.reveal("var_32", measured_32)
 for row in (table.one(batch_size=s.points), table.one(batch_size=1)):
     steps_per_epoch = s.points // row["batch_size"]
     print(f"B={row['batch_size']:>4}: {1e3 * row['step_time_s']:.3f} ms per step, "
-          f"{1e3 * row['step_time_s'] * steps_per_epoch:.1f} ms per epoch")
+          f"{1e3 * row['step_time_s'] * steps_per_epoch:.1f} ms of steps per epoch "
+          f"({1e3 * row['total_time_s'] / s.base.epochs:.1f} ms of the run's total time per epoch)")
 share = table.one(batch_size=1)["step_time_s"] / table.one(batch_size=s.points)["step_time_s"]
 print(f"one B = 1 step costs {share:.2f} of a full-batch step, for 1/{s.points} of the points")
 ### END SOLUTION
@@ -244,9 +247,10 @@ print(f"one B = 1 step costs {share:.2f} of a full-batch step, for 1/{s.points} 
 # %% [markdown] tags=["solution"]
 # One *B = 1* step is cheaper than a full-batch step, but nowhere near *n* times cheaper for its one
 # point in *n* (the share printed above): a *B = 1* step is nearly all fixed cost — the host's work per
-# step (Python, the optimiser, the data loader), on a GPU the step's kernel launches, the engine's record
-# of every step — not arithmetic on its example. An epoch of *B = 1* makes *n* such steps and pays that
-# fixed cost every time, so its epoch is the slower one. What SGD buys is progress per epoch: many more,
+# step (Python, the optimiser, the data loader), on a GPU the step's kernel launches — not arithmetic on
+# its example. An epoch of *B = 1* makes *n* such steps and pays that fixed cost every time, so its epoch
+# is the slower one; the run's total time per epoch (in brackets above) adds what lies between the steps,
+# the engine's record of each one, paid *n* times too. What SGD buys is progress per epoch: many more,
 # noisier updates. Mini-batches keep most of that progress while sharing the fixed cost of a step, and
 # they fill a GPU — the subject of lab 02.
 
@@ -275,7 +279,8 @@ ticket = labs.exit_ticket("01", {
                            corrected_slope, abs_tol=0.05),
     "epoch_ms_b8": labs.Question(
         f"Transfer: say a step costs a fixed part plus a part per point, a + c·B. From your full-batch and B = 1 "
-        f"step times, how many milliseconds would one epoch of B = {TRANSFER_B} take ({s.points} points)?",
+        f"step times, how many milliseconds of steps would one epoch of B = {TRANSFER_B} take ({s.points} "
+        "points)?",
         1e3 * s.points / TRANSFER_B * (fixed_s + per_point_s * TRANSFER_B), unit="ms", rel_tol=0.05, computed=True),
 })
 answers = ticket.blank()

@@ -178,9 +178,9 @@ figure
 
 # %%
 profile.explain(
-    gpu="The low-precision runs follow the same course as fp32 (a log axis, so that the late steps show as well "
-        "as the first ones); their final losses differ by seed and by format, and the table above shows by how "
-        "much. Section 8 compares their validation accuracies seed by seed. Their images/s differ less than the "
+    gpu="The losses are drawn on a log axis, so that the late steps show as well as the first ones. "
+        + numerics.scaler_events(table) + " The final losses differ by seed and by format, and the table above "
+        "shows by how much; section 8 compares the validation accuracies seed by seed. Their images/s differ less than the "
         "ladder's below: a ResNet-18 on 32 × 32 images is too small to keep the tensor cores busy. The ladder "
         "below comes from the same job; its table also shows the energy each image cost: a faster rung often uses "
         "less energy per image, because the GPU's power grows less than its speed.",

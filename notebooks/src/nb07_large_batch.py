@@ -310,7 +310,9 @@ labs.reveal("steps_doubling", lb.two_doublings_speedup(curve, min(s.critical_bat
 #
 # In a run at the reference batch split into micro-batches (`--accumulation-steps`), each micro-batch's gradient
 # is a small batch and the step's gradient a big one: McCandlish et al.'s two-batch estimator gives |G|² and
-# tr(Σ) from them, in train mode, at no extra cost. Both are noisy, so each is smoothed by its own moving
+# tr(Σ) from them, in train mode, without an extra pass over the data. It is free under data parallelism,
+# where each GPU's gradient already is the small batch; on one GPU the split itself slows every step (in the
+# table above, compare the seconds per step of D and of A's reference at the same batch). Both are noisy, so each is smoothed by its own moving
 # average, and B_simple = tr(Σ)/|G|² is their ratio. It grows as the loss falls: the nearer the target, the
 # larger the batch that still pays. The first readings come while the moving averages settle (decay 0.95 per
 # estimate: each averages about the last 20 steps' estimates), and a single dip from one record to the next is

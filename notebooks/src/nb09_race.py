@@ -35,8 +35,8 @@ print(s)
 # ## 1. The rules
 #
 # The baseline configuration fixes the task: the data (and `--data-seed`, so that every seed trains
-# on the same images), the validation set, the target accuracy and how often the full validation set is
-# evaluated. Everything the labs taught is free: batch size, precision, `channels_last`, `compile`,
+# on the same images), the validation set, the target accuracy and how often the stopping half of the
+# validation set is evaluated. Everything the labs taught is free: batch size, precision, `channels_last`, `compile`,
 # loader settings, optimizer and LR schedule, the epoch budget. The model must be one of the allowed
 # family, within the parameter budget.
 #
@@ -63,8 +63,9 @@ print("leaderboard:", race.leaderboard_path())
 # `python -m coursekit.train ... --target-acc 0.6 --eval-every 5` works in this order:
 #
 # 1. it builds the data and the model; this is not timed;
-# 2. it runs `--timing-warmup` steps on random data. These steps compile the model and let cuDNN pick
-#    its kernels. Then it puts back the weights, the optimizer, the schedule, the loss scaler and the
+# 2. it runs `--timing-warmup` steps on random data, and one more at the size of an epoch's last batch
+#    where that batch is smaller (its own shape). These steps compile the model and let cuDNN pick its
+#    kernels. Then it puts back the weights, the optimizer, the schedule, the loss scaler and the
 #    random state, so the run is the same as one without the warm-up;
 # 3. the clock starts. It stops for each evaluation on the **stopping half** of the validation set,
 #    every `--eval-every` steps and at each epoch's end. The run ends at the first evaluation that reaches

@@ -198,6 +198,33 @@ def formats_match(rows: Sequence[dict[str, Any]], tolerance: float | None = None
     return verdict, "; ".join(parts) or "no completed runs"
 
 
+def scaler_events(rows: Sequence[dict[str, Any]], reference: str = "fp32") -> str:
+    """What the loss figure shows of the GradScaler, read from the runs (``rows``: precision, seed, val_acc,
+    summary, steps): each run whose scaler skipped steps, with its scale before and after, its highest step loss
+    and where, and its validation accuracy against the reference's of the same seed; else that none did."""
+    refs = {r["seed"]: r.get("val_acc") for r in rows if r["precision"] == reference}
+    events = []
+    for row in rows:
+        skipped = (row.get("summary") or {}).get("skipped_steps") or 0
+        if not skipped:
+            continue
+        steps = [r for r in row.get("steps") or [] if r.get("loss") is not None]
+        scales = [r["loss_scale"] for r in steps if r.get("loss_scale") is not None]
+        text = f"{row['precision']} seed {row['seed']}: its GradScaler skipped {skipped} step(s)"
+        if scales:
+            text += f" (scale {max(scales):,.0f} → {scales[-1]:,.0f})"
+        if steps:
+            peak = max(steps, key=lambda r: r["loss"])
+            text += f", its step loss peaked at {peak['loss']:.3g} at step {peak['step']}"
+        if row.get("val_acc") is not None and refs.get(row["seed"]) is not None:
+            text += f", and it ended {row['val_acc'] - refs[row['seed']]:+.3f} from {reference} seed {row['seed']}"
+        events.append(text)
+    if not events:
+        return "No run's GradScaler skipped a step."
+    return ("; ".join(events) + ". A skipped step leaves the weights as they were, but it cannot undo what the "
+            "steps before the overflow did: this lab did not measure whether such a run recovers with more epochs.")
+
+
 # ----------------------------------------------------------------- the lab's numbers, per profile
 
 GPUS = LAB.gpus  # GPUs the notebook needs at once in the gpu profile

@@ -99,7 +99,8 @@ class Rules:
                     "evaluations and evaluated once at the stop; an entry whose held-out accuracy falls clearly "
                     "below the target (it stopped on a lucky evaluation) is marked"] if b.confirm_fraction else []),
                  "  timing: by the engine; an untimed warm-up of "
-                 f"{b.timing_warmup} steps (compile, autotuning) first; evaluations are not timed",
+                 f"{b.timing_warmup} steps (compile, autotuning; one more at an epoch's last batch size) first; "
+                 "evaluations are not timed",
                  f"  submission: {self.seeds} seeds; the entry is mean ± std of time-to-target and counts only "
                  "when every seed reaches the target" + (" and the held-out part confirms it" if b.confirm_fraction
                                                          else ""),
