@@ -125,12 +125,19 @@ def test_the_transfer_question_of_the_exit_ticket():
 
 
 def test_the_scaler_events_name_the_run_whose_scaler_skipped_steps():
-    steps = [{"step": 10, "loss": 2.0, "loss_scale": 65536.0}, {"step": 165, "loss": 30.1, "loss_scale": 8192.0},
-             {"step": 300, "loss": 0.5, "loss_scale": 8192.0}]
+    steps = [{"step": 10, "loss": 2.0, "loss_scale": 65536.0, "skipped_steps": 0},
+             {"step": 150, "loss": 40.0, "loss_scale": 65536.0, "skipped_steps": 0},
+             {"step": 165, "loss": 30.1, "loss_scale": 8192.0, "skipped_steps": 3},
+             {"step": 300, "loss": 0.5, "loss_scale": 8192.0, "skipped_steps": 3}]
     rows = [{"precision": "fp32", "seed": 1, "val_acc": 0.913, "summary": {}, "steps": []},
             {"precision": "bf16", "seed": 1, "val_acc": 0.883, "summary": {"skipped_steps": 0}, "steps": []},
             {"precision": "fp16", "seed": 1, "val_acc": 0.831, "summary": {"skipped_steps": 3}, "steps": steps}]
     text = numerics.scaler_events(rows)
-    assert text.startswith("fp16 seed 1: its GradScaler skipped 3 step(s) (scale 65,536 → 8,192)")
-    assert "peaked at 30.1 at step 165" in text and "-0.082 from fp32 seed 1" in text and "bf16" not in text
+    assert text.startswith("fp16 seed 1: its GradScaler skipped 3 step(s), the first of them after step 20 by "
+                           "step 165 (scale 65,536 → 8,192); from there its step loss peaked at 30.1 at step 165")
+    assert "-0.082 from fp32 seed 1" in text and "bf16" not in text and "cannot undo" in text
     assert numerics.scaler_events(rows[:2]) == "No run's GradScaler skipped a step."
+    calibrating = [{"step": 1, "loss": 2.4, "loss_scale": 16384.0, "skipped_steps": 2},
+                   {"step": 300, "loss": 0.5, "loss_scale": 32768.0, "skipped_steps": 2}]
+    start = numerics.scaler_events([rows[0], {**rows[2], "summary": {"skipped_steps": 2}, "steps": calibrating}])
+    assert start == "fp16 seed 1: its GradScaler skipped 2 step(s) in its first 20 steps, while it found its scale: the usual start."

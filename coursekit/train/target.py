@@ -1,7 +1,7 @@
 """Time to a target accuracy (``--target-acc``, lab 09's race), measured by the engine, not by the participant.
 
 - an untimed warm-up (``--timing-warmup`` steps on random data, and one more at the size of an epoch's
-  last, smaller batch: compilation, cuDNN autotuning), after which the model, optimizer, schedule, scaler and
+  last, smaller batch where a DataLoader makes one: compilation, cuDNN autotuning), after which the model, optimizer, schedule, scaler and
   random state are put back as they were;
 - a clock that runs during training only: it stops for every evaluation on the validation set (its stopping
   part with ``--confirm-fraction``; every ``--eval-every`` steps, else at each epoch's end) and the run stops
@@ -79,6 +79,12 @@ def val_fingerprint(loader: Any) -> dict[str, Any]:
     return {"val_samples": count, "val_hash": digest.hexdigest()[:HASH_CHARS]}
 
 
+def _owned(tensor: torch.Tensor) -> torch.Tensor:
+    """A tensor to keep: a copy of one in a loader worker's shared memory (each such tensor holds a file
+    descriptor open while it lives: hundreds of kept batches would reach a cluster's open-file limit)."""
+    return tensor.clone() if tensor.is_shared() else tensor
+
+
 class TargetRun:
     """The clock, the evaluations and the verdict of one ``--target-acc`` run (driven by the Trainer)."""
 
@@ -154,7 +160,7 @@ class TargetRun:
             inputs, targets = trainer._to_device(batch)
             size += inputs.nbytes + targets.nbytes
             if kept is not None and size <= VAL_CACHE_MAX_BYTES:
-                kept.append((inputs, targets))
+                kept.append((_owned(inputs), _owned(targets)))
             else:
                 kept = None  # too large to keep: every pass reads the loader
             yield inputs, targets
@@ -188,7 +194,7 @@ class TargetRun:
 
     def _last_batch_size(self, trainer: Any) -> int:
         """The size of each epoch's last training batch where it is smaller than the others (no ``drop_last``),
-        else 0."""
+        else 0; 0 too where the batches do not come from a DataLoader's sampler (``--device-data``)."""
         sampler = getattr(trainer.data.train_loader, "sampler", None)
         if self.cfg.drop_last or sampler is None or not hasattr(sampler, "__len__"):
             return 0

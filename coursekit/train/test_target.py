@@ -105,3 +105,14 @@ def test_the_warm_up_also_meets_the_epochs_last_smaller_batch(tmp_path: Path, mo
     cold = train(uneven.replace(timing_warmup=0, out=str(tmp_path / "cold")))
     warm = train(uneven.replace(out=str(tmp_path / "warm")))
     assert cold["train_loss"] == warm["train_loss"] and cold["val_acc"] == warm["val_acc"]
+
+
+def test_kept_batches_do_not_hold_a_workers_shared_memory() -> None:
+    import torch
+
+    from coursekit.train.target import _owned
+
+    shared = torch.zeros(3).share_memory_()
+    assert shared.is_shared() and not _owned(shared).is_shared() and torch.equal(_owned(shared), shared)
+    plain = torch.zeros(3)
+    assert _owned(plain) is plain

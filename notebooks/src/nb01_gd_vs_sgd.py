@@ -237,9 +237,10 @@ labs.reveal("var_32", measured_32)
 ### BEGIN SOLUTION
 for row in (table.one(batch_size=s.points), table.one(batch_size=1)):
     steps_per_epoch = s.points // row["batch_size"]
+    total = (f" ({1e3 * row['total_time_s'] / s.base.epochs:.1f} ms of the run's total time per epoch)"
+             if row["batch_size"] == 1 else "")
     print(f"B={row['batch_size']:>4}: {1e3 * row['step_time_s']:.3f} ms per step, "
-          f"{1e3 * row['step_time_s'] * steps_per_epoch:.1f} ms of steps per epoch "
-          f"({1e3 * row['total_time_s'] / s.base.epochs:.1f} ms of the run's total time per epoch)")
+          f"{1e3 * row['step_time_s'] * steps_per_epoch:.1f} ms of steps per epoch{total}")
 share = table.one(batch_size=1)["step_time_s"] / table.one(batch_size=s.points)["step_time_s"]
 print(f"one B = 1 step costs {share:.2f} of a full-batch step, for 1/{s.points} of the points")
 ### END SOLUTION
@@ -249,7 +250,7 @@ print(f"one B = 1 step costs {share:.2f} of a full-batch step, for 1/{s.points} 
 # point in *n* (the share printed above): a *B = 1* step is nearly all fixed cost — the host's work per
 # step (Python, the optimiser, the data loader), on a GPU the step's kernel launches — not arithmetic on
 # its example. An epoch of *B = 1* makes *n* such steps and pays that fixed cost every time, so its epoch
-# is the slower one; the run's total time per epoch (in brackets above) adds what lies between the steps,
+# is the slower one. *B = 1*'s total time per epoch (in brackets above) adds what lies between its steps,
 # the engine's record of each one, paid *n* times too. What SGD buys is progress per epoch: many more,
 # noisier updates. Mini-batches keep most of that progress while sharing the fixed cost of a step, and
 # they fill a GPU — the subject of lab 02.

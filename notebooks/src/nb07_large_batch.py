@@ -311,8 +311,8 @@ labs.reveal("steps_doubling", lb.two_doublings_speedup(curve, min(s.critical_bat
 # In a run at the reference batch split into micro-batches (`--accumulation-steps`), each micro-batch's gradient
 # is a small batch and the step's gradient a big one: McCandlish et al.'s two-batch estimator gives |G|² and
 # tr(Σ) from them, in train mode, without an extra pass over the data. It is free under data parallelism,
-# where each GPU's gradient already is the small batch; on one GPU the split itself slows every step (in the
-# table above, compare the seconds per step of D and of A's reference at the same batch). Both are noisy, so each is smoothed by its own moving
+# where each GPU's gradient already is the small batch; on one device the split itself slows every step (the
+# first line printed below). Both are noisy, so each is smoothed by its own moving
 # average, and B_simple = tr(Σ)/|G|² is their ratio. It grows as the loss falls: the nearer the target, the
 # larger the batch that still pays. The first readings come while the moving averages settle (decay 0.95 per
 # estimate: each averages about the last 20 steps' estimates), and a single dip from one record to the next is
@@ -321,6 +321,7 @@ labs.reveal("steps_doubling", lb.two_doublings_speedup(curve, min(s.critical_bat
 # between its lowest and highest reading from half to twice that step (its own spread).
 
 # %% tags=["nbval-ignore-output"]
+print(lb.split_step_cost(table) or "no step times for D and A")
 series = lb.noise_series(table)
 at_step = lb.reference_steps(curve, s.base_batch)
 b_simple = lb.b_simple_at(series, at_step)

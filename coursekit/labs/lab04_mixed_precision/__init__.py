@@ -198,31 +198,46 @@ def formats_match(rows: Sequence[dict[str, Any]], tolerance: float | None = None
     return verdict, "; ".join(parts) or "no completed runs"
 
 
+SCALER_START_STEPS = 20  # skips noticed by this step are the scaler finding its scale (the usual start of fp16)
+ENGINE_INIT_SCALE = 2.0**16  # torch.amp.GradScaler's default initial scale, the engine's
+
+
 def scaler_events(rows: Sequence[dict[str, Any]], reference: str = "fp32") -> str:
     """What the loss figure shows of the GradScaler, read from the runs (``rows``: precision, seed, val_acc,
-    summary, steps): each run whose scaler skipped steps, with its scale before and after, its highest step loss
-    and where, and its validation accuracy against the reference's of the same seed; else that none did."""
+    summary, steps): each run whose scaler skipped steps, where (at its start, while it finds its scale, or
+    later), its scale before and after, after a later skip its highest step loss from there on, and its
+    validation accuracy against the reference's of the same seed; else that none did."""
     refs = {r["seed"]: r.get("val_acc") for r in rows if r["precision"] == reference}
     events = []
     for row in rows:
         skipped = (row.get("summary") or {}).get("skipped_steps") or 0
         if not skipped:
             continue
-        steps = [r for r in row.get("steps") or [] if r.get("loss") is not None]
-        scales = [r["loss_scale"] for r in steps if r.get("loss_scale") is not None]
+        records = [r for r in row.get("steps") or [] if r.get("skipped_steps") is not None]
+        late = [r for r in records if r["skipped_steps"] > 0 and r["step"] > SCALER_START_STEPS
+                and r["skipped_steps"] > max([q["skipped_steps"] for q in records if q["step"] <= SCALER_START_STEPS]
+                                             or [0])]
         text = f"{row['precision']} seed {row['seed']}: its GradScaler skipped {skipped} step(s)"
-        if scales:
-            text += f" (scale {max(scales):,.0f} → {scales[-1]:,.0f})"
-        if steps:
-            peak = max(steps, key=lambda r: r["loss"])
-            text += f", its step loss peaked at {peak['loss']:.3g} at step {peak['step']}"
+        if not late:
+            events.append(text + f" in its first {SCALER_START_STEPS} steps, while it found its scale: the usual start")
+            continue
+        first = late[0]
+        before = [r["loss_scale"] for r in records if r["step"] < first["step"] and r.get("loss_scale")]
+        text += (f", the first of them after step {SCALER_START_STEPS} by step {first['step']} (scale "
+                 f"{(before[-1] if before else ENGINE_INIT_SCALE):,.0f} → {first['loss_scale']:,.0f})")
+        after = [r for r in records if r["step"] >= first["step"] and r.get("loss") is not None]
+        if after:
+            peak = max(after, key=lambda r: r["loss"])
+            text += f"; from there its step loss peaked at {peak['loss']:.3g} at step {peak['step']}"
         if row.get("val_acc") is not None and refs.get(row["seed"]) is not None:
             text += f", and it ended {row['val_acc'] - refs[row['seed']]:+.3f} from {reference} seed {row['seed']}"
         events.append(text)
     if not events:
         return "No run's GradScaler skipped a step."
-    return ("; ".join(events) + ". A skipped step leaves the weights as they were, but it cannot undo what the "
-            "steps before the overflow did: this lab did not measure whether such a run recovers with more epochs.")
+    late_runs = any("the usual start" not in e for e in events)
+    return "; ".join(events) + (". A skipped step leaves the weights as they were, but it cannot undo what the "
+                                "steps before the overflow did: this lab did not measure whether such a run "
+                                "recovers with more epochs." if late_runs else ".")
 
 
 # ----------------------------------------------------------------- the lab's numbers, per profile

@@ -300,6 +300,21 @@ def noise_series(table: ResultsTable) -> list[dict[str, Any]]:
              "trace_sigma": r.get("trace_sigma")} for r in row["steps"] if r.get("b_simple") is not None]
 
 
+def split_step_cost(table: ResultsTable) -> str | None:
+    """D's median step time against part A's runs at the same batch without a split (their mean): what the split
+    into micro-batches costs a step on one device. None where either is missing."""
+    d = table.one(part="D")
+    plain = [r["step_time_s"] for r in table if r.get("part") == "A" and r.get("batch_size") == d.get("batch_size")
+             and r.get("step_time_s")]
+    if not d.get("step_time_s") or not plain:
+        return None
+    reference = sum(plain) / len(plain)
+    parts = getattr(d.get("config"), "accumulation_steps", None)
+    return (f"a step of D (batch {d['batch_size']}" + (f" in {parts} micro-batches" if parts else "")
+            + f"): {1e3 * d['step_time_s']:.1f} ms (median); of A's runs at batch {d['batch_size']} without a "
+            f"split: {1e3 * reference:.1f} ms, so x{d['step_time_s'] / reference:.1f}")
+
+
 def b_simple_at(series: list[dict[str, Any]], step: int | None) -> float | None:
     """B_simple of the last record at or before ``step`` (the last record when ``step`` is None or beyond)."""
     if not series:

@@ -408,3 +408,14 @@ def test_the_claims_on_the_recorded_gpu_run():
     closest = lb.large_batch_recovery(ResultsTable(rows), gpu_settings())[0]
     assert closest["arm"] == "LAMB lr 0.025 B=4096" and closest["below_reference"] > 0.01  # twice the tie
 
+
+
+def test_the_split_step_cost_compares_d_with_a_at_its_batch():
+    d_config = TrainConfig(batch_size=256, accumulation_steps=4)
+    table = ResultsTable([{"part": "D", "batch_size": 256, "step_time_s": 0.033, "config": d_config},
+                          {"part": "A", "batch_size": 256, "step_time_s": 0.006},
+                          {"part": "A", "batch_size": 256, "step_time_s": 0.008},
+                          {"part": "A", "batch_size": 4096, "step_time_s": 0.1}])
+    assert lb.split_step_cost(table) == ("a step of D (batch 256 in 4 micro-batches): 33.0 ms (median); of A's runs "
+                                         "at batch 256 without a split: 7.0 ms, so x4.7")
+    assert lb.split_step_cost(ResultsTable([table[0], table[3]])) is None

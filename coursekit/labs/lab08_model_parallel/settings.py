@@ -77,7 +77,7 @@ def typed_settings(profile: str) -> ModelParallelSettings:
         # max |w - w_serial| relative to serial training's largest move. With SGD a gradient k times too large
         # moves every weight k times as far: off by (k - 1)x, 1x for a sum over N = 2 ranks or m = 2 micro-batches
         # that forgot to divide, 3x at m = 4; a strategy that never updated is off by 1x; one tensor left at half
-        # its move, 0.5x. 0.05 on both profiles: with SGD every strategy stayed within 0.00027x of serial on
+        # its move, up to 0.5x. 0.05 on both profiles: with SGD every strategy stayed within 0.00027x of serial on
         # 2xH200 under bf16 autocast (2026-11-30, bench/results/gpu_notebooks_08.json), 185 times below it (under
         # AdamW, which amplifies rounding near zero gradients, they had reached 0.14x)
         tolerance_rel=0.05,
