@@ -1,8 +1,8 @@
 """Time to a target accuracy (``--target-acc``, lab 09's race), measured by the engine, not by the participant.
 
 - an untimed warm-up (``--timing-warmup`` steps on random data, and one more at the size of an epoch's
-  last, smaller batch where a DataLoader makes one: compilation, cuDNN autotuning), after which the model, optimizer, schedule, scaler and
-  random state are put back as they were;
+  last, smaller batch where a DataLoader makes one: compilation, cuDNN autotuning), after which the model,
+  optimizer, schedule, scaler and random state are put back as they were;
 - a clock that runs during training only: it stops for every evaluation on the validation set (its stopping
   part with ``--confirm-fraction``; every ``--eval-every`` steps, else at each epoch's end) and the run stops
   when the target is reached;
