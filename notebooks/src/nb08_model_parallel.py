@@ -345,20 +345,10 @@ labs.reveal("checkpointing_cut", checkpointing[0]["activations_mib"] / checkpoin
 
 # %%
 speeds = checkpointing.column("tokens_per_s")
-drop = 1 - speeds[1] / speeds[0] if speeds[0] and speeds[1] else None
-if drop is None:
-    reading = ""
-elif drop < 0.15:
-    reading = ("That costs less than the FLOPs predict, and this lab does not explain why: it is one short run, "
-               "and the recording of section 6 shows -16 % (ddp+ckpt against ddp).")
-elif drop <= 0.30:
-    reading = "About what the added FLOPs predict."
-else:
-    reading = "More than the added FLOPs alone predict; this lab does not measure where the rest goes."
 profile.explain(
     gpu=f"**The price in time.** Recomputing every block's forward adds about 29 % to this model's FLOPs per step, "
         f"which alone would cost about a fifth of the tokens/s (-22 %); here tokens/s went {speeds[0] or 0:,.0f} "
-        f"-> {speeds[1] or 0:,.0f}" + (f" ({-100 * drop:+.1f} %). " if drop is not None else ". ") + reading)
+        f"-> {speeds[1] or 0:,.0f}" + (mp.checkpointing_cost(speeds) or "."))
 
 # %% [markdown]
 # ## 6. The table

@@ -214,9 +214,8 @@ def scaler_events(rows: Sequence[dict[str, Any]], reference: str = "fp32") -> st
         if not skipped:
             continue
         records = [r for r in row.get("steps") or [] if r.get("skipped_steps") is not None]
-        late = [r for r in records if r["skipped_steps"] > 0 and r["step"] > SCALER_START_STEPS
-                and r["skipped_steps"] > max([q["skipped_steps"] for q in records if q["step"] <= SCALER_START_STEPS]
-                                             or [0])]
+        at_start = max((r["skipped_steps"] for r in records if r["step"] <= SCALER_START_STEPS), default=0)
+        late = [r for r in records if r["step"] > SCALER_START_STEPS and r["skipped_steps"] > at_start]
         text = f"{row['precision']} seed {row['seed']}: its GradScaler skipped {skipped} step(s)"
         if not late:
             events.append(text + f" in its first {SCALER_START_STEPS} steps, while it found its scale: the usual start")

@@ -39,6 +39,7 @@ from coursekit.labs.kit.results import ResultsTable
 from coursekit.labs.lab08_model_parallel.analysis import (
     activation_bytes,
     bubble_table,
+    checkpointing_cost,
     checkpointing_table,
     formula_bytes,
     in_flight_activations,
@@ -103,7 +104,7 @@ LAB = Lab(number="08", slug="lab08_model_parallel", title="Model parallelism",
 
 __all__ = [
     "activation_bytes", "bubble_configs", "bubble_excess", "bubble_runs", "bubble_table", "bubble_theory",
-    "checkpointing_table", "COMPLETED", "data_parallel_size", "decreasing", "equal_to_serial", "formula_bytes",
+    "checkpointing_cost", "checkpointing_table", "COMPLETED", "data_parallel_size", "decreasing", "equal_to_serial", "formula_bytes",
     "GAIN_MARGIN_SPREADS", "GB", "GPUS", "group_command", "in_flight_activations", "job_shape", "KEY_PREFIXES",
     "LAB", "lowest_fitting_stage", "MIB", "ModelParallelSettings", "num_parameters", "parallel_block", "PendingRuns",
     "pipeline_gain", "pipeline_speedup", "PIPELINES", "processes", "PROGRESS_EVERY_S", "rank_state_bytes",

@@ -241,6 +241,27 @@ def checkpointing_table(base: TrainConfig, timed: ResultsTable | Sequence[dict[s
 
 # --- recorded GPU figures (bench/model_parallel_gpu.py; labs.load_recording("model_parallel_gpu")) ---
 
+# activation checkpointing recomputes every block's forward: ~29 % more FLOPs a step, -22 % tokens/s if time
+# followed FLOPs; a measured drop within these bounds is read as "about what the FLOPs predict"
+CHECKPOINTING_EXPECTED_DROP = (0.15, 0.30)
+
+
+def checkpointing_cost(speeds: Sequence[float | None]) -> str:
+    """The measured price of checkpointing in tokens/s (``speeds``: without, with), read against the FLOPs."""
+    if not (speeds[0] and speeds[1]):
+        return ""
+    drop = 1 - speeds[1] / speeds[0]
+    low, high = CHECKPOINTING_EXPECTED_DROP
+    if drop < low:
+        reading = ("That costs less than the FLOPs predict, and this lab does not explain why: it is one short run, "
+                   "and the recording of section 6 shows -16 % (ddp+ckpt against ddp).")
+    elif drop <= high:
+        reading = "About what the added FLOPs predict."
+    else:
+        reading = "More than the added FLOPs alone predict; this lab does not measure where the rest goes."
+    return f" ({-100 * drop:+.1f} %). {reading}"
+
+
 def recorded_table(recording: dict[str, Any]) -> ResultsTable | None:
     """strategy x (GPUs, memory per GPU, tokens/s, fits) of the recording, naming its machine. The recording's
     ``*_gb`` figures are GiB (2**30 bytes, bench/model_parallel_gpu.py): their columns here say so."""

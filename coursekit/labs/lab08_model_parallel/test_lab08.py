@@ -346,3 +346,10 @@ def test_the_settings_are_one_frozen_dataclass_and_its_dict_keeps_their_order(pr
     values = mp.settings(profile)
     assert list(values) == [n for n in names if n != "budget" or profile == "gpu"]  # cpu: no budget to show
     assert all(values[n] == getattr(typed, n) for n in values) and isinstance(typed.base, TrainConfig)
+
+
+def test_the_checkpointing_cost_is_read_against_the_flops():
+    assert mp.checkpointing_cost([705_614, 576_226]) == " (-18.3 %). About what the added FLOPs predict."
+    assert mp.checkpointing_cost([100.0, 97.4]).startswith(" (-2.6 %). That costs less than the FLOPs predict")
+    assert mp.checkpointing_cost([100.0, 50.0]).startswith(" (-50.0 %). More than")
+    assert mp.checkpointing_cost([None, 50.0]) == ""
