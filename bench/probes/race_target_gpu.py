@@ -9,7 +9,7 @@ process on one GPU (``CUDA_VISIBLE_DEVICES``), as many at once as there are GPUs
 ``metrics.jsonl`` it keeps the curve (epoch, step, seconds on the engine's clock, wall seconds, val_acc and the
 held-out half's accuracy) at every evaluation, and for each candidate target from 85 % to 94 % (0.5 % steps):
 per recipe the time and epoch at which each seed first reaches it (mean ± std), the tuned entry's margin in
-standard errors of the difference (the notebook's claim: ``claims.FASTER_SE``), whether the held-out half would
+standard errors of the ratio of the mean times (the notebook's claim: ``claims.FASTER_SE``), whether the held-out half would
 mark it as evaluation luck (``verify.luck_mark``) and the notebook's projected wall time (3 baseline seeds and 3
 tuned seeds one at a time, the rival's one epoch, the other cells).
 
@@ -285,7 +285,7 @@ def mean_std(values: list[float]) -> tuple[float | None, float | None]:
 def candidates(runs: list[dict[str, Any]], targets: list[float], rival_s: float | None) -> list[dict[str, Any]]:
     """Per target and recipe: each seed's first reach, mean ± std of time and epoch, the margin, the luck mark,
     the notebook's projected wall time."""
-    from coursekit.labs.lab09_race.claims import FASTER_SE
+    from coursekit.labs.lab09_race.claims import FASTER_SE, speedup_margin
     from coursekit.labs.lab09_race.verify import luck_mark
 
     rows = []
@@ -319,11 +319,11 @@ def candidates(runs: list[dict[str, Any]], targets: list[float], rival_s: float 
                 "notebook_runs_s": sum(walls) if len(reached) == len(seeds) and seeds else None}
         b, t = row["baseline"], row["tuned"]
         if b["all_reached"] and t["all_reached"]:
-            se = math.sqrt(b["time_s_std"] ** 2 / b["reached"] + t["time_s_std"] ** 2 / t["reached"])
-            gain = b["time_s_mean"] - t["time_s_mean"]
-            row["margin_se"] = gain / se if se > 0 else None  # one seed each: no spread to measure it by
-            row["speedup"] = b["time_s_mean"] / t["time_s_mean"] if t["time_s_mean"] else None
-            row["tuned_counts_faster"] = gain > FASTER_SE * se
+            log_gain, se = speedup_margin(b["time_s_mean"], b["time_s_std"], b["reached"], t["time_s_mean"],
+                                          t["time_s_std"], t["reached"])
+            row["margin_se"] = log_gain / se if se > 0 else None  # one seed each: no spread to measure it by
+            row["speedup"] = math.exp(log_gain)
+            row["tuned_counts_faster"] = log_gain > FASTER_SE * se
             row["notebook_s"] = (b["notebook_runs_s"] + t["notebook_runs_s"] + (rival_s or 0.0) + OTHER_CELLS_S)
         else:
             row.update(margin_se=None, speedup=None, tuned_counts_faster=False, notebook_s=None)

@@ -180,10 +180,10 @@ figure
 profile.explain(
     gpu="The losses are drawn on a log axis, so that the late steps show as well as the first ones. "
         + numerics.scaler_events(table) + " The final losses differ by seed and by format, and the table above "
-        "shows by how much; section 8 compares the validation accuracies seed by seed. Their images/s differ less than the "
-        "ladder's below: a ResNet-18 on 32 × 32 images is too small to keep the tensor cores busy. The ladder "
-        "below comes from the same job; its table also shows the energy each image cost: a faster rung often uses "
-        "less energy per image, because the GPU's power grows less than its speed.",
+        "shows by how much; section 8 compares the validation accuracies seed by seed. "
+        + numerics.sweep_speed_spread(table) + " The ladder below comes from the same job; its table also shows "
+        "the energy each image cost: a faster rung often uses less energy per image, because the GPU's power grows "
+        "less than its speed.",
     cpu="On a CPU the low precisions change little in speed (there are no tensor cores; bf16 and fp16 may even "
         "be slower). What matters here: the three runs learn alike. The ladder below is not measured here: it "
         "is the recording of the engine's benchmark, labelled with the GPU it ran on.")
@@ -361,7 +361,7 @@ if profile.is_gpu and not labs.on_standin(s.base):
     scale_kept = fp16 is None or fp16["summary"].get("loss_scale") is not None  # a broken fp16 run fails, seeds or not
     verdicts.append(labs.check_claim(
         " and ".join(halves) + f" reach fp32's validation accuracy (each one's accuracy minus fp32's of the same seed, "
-        f"averaged over {len(s.seeds)} seeds: |mean| + 2 standard errors within {numerics.VAL_ACC_TOLERANCE})",
+        f"on every one of {len(s.seeds)} seeds: within {numerics.VAL_ACC_TOLERANCE})",
         bool(halves) and same is True and scale_kept, paired,
         applies=bool(halves) and "fp32" in losses, strict=same is not None or not scale_kept,
         why_not="the fp32 run or every low-precision run failed (see the failures above)"))

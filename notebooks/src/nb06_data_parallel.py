@@ -575,7 +575,7 @@ verdicts = [
     labs.check_claim(
         f"over TCP sockets an all-reduce costs at least {dp.SOCKETS_SLOWER:g}x more per MB than over the node's own "
         "links", network_holds["sockets_slower"],
-        f"{ms_per_mb['net']:.3f} ms/MB over sockets, {ms_per_mb['links']:.3f} ms/MB over the node's links",
+        f"{ms_per_mb['net']:.3g} ms/MB over sockets, {ms_per_mb['links']:.3g} ms/MB over the node's links",
         applies=profile.is_gpu, why_not="gloo on a CPU talks over TCP in both tables: there is one link here"),
     labs.check_claim(
         f"over sockets, smaller buckets make a step faster than one bucket by at least {dp.OVERLAP_SHARE:.0%} of "
@@ -671,3 +671,5 @@ answers = {"weak_speedup_2": weak_two["speedup"] if weak_two else None,
            "allreduce_1b": 4e9 / 2**20 * dp.allreduce_ms_per_mb(buckets)}  # bytes in MB x ms per MB over the links
 ### END SOLUTION
 graded = ticket.grade(answers)
+if energy_ratio:  # what the energy answer means (GPUs only: energy is measured there)
+    print(dp.energy_reading(energy_ratio, weak_two.get("efficiency")))

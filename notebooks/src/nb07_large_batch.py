@@ -227,8 +227,10 @@ grid.where(best=True)
 # reference size inside the large batch, so the noise comes back. Data parallelism without `SyncBatchNorm` already
 # does this: each GPU normalises its own share of the batch, so its ghost batch is the per-GPU batch (lab 06).
 # Second, the large batch makes 16 times fewer
-# steps. The *equal steps* arm gives it the reference's number of steps: 16 times the epochs. Both use the
-# linear rule with warm-up.
+# steps. The *equal steps* arm gives it the reference's number of steps: 16 times the epochs, on the linear rule
+# with warm-up. Ghost batch norm runs on the square-root rule, as Hoffer et al. ran it, and is compared with the
+# square-root arm: at this batch the linear rule's LR trains worse than the square-root rule's (a claim at the
+# end checks it), and a remedy tested there could not tell "no help" from "nothing helps at that LR".
 #
 # Equal steps costs 16 times the training of an arm at equal epochs, so it runs on your first seed only. Why the
 # largest batch and not the middle one, which would cost a quarter of that? At the middle batch, linear scaling
@@ -237,7 +239,8 @@ grid.where(best=True)
 # %% tags=["nbval-ignore-output"]
 ghost, ghost_std = lb.ghost_gain(table, s)
 equal = lb.equal_steps_recovery(table, s)
-print(f"ghost batch norm: {labs.signed(ghost)} ± {ghost_std:.3f} against the same run with plain batch norm")
+print(f"ghost batch norm: {labs.signed(ghost)} ± {ghost_std:.3f} against the same run with plain batch norm (the "
+      "square-root rule)")
 print(f"equal steps: won back {labs.signed(equal['won'])} of a {labs.signed(equal['gap'])} gap ({labs.percent(equal['share'])})"
       + (": over 100 %, it ended above the reference" if equal["share"] > 1 else ""))
 
@@ -339,13 +342,13 @@ lb.critical_figure(curve, fit, b_simple)
 # ### Where is the knee for part A?
 #
 # C's critical batch belongs to C's target: the accuracy on the held-out split that C stops at. Part A trains
-# every arm to its last epoch, far past that target. McCandlish et al. (2018) found that the critical batch grows
+# every arm to its last epoch, and its reference ends past that target. McCandlish et al. (2018) found that the critical batch grows
 # as the target gets harder, because the gradient noise scale grows as the loss falls (D's curve). So a batch can
 # lie above C's B_crit and still below the knee for A's target: the line below places A's batches against C's
 # measurement.
 
 # %% tags=["nbval-ignore-output"]
-print(lb.knee_reading(s, fit, series, at_step))
+print(lb.knee_reading(s, fit, series, at_step, table))
 
 # %% [markdown]
 # ## 8. What the measurement supports

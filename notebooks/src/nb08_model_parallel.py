@@ -144,9 +144,11 @@ profile.explain(
 # tokens/s would grow as 1 − bubble: ×1.33 from m = 1 to 2 and ×1.6 to 4 for two stages. It grows less, or
 # not at all: each micro-batch pays fixed costs (a send and a receive, kernel launches, a smaller matrix
 # product that uses the GPU less well), and at large m these can eat the whole gain (the recording of
-# section 6: GPipe at m = 8 is slower than at m = 1). Section 7 checks one thing: that GPipe's tokens/s from
-# m = 1 to the largest m stay below what the bubble alone predicts, by more than the run-to-run noise. It
-# does not check that they grow: read the sweep's `tokens_per_s` column for that.
+# section 6: GPipe at m = 8 is slower than at m = 1; there, at two sequences per micro-batch, the bubble
+# itself stops falling: 0.25 at m = 4, 0.29 at m = 8, against 0.20 and 0.11 in theory). Section 7 checks
+# one thing: that GPipe's tokens/s from m = 1 to the largest m stay below what the bubble alone predicts, by
+# more than the run-to-run noise. It does not check that they grow: read the sweep's `tokens_per_s` column
+# for that.
 #
 # What 1F1B saves is memory: the activations a stage keeps waiting for their backward. Counted with
 # saved-tensor hooks (what autograd stores for backward) for one micro-batch of this model:
@@ -166,9 +168,9 @@ labs.ResultsTable([mp.in_flight_activations(s.base, s.bubble["stages"], m) for m
 # `torch.distributed.tensor.parallel.parallelize_module` (`ColwiseParallel`, `RowwiseParallel`).
 # The price: an all-reduce of the activations after each attention and each MLP, forward and
 # backward — on the critical path, which is why tensor parallelism stays inside a node. At this lab's
-# width (1024) it does not pay even there: in the recording of section 6 (two H100s) tensor parallelism
-# trains about three times *slower* than DDP on the same two GPUs, and the all-reduces are only a few ms of
-# its step. The rest is the eager overhead of DTensor (every
+# width (1024) it does not pay even there: in this run's table of section 6, and in the recording below it
+# (two H100s, a wider model: width 2048, 8 blocks), tensor parallelism trains about three times *slower* than
+# DDP on the same two GPUs, and the all-reduces are only a few ms of its step. The rest is the eager overhead of DTensor (every
 # operation dispatched on sharded tensors) and an optimizer that cannot use its fused multi-tensor path
 # on a mix of DTensors and plain tensors; tensor parallelism pays for matrices many times wider, where
 # each GPU's share of a matrix product still fills it:
@@ -385,7 +387,7 @@ summary
 figure, axes = plots.new_figure(ncols=2)
 names = table.column("strategy")
 plots.bars(names, [v or 0 for v in table.column("state_mib_per_rank")], ax=axes[0], ylabel="training state per rank (MiB)",
-           annotate="{:.2f}", title="memory per rank")
+           annotate="{:.2f}", title="memory per rank (naive: one process, both GPUs)")
 plots.bars(names, [v or 0 for v in table.column("tokens_per_s")], ax=axes[1], ylabel="tokens/s",
            title=f"throughput, batch {s.base.batch_size}")
 figure
@@ -418,13 +420,14 @@ verdicts = [
         all(v is not None and abs(v - 1) <= s.memory_tolerance for v in ratios.values()),
         ", ".join(f"{k} {v:.3f}" if v is not None else f"{k} missing" for k, v in ratios.items())),
     labs.check_claim(
-        "the pipeline bubble falls as micro-batches are added (GPipe and 1F1B)",
+        f"the pipeline bubble falls as micro-batches are added (GPipe and 1F1B; m = "
+        f"{', '.join(map(str, s.bubble['microbatches']))} at batch {s.bubble['batch_size']})",
         all(mp.decreasing(bubbles.where(schedule=sc).column("bubble_measured")) for sc in mp.PIPELINES),
         "; ".join(f"{sc}: " + ", ".join(f"{v:.3f}" for v in bubbles.where(schedule=sc).column("bubble_measured"))
                   for sc in mp.PIPELINES)),
     labs.check_claim(
-        f"the measured bubble exceeds (p-1)/(m+p-1) by at most {s.bubble_excess_rel:.0%} of it (fixed costs per "
-        "micro-batch; a bubble twice the theory fails)", excess, excess_detail),
+        f"the measured bubble exceeds (p-1)/(m+p-1) by at most {s.bubble_excess_rel:.0%} of it at these m (fixed "
+        "costs per micro-batch; a bubble twice the theory fails)", excess, excess_detail),
     labs.check_claim(
         f"GPipe's tokens/s from m = 1 to m = {max(s.bubble['microbatches'])} (batch {s.bubble['batch_size']}) stay "
         f"below what the bubble alone predicts, by more than {mp.GAIN_MARGIN_SPREADS} times the run-to-run spread: "

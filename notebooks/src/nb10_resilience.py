@@ -214,8 +214,9 @@ for label in cases.labels:
 # ### A second look at the hang: `TORCH_DISTRIBUTED_DEBUG=DETAIL`
 #
 # With it torch checks, before each collective, that every rank calls the same one with the same shapes, and
-# names a mismatch at once instead of waiting for the timeout. It costs time on every collective: turn it on
-# to find a bug, not for training. The job that hung, again, with it:
+# names a mismatch at once instead of waiting for the timeout. It sees operations and shapes, not steps: the
+# all-reduces of two different steps look alike to it, so it names the first call that differs. It costs time
+# on every collective: turn it on to find a bug, not for training. The job that hung, again, with it:
 
 # %% tags=["nbval-ignore-output"]
 hung = cases.label_of("mismatched_collectives")

@@ -117,6 +117,9 @@ def test_the_feeding_lesson_holds_only_where_the_data_holds_it():
     assert loading.feeding(rows([0.34, 0.47, 0.36, 0.35], 0.01))["holds"]  # an H200 run's shares before drop_last (2026-11-29: 70-75 %)
     assert not loading.feeding(rows([0.34, 0.02, 0.36], 0.01))["holds"]  # one CPU loader fed the step
     assert not loading.feeding(rows([0.34, 0.47], 0.20))["holds"]  # GPU decoding did not stop the waiting
+    # the H200 run of 2026-11-30 beside lab 07: 8 % against 59-72 %, under a quarter of the least (14.8 %)
+    assert loading.feeding(rows([0.69, 0.59, 0.72, 0.72], 0.08))["holds"]
+    assert not loading.feeding(rows([0.69, 0.59, 0.72, 0.72], 0.16))["holds"]  # more than a quarter of 59 %
     assert not loading.feeding(rows([0.34], None))["holds"] and not loading.feeding([])["holds"]
 
 

@@ -73,6 +73,7 @@ from coursekit.labs.lab06_data_parallel.scaling import (
     RichTable,
     describe_split,
     energy_columns,
+    energy_reading,
     extra_time_text,
     other_weak_pairs,
     rich,
@@ -102,7 +103,7 @@ __all__ = ["BF16_TIME", "EQUIVALENCE_TOLERANCE_CPU", "EXAMPLE_NCCL_LOG", "FLOAT_
            "same_order_every_epoch", "sampler_orders", "scaling_batches", "scaling_figure", "scaling_tables",
            "settings", "split_claims", "step_split", "describe_split", "take_part", "team_table",
            "two_node_options", "usable_gpu_counts", "WEAK_EFFICIENCY_MIN", "ALLREDUCE_SHARE",
-           "energy_columns", "hidden_share", "two_node_text", "LINKS_ALLREDUCE_SHARE", "LINKS_SPREAD",
+           "energy_columns", "energy_reading", "hidden_share", "two_node_text", "LINKS_ALLREDUCE_SHARE", "LINKS_SPREAD",
            "bucket_label", "bucket_layouts", "ddp_bucket_sizes", "describe_bucket_layouts", "links_claim",
            "describe_saving", "extra_time_text", "other_weak_pairs", "weak_pairs"]
 

@@ -18,6 +18,25 @@ def energy_columns(rows: Any) -> list[str]:
     return kit_energy_columns(rows, per_epoch=False)
 
 
+POWER_SAME = 0.03  # power per GPU within 3 % of the single GPU's reads as "about the same"
+
+
+def energy_reading(ratio: float | None, efficiency: float | None) -> str | None:
+    """Two GPUs' energy per image over one GPU's, read as its two factors: the power each GPU drew (2 GPUs'
+    over 1 GPU's) divided by the weak-scaling efficiency. Energy per image = power / images per second, so at
+    equal power per GPU the ratio is 1 / efficiency; what differs from it is power, not data parallelism."""
+    if not ratio or not efficiency:
+        return None
+    power = ratio * efficiency
+    return (f"2 GPUs' energy per image is {ratio:.2f}× 1 GPU's = the power per GPU (×{power:.2f}) ÷ the efficiency "
+            f"({efficiency:.3f}). At equal power per GPU it would be {1 / efficiency:.2f}×, the cost of the lost "
+            "efficiency; "
+            + ("here each of the 2 GPUs drew less power than the single one did, which these short runs on different "
+               "GPUs do not explain: it is not a saving of data parallelism." if power < 1 - POWER_SAME else
+               "here each of the 2 GPUs drew more power than the single one did." if power > 1 + POWER_SAME else
+               "here the power per GPU was about the same."))
+
+
 def scaling_batches(n_gpus: Sequence[int], batch_per_gpu: int, global_batch: int) -> list[int]:
     """Per-GPU batch sizes of one sweep that holds weak scaling (``batch_per_gpu`` on every count) and
     strong scaling (``global_batch`` split over every count), ascending."""

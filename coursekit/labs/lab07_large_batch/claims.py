@@ -12,6 +12,7 @@ from coursekit.labs.kit.results import ResultsTable
 from coursekit.labs.lab07_large_batch.analysis import (
     OPTIMIZER_TIE,
     SPIKE_STEPS,
+    arm_accuracy,
     b_simple_at,
     best_inside_grid,
     best_of_grid,
@@ -214,14 +215,16 @@ def _large_batch_claims(table: ResultsTable, s: Any, strict: bool) -> list[Claim
         f"{100 * OPTIMIZER_TIE:g} points below {arms['reference']}", top["below_reference"] > OPTIMIZER_TIE,
         f"closest: {top['arm']} {100 * top['below_reference']:.1f} points below (won back {percent(top['won_back'])} "
         "of the gap)", strict=strict))
-    gain, gain_std = ghost_gain(table, s)
-    seeds, error = _standard_error(table, [arms["large_ghost"], arms["large_linear"]], gain_std)
+    seeds = len(shared_seeds(table, [arms["large_ghost"], arms["large_sqrt"]]))
+    gain, gain_std = ghost_gain(table, s) if seeds else (0.0, 0.0)  # a recording from before the ghost arm's LR
+    error = _standard_error(table, [arms["large_ghost"], arms["large_sqrt"]], gain_std)[1]
     results.append(check_claim(
         f"ghost batch norm (virtual batches of {s.ghost_batch}) narrows the gap at batch {large}: "
-        f"{arms['large_ghost']} ends above {arms['large_linear']} by more than {GHOST_STANDARD_ERRORS:g} standard "
+        f"{arms['large_ghost']} ends above {arms['large_sqrt']} by more than {GHOST_STANDARD_ERRORS:g} standard "
         "errors", gain > GHOST_STANDARD_ERRORS * error,
         f"{signed(gain)} ± {gain_std:.3f} over {seeds} seeds (paired; standard error {error:.3f})",
-        applies=seeds >= 2, why_not=f"{seeds} seed: a standard error needs two or more", strict=False))
+        applies=seeds >= 2, why_not=f"{seeds} seed(s) ran both arms: a standard error needs two or more",
+        strict=False))
     equal = equal_steps_recovery(table, s)
     steps = next(arm.steps for arm in s.arms if arm.name == arms["large_equal_steps"])
     results.append(check_claim(
@@ -260,9 +263,11 @@ def optimizer_finding(tuned: dict[str, Any], batch: int) -> str:
             "point")
 
 
-def knee_reading(s: Any, fit: dict[str, Any] | None, series: list[dict[str, Any]], at_step: int | None) -> str:
+def knee_reading(s: Any, fit: dict[str, Any] | None, series: list[dict[str, Any]], at_step: int | None,
+                 table: ResultsTable | None = None) -> str:
     """Where A's batches sit against C's critical batch, worded by the measurement, and why A's knee lies higher:
-    C's B_crit is for C's target; A trains further, and the noise scale (D) grows as the loss falls."""
+    C's B_crit is for C's target; A's reference (its accuracy read from ``table``) trains further, and the noise
+    scale (D) grows as the loss falls."""
     if not fit or not 0 < fit["b_crit"] < math.inf:
         return "C's fit found no critical batch, so A's batches cannot be placed against it"
     b_crit = fit["b_crit"]
@@ -279,6 +284,9 @@ def knee_reading(s: Any, fit: dict[str, Any] | None, series: list[dict[str, Any]
         higher = "higher" if end["b_simple"] > start else "not higher here: the estimate is noisy"
         grows = (f" D's noise scale B_simple reads {start:.0f} at C's target (step {at_step}) and "
                  f"{end['b_simple']:.0f} at the end of its run (step {end['step']}; {higher})")
+    reference = arm_accuracy(table, s.claim_arms["reference"]) if table is not None else {}
+    ends = (f"A's reference ends at {sum(reference.values()) / len(reference):.1%}" if reference
+            else "A's reference trains to its last epoch")
     return (f"C's critical batch for {s.target_acc:.0%} on the held-out split: B_crit ≈ {b_crit:.0f}; A's {sides}.\n"
-            f"A trains to its last epoch, well past {s.target_acc:.0%}: a harder target, and the critical batch grows "
-            f"as the target gets harder (McCandlish et al. 2018).{grows}.")
+            f"{ends}, past {s.target_acc:.0%}: a harder target, and the critical batch grows as the target gets "
+            f"harder (McCandlish et al. 2018).{grows}.")

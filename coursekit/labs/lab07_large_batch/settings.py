@@ -185,7 +185,10 @@ def _arms(b0: int, mid: int, large: int, lr0: float, reference_steps: int) -> di
                 same = [Arm(_at(large, name), large, lr, WARMUP_SHARE, GRID, optimizer, all_seeds=False)]
                 arms += same
             grid[optimizer].append(same[0].name)
-    roles["large_ghost"] = Arm(_at(large, f"ghost BN {b0}, linear {k_large}x + warm-up"), large, linear_lr,
+    # ghost batch norm on the sqrt rule, as Hoffer et al. (2017) ran it: the GPU runs' SGD grid at the large batch
+    # peaks at the sqrt rule's LR and falls at the linear rule's, where a remedy's test cannot tell "no help" from
+    # "nothing helps at that LR"
+    roles["large_ghost"] = Arm(_at(large, f"ghost BN {b0}, sqrt {sqrt_lr / lr0:g}x + warm-up"), large, sqrt_lr,
                                WARMUP_SHARE, GHOST, ghost_batch=b0)
     # equal steps: the large batch given the reference's steps (k_large times the epochs), one seed. From section 8's
     # step times on one H100 (18.7 ms a step at 4096, ~5 ms at 1024): 2,340 steps at 4096 cost ~45 s a seed, three

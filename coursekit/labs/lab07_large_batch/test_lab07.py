@@ -54,7 +54,7 @@ def test_the_gpu_plan_is_the_measured_design():
         assert {(c.optimizer, c.warmup_steps, c.batch_size) for c in grid} == {(optimizer, 28, 4096)}
         assert all(c.nesterov == (optimizer == "sgd") for c in grid)  # the engine refuses Nesterov for LARS/LAMB
     ghost = seed0[s.claim_arms["large_ghost"]]
-    assert ghost.ghost_batch_size == 256 and ghost.lr == pytest.approx(1.6) and ghost.warmup_steps == 28
+    assert ghost.ghost_batch_size == 256 and ghost.lr == pytest.approx(0.4) and ghost.warmup_steps == 28
     equal = seed0[s.claim_arms["large_equal_steps"]]
     assert equal.steps == 2340 and equal.warmup_steps == 468 and equal.lr == pytest.approx(1.6)
     assert equal.val_every_epochs >= equal.steps / 14  # one validation, after the last step
@@ -102,7 +102,7 @@ def test_the_settings_are_one_frozen_dataclass_and_its_dict_keeps_their_order(pr
 
 ARMS = {"reference B=256": 0.94, "naive B=1024": 0.93, "linear 4x + warm-up B=1024": 0.938, "naive B=4096": 0.90,
         "sqrt 4x + warm-up B=4096": 0.915, "linear 16x + warm-up B=4096": 0.905,
-        "ghost BN 256, linear 16x + warm-up B=4096": 0.91}
+        "ghost BN 256, sqrt 4x + warm-up B=4096": 0.92}
 FIRST_SEED_ARMS = {"2x + warm-up B=4096": 0.905, "8x + warm-up B=4096": 0.912, "LARS lr 5 B=4096": 0.90, "LARS lr 10 B=4096": 0.912,
                    "LARS lr 20 B=4096": 0.905, "LAMB lr 0.025 B=4096": 0.90, "LAMB lr 0.05 B=4096": 0.92,
                    "LAMB lr 0.1 B=4096": 0.91, "equal steps, linear 16x + warm-up B=4096": 0.937}
@@ -192,7 +192,7 @@ def test_every_claim_holds_on_a_table_planted_to_show_them():
     ({"arms": {**ARMS, "sqrt 4x + warm-up B=4096": 0.906},
       "offsets": {"sqrt 4x + warm-up B=4096": (0.02, -0.02, 0.0)}}, "square-root scaling .* 2 standard errors"),
     ({"first_seed_arms": {**FIRST_SEED_ARMS, "LAMB lr 0.05 B=4096": 0.937}}, "closes the gap"),
-    ({"arms": {**ARMS, "ghost BN 256, linear 16x + warm-up B=4096": 0.938}}, "closes the gap"),
+    ({"arms": {**ARMS, "ghost BN 256, sqrt 4x + warm-up B=4096": 0.938}}, "closes the gap"),
     ({"first_seed_arms": {**FIRST_SEED_ARMS, "equal steps, linear 16x + warm-up B=4096": 0.91}}, "2340 steps"),
 ])
 def test_each_strict_claim_fails_on_planted_data(change, message):
@@ -222,7 +222,7 @@ def test_the_large_batch_helpers_read_the_planted_table():
 
 def test_the_large_batch_helpers_show_planted_wrong_rows():
     s = gpu_settings()
-    wrong = planted(arms={**ARMS, "sqrt 4x + warm-up B=4096": 0.89, "ghost BN 256, linear 16x + warm-up B=4096": 0.9},
+    wrong = planted(arms={**ARMS, "sqrt 4x + warm-up B=4096": 0.89, "ghost BN 256, sqrt 4x + warm-up B=4096": 0.88},
                     first_seed_arms={**FIRST_SEED_ARMS, "LARS lr 5 B=4096": 0.95,
                                      "equal steps, linear 16x + warm-up B=4096": 0.90})
     assert lb.sqrt_over_linear(wrong, s)[0] < 0 and lb.ghost_gain(wrong, s)[0] < 0
@@ -260,8 +260,8 @@ def test_c_grids_are_checked_with_the_evaluation_tie(steps_1024, holds, edge):
 
 @pytest.mark.parametrize(("offsets", "holds"), [
     (None, True),  # +0.005 on every seed: far beyond 2 standard errors
-    ({"ghost BN 256, linear 16x + warm-up B=4096": (0.006, -0.006, 0.0)}, False),  # +0.005 ± 0.006: a coin flip
-    ({"ghost BN 256, linear 16x + warm-up B=4096": (-0.005, -0.005, -0.005)}, False)])
+    ({"ghost BN 256, sqrt 4x + warm-up B=4096": (0.006, -0.006, 0.0)}, False),  # +0.005 ± 0.006: a coin flip
+    ({"ghost BN 256, sqrt 4x + warm-up B=4096": (-0.005, -0.005, -0.005)}, False)])
 def test_ghost_batch_norm_is_seen_only_beyond_two_standard_errors(offsets, holds):
     (ghost,) = [r for r in lb.check_claims(planted(offsets=offsets), gpu_settings()) if "ghost" in r.statement]
     assert ghost.holds is holds and not ghost.strict and "standard error" in ghost.evidence
@@ -325,6 +325,8 @@ def test_the_knee_reading_places_a_batches_against_the_measured_b_crit():
     assert "(step 700; higher)" in text
     assert "batch 256, 1024 below it; batch 4096 above it" in lb.knee_reading(s, {"b_crit": 2000.0}, series, 195)
     assert "no critical batch" in lb.knee_reading(s, None, series, 195)
+    # the reference's accuracy, read from the table: 0.94, 0.941, 0.942 over the planted seeds
+    assert "A's reference ends at 94.1%, past 90%" in lb.knee_reading(s, {"b_crit": 472.0}, series, 195, table)
 
 
 def test_the_large_batch_recovery_lists_every_equal_epoch_arm():
@@ -402,9 +404,12 @@ def test_the_claims_on_the_recorded_gpu_run():
             row["steps"] = [dict(point) for point in record["noise_series"]]
         rows.append(row)
     results = {r.statement.split(":")[0][:40]: r for r in lb.check_claims(ResultsTable(rows), gpu_settings())}
-    assert all(r.holds for r in results.values() if r.strict)
+    assert all(r.holds for r in results.values() if r.strict and r.holds is not None)
     not_seen = [r.statement for r in results.values() if r.holds is False]
     assert len(not_seen) == 1 and not_seen[0].startswith("C's LR grid")
+    # the recording's ghost arm ran at the linear rule's LR, the lab's runs it at the sqrt rule's: not checked
+    unchecked = [r.statement for r in results.values() if r.holds is None]
+    assert len(unchecked) == 1 and unchecked[0].startswith("ghost batch norm")
     closest = lb.large_batch_recovery(ResultsTable(rows), gpu_settings())[0]
     assert closest["arm"] == "LAMB lr 0.025 B=4096" and closest["below_reference"] > 0.01  # twice the tie
 

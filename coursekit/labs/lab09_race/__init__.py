@@ -72,8 +72,8 @@ GPUS = LAB.gpus  # GPUs the notebook needs at once in the gpu profile: the race 
 # The target of each data set, in this one place. gpu on Fashion-MNIST, all 60,000 images: measured on 4 x H200
 # (2026-11-28, bench/probes/race_target_gpu.py, 3 seeds each, the target out of reach): 85 % falls in ~2.7
 # epochs, too soon for a schedule or an epoch budget to matter; at 89 % the baseline needs 4.8 +- 1.4 epochs
-# (46 +- 13 s on the engine's clock) and the tuned entry 12.4 +- 2.4 s, 4.5 standard errors apart; 90 % (6.2
-# epochs) would put the notebook over its 7 minutes (one job's start costs ~20 s there).
+# (46 +- 13 s on the engine's clock) and the tuned entry 12.4 +- 2.4 s, 4.5 standard errors of the difference
+# apart; 90 % (6.2 epochs) would put the notebook over its 7 minutes (one job's start costs ~20 s there).
 LAB09_TARGET = {"cpu": 0.6, "cpu-fashion": 0.65, "gpu": 0.85, "gpu-fashion": 0.89}
 LAB09_FASHION_SAMPLES = 60_000  # gpu on Fashion-MNIST: every training image (the test set stays whole)
 LAB09_MAX_PARAMETERS = {"cpu": 300_000, "gpu": 25_000_000}

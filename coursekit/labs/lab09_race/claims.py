@@ -11,22 +11,33 @@ from typing import Any
 from coursekit.labs.lab09_race.leaderboard import BASELINE
 from coursekit.labs.lab09_race.verify import CONFIRM_Z, confirm_floor
 
-FASTER_SE = 3.0  # the tuned entry must beat the baseline by this many standard errors of the difference of the means
+# The tuned entry must be faster than the baseline by a factor whose logarithm exceeds this many standard errors.
+# Times to the target spread in proportion to their mean (a seed that needs 7 epochs instead of 3 takes 7/3 of
+# the time, whatever an epoch costs), so the speed-up is read as a ratio, ln(baseline mean / entry mean), with
+# the standard error of each mean's logarithm (its relative standard error, std / (mean sqrt(seeds))).
+FASTER_SE = 3.0
 RIVAL_MARKS = ("confirm_fraction", "validation set differs")  # what the rival's marks must name
 
 
+def speedup_margin(base_s: float, base_std: float, base_seeds: int, ours_s: float, ours_std: float,
+                   ours_seeds: int) -> tuple[float, float]:
+    """The speed-up of a mean time ``ours_s`` over ``base_s`` as ln(base_s / ours_s), and its standard error
+    (the two means' relative standard errors combined; each std over its seeds)."""
+    se = math.sqrt((base_std / base_s) ** 2 / max(base_seeds, 1) + (ours_std / ours_s) ** 2 / max(ours_seeds, 1))
+    return math.log(base_s / ours_s), se
+
+
 def faster_by(ours: dict[str, Any] | None, base: dict[str, Any] | None, seeds: int) -> tuple[bool, str]:
-    """Is ``ours`` faster than ``base`` by more than FASTER_SE standard errors of the difference (their seeds'
-    spread), counting, with every seed at the target? And the evidence in words."""
+    """Is ``ours`` faster than ``base`` by a factor beyond FASTER_SE standard errors (their seeds' spread),
+    counting, with every seed at the target? And the evidence in words."""
     if not ours or not base or not ours.get("time_to_target_s") or not base.get("time_to_target_s"):
         return False, "no time to the target for the entry or the baseline"
-    n_ours, n_base = max(ours.get("reached") or seeds, 1), max(base.get("reached") or seeds, 1)
-    se = math.sqrt((ours.get("std_s") or 0.0) ** 2 / n_ours + (base.get("std_s") or 0.0) ** 2 / n_base)
-    gain = base["time_to_target_s"] - ours["time_to_target_s"]
-    holds = bool(ours.get("counts")) and gain > FASTER_SE * se
+    log_gain, se = speedup_margin(base["time_to_target_s"], base.get("std_s") or 0.0, base.get("reached") or seeds,
+                                  ours["time_to_target_s"], ours.get("std_s") or 0.0, ours.get("reached") or seeds)
+    holds = bool(ours.get("counts")) and log_gain > FASTER_SE * se
     return holds, (f"{ours['time_to_target_s']:.2f} ± {ours.get('std_s') or 0:.2f} s vs baseline "
-                   f"{base['time_to_target_s']:.2f} ± {base.get('std_s') or 0:.2f} s: {gain:.2f} s faster, "
-                   f"{FASTER_SE:g} standard errors = {FASTER_SE * se:.2f} s")
+                   f"{base['time_to_target_s']:.2f} ± {base.get('std_s') or 0:.2f} s: ×{math.exp(log_gain):.2f} "
+                   f"faster, {FASTER_SE:g} standard errors of the ratio = ×{math.exp(FASTER_SE * se):.2f}")
 
 
 def race_claims(board: list[dict[str, Any]], participant: str, submission: str, rival: str, seeds: int,
@@ -51,8 +62,8 @@ def race_claims(board: list[dict[str, Any]], participant: str, submission: str, 
         {"statement": "your entry keeps the rules and counts (same code, same validation set, every seed reached)",
          "holds": ours is not None and bool(ours["counts"]),
          "evidence": (ours["marks"] if ours["marks"] not in ("", "-") else "no marks") if ours else "no entry posted"},
-        {"statement": f"the tuned entry beats the baseline by more than {FASTER_SE:g} standard errors of the "
-                      "difference (the seeds' spread)",
+        {"statement": f"the tuned entry is faster than the baseline by a factor beyond {FASTER_SE:g} standard "
+                      "errors of the ratio of their mean times (the seeds' spread)",
          "holds": faster, "evidence": faster_evidence, "applies": speed_applies, "why_not": speed_why_not},
     ]
 

@@ -35,9 +35,19 @@ def test_every_claim_holds_on_rows_shaped_like_the_gpu_run() -> None:
 
 
 def test_an_entry_within_the_seeds_spread_of_the_baseline_is_not_faster() -> None:
-    # 6 s faster, but 3 standard errors of the difference are 3 * sqrt(6^2/3 + 1.4^2/3) = 10.7 s
+    # x1.14 faster, but 3 standard errors of ln(ratio) are 3 sqrt((6/48)^2/3 + (1.4/42)^2/3) = 0.224, x1.25
     assert verdicts(board(ours=42.0))[3] is False
-    assert verdicts(board(ours=30.0))[3] is True  # 18 s faster: beyond the noise
+    assert verdicts(board(ours=30.0))[3] is True  # x1.6: beyond the noise
+
+
+def test_the_speed_claim_reads_a_ratio_so_a_slow_baseline_seed_does_not_hide_a_fourfold_speed_up() -> None:
+    # the GPU run of 2026-11-30: baseline seeds 71.1, 24.5 and 48.8 s, the tuned entry's 9.98, 13.4 and 9.92 s;
+    # 37 s faster is only 2.7 standard errors of the difference, x4.3 is 4.9 standard errors of the ratio
+    claim = race_claims(board(ours=11.10, ours_std=1.99, base=48.13, base_std=23.34), "ada", "tuned-1",
+                        "ada-rival", 3, speed_applies=True)[3]
+    assert claim["holds"] is True and "×4.34 faster, 3 standard errors of the ratio = ×2.45" in claim["evidence"]
+    # the same spread around a baseline only twice as slow: not resolved
+    assert verdicts(board(ours=24.0, ours_std=4.3, base=48.13, base_std=23.34))[3] is False
 
 
 def test_a_rival_without_the_validation_mark_or_ranked_fails_the_claim() -> None:

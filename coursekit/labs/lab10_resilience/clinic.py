@@ -78,13 +78,15 @@ EXPLANATIONS = {
         "watchdog's 'collective operation timeout', and its process aborts about a minute later, once the "
         "watchdog gave up waiting for its debug dump; rank 1 went on (its barrier was matched with rank 0's "
         "all-reduce, NCCL does not compare them) and waits until the launcher stops it. Rank 1's log says it "
-        "skipped a step; rank 0 went on all-reducing that step's gradients alone.",
+        "skipped a step, then goes on training: nothing stopped at the skip.",
         "cause: the ranks called different collectives: rank 1 skipped a step's two all-reduces (one per "
-        "parameter: the weight's, the bias's), so rank 0's all-reduce of that step's weight met rank 1's barrier. "
-        "With TORCH_DISTRIBUTED_DEBUG=DETAIL torch compares the calls before running them "
-        "and each rank fails at once with 'Detected mismatch between collectives on ranks': rank 0's own call "
-        "is the ALLREDUCE, rank 1's the BARRIER (the other rank's op in the message can be one of the check's "
-        "own collectives: read each rank's own).",
+        "parameter: the weight's, the bias's). Collectives are matched by their order, not by step: from the "
+        "skipped step on, each all-reduce of rank 0 met rank 1's all-reduce of the next step (same shapes, so "
+        "two steps' gradients were averaged without a word), until rank 0's all-reduce of its last step's "
+        "weight met rank 1's barrier. With TORCH_DISTRIBUTED_DEBUG=DETAIL torch compares each call's operation "
+        "and shapes before running it, so it too first fails at that barrier, at once, with 'Detected mismatch "
+        "between collectives on ranks': rank 0's own call is the ALLREDUCE, rank 1's the BARRIER (the other "
+        "rank's op in the message can be one of the check's own collectives: read each rank's own).",
         "fix: every rank calls the same collectives in the same order (no collective under `if rank == 0` or a "
         "data-dependent `continue`; uneven shards: DistributedSampler(drop_last=True) or DDP's join()); set a "
         "short timeout while debugging (init_process_group(timeout=...)) instead of torch's default (10 minutes "
