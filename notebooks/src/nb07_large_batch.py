@@ -342,10 +342,10 @@ lb.critical_figure(curve, fit, b_simple)
 # ### Where is the knee for part A?
 #
 # C's critical batch belongs to C's target: the accuracy on the held-out split that C stops at. Part A trains
-# every arm to its last epoch, and its reference ends past that target. McCandlish et al. (2018) found that the critical batch grows
-# as the target gets harder, because the gradient noise scale grows as the loss falls (D's curve). So a batch can
-# lie above C's B_crit and still below the knee for A's target: the line below places A's batches against C's
-# measurement.
+# every arm to its last epoch, and its reference ends past that target. McCandlish et al. (2018) found that the
+# critical batch grows as the target gets harder, because the gradient noise scale grows as the loss falls (D's
+# curve). So a batch can lie above C's B_crit and still below the knee for A's target: the line below places A's
+# batches against C's measurement.
 
 # %% tags=["nbval-ignore-output"]
 print(lb.knee_reading(s, fit, series, at_step, table))

@@ -31,8 +31,8 @@ def energy_reading(ratio: float | None, efficiency: float | None) -> str | None:
     return (f"2 GPUs' energy per image is {ratio:.2f}× 1 GPU's = the power per GPU (×{power:.2f}) ÷ the efficiency "
             f"({efficiency:.3f}). At equal power per GPU it would be {1 / efficiency:.2f}×, the cost of the lost "
             "efficiency; "
-            + ("here each of the 2 GPUs drew less power than the single one did, which these short runs on different "
-               "GPUs do not explain: it is not a saving of data parallelism." if power < 1 - POWER_SAME else
+            + ("here each of the 2 GPUs drew less power than the single one did (short runs, on different GPUs): "
+               "a difference in power, not a saving of data parallelism." if power < 1 - POWER_SAME else
                "here each of the 2 GPUs drew more power than the single one did." if power > 1 + POWER_SAME else
                "here the power per GPU was about the same."))
 

@@ -285,8 +285,11 @@ def knee_reading(s: Any, fit: dict[str, Any] | None, series: list[dict[str, Any]
         grows = (f" D's noise scale B_simple reads {start:.0f} at C's target (step {at_step}) and "
                  f"{end['b_simple']:.0f} at the end of its run (step {end['step']}; {higher})")
     reference = arm_accuracy(table, s.claim_arms["reference"]) if table is not None else {}
-    ends = (f"A's reference ends at {sum(reference.values()) / len(reference):.1%}" if reference
-            else "A's reference trains to its last epoch")
-    return (f"C's critical batch for {s.target_acc:.0%} on the held-out split: B_crit ≈ {b_crit:.0f}; A's {sides}.\n"
-            f"{ends}, past {s.target_acc:.0%}: a harder target, and the critical batch grows as the target gets "
-            f"harder (McCandlish et al. 2018).{grows}.")
+    ends = sum(reference.values()) / len(reference) if reference else None
+    head = f"C's critical batch for {s.target_acc:.0%} on the held-out split: B_crit ≈ {b_crit:.0f}; A's {sides}.\n"
+    if ends is not None and ends <= s.target_acc:
+        return head + (f"A's reference ends at {ends:.1%}, not past {s.target_acc:.0%}: A's target is no harder "
+                       f"here.{grows}.")
+    where = f"A's reference ends at {ends:.1%}" if ends is not None else "A trains to its last epoch"
+    return head + (f"{where}, past {s.target_acc:.0%}: a harder target, and the critical batch grows as the target "
+                   f"gets harder (McCandlish et al. 2018).{grows}.")

@@ -327,6 +327,8 @@ def test_the_knee_reading_places_a_batches_against_the_measured_b_crit():
     assert "no critical batch" in lb.knee_reading(s, None, series, 195)
     # the reference's accuracy, read from the table: 0.94, 0.941, 0.942 over the planted seeds
     assert "A's reference ends at 94.1%, past 90%" in lb.knee_reading(s, {"b_crit": 472.0}, series, 195, table)
+    low = planted(arms={**ARMS, "reference B=256": 0.88})  # a reference that ends below C's target
+    assert "ends at 88.1%, not past 90%" in lb.knee_reading(s, {"b_crit": 472.0}, series, 195, low)
 
 
 def test_the_large_batch_recovery_lists_every_equal_epoch_arm():
