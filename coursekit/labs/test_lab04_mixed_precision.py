@@ -147,5 +147,10 @@ def test_the_sweep_speed_spread_names_the_largest_ratio_between_seeds():
     # the H200 run of 2026-11-30: fp16 11,939 and 17,216 images/s on its two seeds, bf16 13,762 and 16,824
     rows = [{"precision": p, "images_per_s": v} for p, v in
             (("fp32", 7073), ("fp32", 7619), ("bf16", 13762), ("bf16", 16824), ("fp16", 11939), ("fp16", 17216))]
-    assert "up to ×1.44 between two seeds of one format (fp16)" in numerics.sweep_speed_spread(rows)
+    text = numerics.sweep_speed_spread(rows)
+    assert "up to ×1.44 between two seeds of one format (fp16)" in text
+    assert "cannot rank bf16 against fp16 (their seeds' speeds overlap)" in text and "fp32 against" not in text
+    apart = [{"precision": p, "images_per_s": v} for p, v in (("fp32", 7000), ("fp32", 7200), ("bf16", 14000),
+                                                               ("bf16", 15000))]
+    assert "×1.07 between two seeds of one format (bf16), less than the gaps" in numerics.sweep_speed_spread(apart)
     assert numerics.sweep_speed_spread(rows[:1] + [{"precision": "bf16", "images_per_s": None}]) == ""

@@ -167,10 +167,10 @@ labs.ResultsTable([mp.in_flight_activations(s.base, s.bubble["stages"], m) for m
 # Attention is split the same way, whole heads per rank. `--parallel tensor` applies this plan with
 # `torch.distributed.tensor.parallel.parallelize_module` (`ColwiseParallel`, `RowwiseParallel`).
 # The price: an all-reduce of the activations after each attention and each MLP, forward and
-# backward — on the critical path, which is why tensor parallelism stays inside a node. At this lab's
-# width (1024) it does not pay even there: in this run's table of section 6, and in the recording below it
-# (two H100s, a wider model: width 2048, 8 blocks), tensor parallelism trains about three times *slower* than
-# DDP on the same two GPUs, and the all-reduces are only a few ms of its step. The rest is the eager overhead of DTensor (every
+# backward — on the critical path, which is why tensor parallelism stays inside a node. At a course's sizes
+# it does not pay even there: in the recording of section 6 (two H100s, width 2048, 8 blocks) tensor
+# parallelism trains about three times *slower* than DDP on the same two GPUs, and the all-reduces are only a
+# few ms of its step. The rest is the eager overhead of DTensor (every
 # operation dispatched on sharded tensors) and an optimizer that cannot use its fused multi-tensor path
 # on a mix of DTensors and plain tensors; tensor parallelism pays for matrices many times wider, where
 # each GPU's share of a matrix product still fills it:
@@ -387,7 +387,7 @@ summary
 figure, axes = plots.new_figure(ncols=2)
 names = table.column("strategy")
 plots.bars(names, [v or 0 for v in table.column("state_mib_per_rank")], ax=axes[0], ylabel="training state per rank (MiB)",
-           annotate="{:.2f}", title="memory per rank (naive: one process, both GPUs)")
+           annotate="{:.2f}", title="memory per rank" + (" (naive: one process, both GPUs)" if profile.is_gpu else ""))
 plots.bars(names, [v or 0 for v in table.column("tokens_per_s")], ax=axes[1], ylabel="tokens/s",
            title=f"throughput, batch {s.base.batch_size}")
 figure

@@ -199,8 +199,8 @@ def formats_match(rows: Sequence[dict[str, Any]], tolerance: float | None = None
 
 
 def sweep_speed_spread(rows: Sequence[dict[str, Any]]) -> str:
-    """How far the sweep's images/s moved between the seeds of one format (the largest ratio, and its format): the
-    sweep's short runs share one job and the host, so a speed read from them ranks the formats on noise."""
+    """How far the sweep's images/s moved between the seeds of one format (the largest ratio, and its format), and
+    which formats these short runs (one job, a shared host) cannot rank: those whose seeds' speeds overlap."""
     speeds: dict[str, list[float]] = {}
     for row in rows:
         if row.get("images_per_s"):
@@ -209,9 +209,14 @@ def sweep_speed_spread(rows: Sequence[dict[str, Any]]) -> str:
     if not ratios:
         return ""
     fmt = max(ratios, key=ratios.get)
-    return (f"Their images/s moved by up to ×{ratios[fmt]:.2f} between two seeds of one format ({fmt}): short runs "
-            "that share one job and the host, too noisy to rank the formats' speed. The ladder below is measured "
-            "for that.")
+    names = list(speeds)
+    overlapping = [f"{a} against {b}" for i, a in enumerate(names) for b in names[i + 1:]
+                   if min(speeds[a]) <= max(speeds[b]) and min(speeds[b]) <= max(speeds[a])]
+    moved = f"Their images/s moved by up to ×{ratios[fmt]:.2f} between two seeds of one format ({fmt})"
+    if overlapping:
+        return (f"{moved}: these short runs, in one job on a shared host, cannot rank {', '.join(overlapping)} (their "
+                "seeds' speeds overlap). The ladder below is measured for speed.")
+    return f"{moved}, less than the gaps between formats. The ladder below is measured for speed."
 
 
 SCALER_START_STEPS = 20  # skips noticed by this step are the scaler finding its scale (the usual start of fp16)

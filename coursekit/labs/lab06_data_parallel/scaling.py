@@ -22,19 +22,26 @@ POWER_SAME = 0.03  # power per GPU within 3 % of the single GPU's reads as "abou
 
 
 def energy_reading(ratio: float | None, efficiency: float | None) -> str | None:
-    """Two GPUs' energy per image over one GPU's, read as its two factors: the power each GPU drew (2 GPUs'
-    over 1 GPU's) divided by the weak-scaling efficiency. Energy per image = power / images per second, so at
-    equal power per GPU the ratio is 1 / efficiency; what differs from it is power, not data parallelism."""
+    """Two GPUs' energy per image over one GPU's, read as its two factors: the mean power per GPU (2 GPUs' over
+    1 GPU's) divided by the weak-scaling efficiency. Energy per image = power / images per second, so at equal power
+    per GPU the ratio is 1 / efficiency. GPUs that wait for each other draw less power, but not less than in
+    proportion to their work: a ratio under 1 (power below the efficiency) is power differing between the runs."""
     if not ratio or not efficiency:
         return None
     power = ratio * efficiency
-    return (f"2 GPUs' energy per image is {ratio:.2f}× 1 GPU's = the power per GPU (×{power:.2f}) ÷ the efficiency "
-            f"({efficiency:.3f}). At equal power per GPU it would be {1 / efficiency:.2f}×, the cost of the lost "
-            "efficiency; "
-            + ("here each of the 2 GPUs drew less power than the single one did (short runs, on different GPUs): "
-               "a difference in power, not a saving of data parallelism." if power < 1 - POWER_SAME else
-               "here each of the 2 GPUs drew more power than the single one did." if power > 1 + POWER_SAME else
-               "here the power per GPU was about the same."))
+    if power < efficiency:
+        reading = ("the 2 GPUs drew less power on average than the single one did, more than their waiting explains "
+                   "(short runs, on different GPUs): a difference in power, not a saving of data parallelism.")
+    elif power < 1 - POWER_SAME:
+        reading = ("the 2 GPUs drew less power on average than the single one did, as GPUs that wait for each other "
+                   "do, yet not in proportion to the lost efficiency: energy per image still grew.")
+    elif power > 1 + POWER_SAME:
+        reading = "the 2 GPUs drew more power on average than the single one did."
+    else:
+        reading = "the power per GPU was about the same."
+    return (f"2 GPUs' energy per image is {ratio:.2f}× 1 GPU's = the mean power per GPU (×{power:.2f}) ÷ the "
+            f"efficiency ({efficiency:.3f}). At equal power per GPU it would be {1 / efficiency:.2f}×, the cost of the "
+            f"lost efficiency; here {reading}")
 
 
 def scaling_batches(n_gpus: Sequence[int], batch_per_gpu: int, global_batch: int) -> list[int]:

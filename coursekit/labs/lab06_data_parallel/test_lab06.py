@@ -217,7 +217,9 @@ def test_lab06_scaling_tables_carry_energy_only_where_measured():
 def test_lab06_energy_ratio_is_read_as_power_per_gpu_over_the_efficiency():
     # the GPU run: 0.131 / 0.146 J per image at efficiency 0.933 -> each of the 2 GPUs drew 0.84 of the single one's
     text = dp.energy_reading(0.131 / 0.146, 0.933)
-    assert "×0.84" in text and "equal power per GPU it would be 1.07×" in text and "drew less power" in text
+    assert "×0.84" in text and "equal power per GPU it would be 1.07×" in text and "more than their waiting" in text
+    # efficiency 0.85, power 0.90: the waiting lowered the power, energy per image still grew (1.06)
+    assert "as GPUs that wait for each other do" in dp.energy_reading(0.90 / 0.85, 0.85)
     assert "drew more power" in dp.energy_reading(1.3, 0.9)  # 1.17 of the single GPU's power
     assert "about the same" in dp.energy_reading(1 / 0.9, 0.9)
     assert dp.energy_reading(None, 0.9) is None and dp.energy_reading(0.9, None) is None

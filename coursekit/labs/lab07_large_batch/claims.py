@@ -283,13 +283,13 @@ def knee_reading(s: Any, fit: dict[str, Any] | None, series: list[dict[str, Any]
     if start and end:
         higher = "higher" if end["b_simple"] > start else "not higher here: the estimate is noisy"
         grows = (f" D's noise scale B_simple reads {start:.0f} at C's target (step {at_step}) and "
-                 f"{end['b_simple']:.0f} at the end of its run (step {end['step']}; {higher})")
+                 f"{end['b_simple']:.0f} at the end of its run (step {end['step']}; {higher}).")
     reference = arm_accuracy(table, s.claim_arms["reference"]) if table is not None else {}
     ends = sum(reference.values()) / len(reference) if reference else None
     head = f"C's critical batch for {s.target_acc:.0%} on the held-out split: B_crit ≈ {b_crit:.0f}; A's {sides}.\n"
     if ends is not None and ends <= s.target_acc:
         return head + (f"A's reference ends at {ends:.1%}, not past {s.target_acc:.0%}: A's target is no harder "
-                       f"here.{grows}.")
+                       f"here.{grows}")
     where = f"A's reference ends at {ends:.1%}" if ends is not None else "A trains to its last epoch"
     return head + (f"{where}, past {s.target_acc:.0%}: a harder target, and the critical batch grows as the target "
-                   f"gets harder (McCandlish et al. 2018).{grows}.")
+                   f"gets harder (McCandlish et al. 2018).{grows}")
