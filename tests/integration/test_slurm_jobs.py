@@ -205,8 +205,12 @@ def test_the_pre_timeout_signal_requeues_checkpointable_jobs_which_resume(course
 
     assert counted.wait(END_S) == "COMPLETED", f"states seen {seen}; stderr:\n{counted.tail(30, 'err')}"
     log = counted.stdout.read_text()
-    assert f"Requeued job {counted.job_id}" in log, log  # submitit checkpointed and requeued on the signal
-    assert log.count("Starting with JobEnvironment") == 2, log  # then Slurm ran it again, once
+    assert "Calling checkpoint method" in log, log  # submitit checkpointed on the signal
+    # and requeued it: nothing else requeues a job here (10 minutes' limit, no node fails), so Slurm ran it again,
+    # once. submitit's own "Requeued job" line is not always there: Slurm signals the job's processes (SIGTERM) as
+    # soon as it takes the requeue, and with proctrack/linuxproc that reaches submitit's `scontrol requeue` child,
+    # which can die before it returns (seen once on an idle machine: the job requeued and resumed all the same)
+    assert log.count("Starting with JobEnvironment") == 2, log
     assert counted.result() == 2  # the last start resumed from the state an earlier start left
 
     states = resume.follow_runs(runs, END_S)
