@@ -34,6 +34,7 @@ from coursekit.labs.lab07_large_batch.analysis import (
     two_doublings_speedup,
     warmup_effect,
 )
+from coursekit.metrics import mean_std
 
 GAP_MIN = 0.02  # "a gap": the large batch at equal epochs loses at least 2 accuracy points
 RECOVERY_MID_MIN = 0.4  # at the middle batch linear scaling + warm-up wins back at least 40 % of the gap
@@ -215,9 +216,10 @@ def _large_batch_claims(table: ResultsTable, s: Any, strict: bool) -> list[Claim
         f"{100 * OPTIMIZER_TIE:g} points below {arms['reference']}", top["below_reference"] > OPTIMIZER_TIE,
         f"closest: {top['arm']} {100 * top['below_reference']:.1f} points below (won back {percent(top['won_back'])} "
         "of the gap)", strict=strict))
-    seeds = len(shared_seeds(table, [arms["large_ghost"], arms["large_sqrt"]]))
-    gain, gain_std = ghost_gain(table, s) if seeds else (0.0, 0.0)  # a recording from before the ghost arm's LR
-    error = _standard_error(table, [arms["large_ghost"], arms["large_sqrt"]], gain_std)[1]
+    pair = [arms["large_ghost"], arms["large_sqrt"]]
+    # no shared seed: a recording from before the ghost arm ran on the square-root rule
+    gain, gain_std = ghost_gain(table, s) if shared_seeds(table, pair) else (0.0, 0.0)
+    seeds, error = _standard_error(table, pair, gain_std)
     results.append(check_claim(
         f"ghost batch norm (virtual batches of {s.ghost_batch}) narrows the gap at batch {large}: "
         f"{arms['large_ghost']} ends above {arms['large_sqrt']} by more than {GHOST_STANDARD_ERRORS:g} standard "
@@ -285,7 +287,7 @@ def knee_reading(s: Any, fit: dict[str, Any] | None, series: list[dict[str, Any]
         grows = (f" D's noise scale B_simple reads {start:.0f} at C's target (step {at_step}) and "
                  f"{end['b_simple']:.0f} at the end of its run (step {end['step']}; {higher}).")
     reference = arm_accuracy(table, s.claim_arms["reference"]) if table is not None else {}
-    ends = sum(reference.values()) / len(reference) if reference else None
+    ends = mean_std(list(reference.values()))[0] if reference else None
     head = f"C's critical batch for {s.target_acc:.0%} on the held-out split: B_crit ≈ {b_crit:.0f}; A's {sides}.\n"
     if ends is not None and ends <= s.target_acc:
         return head + (f"A's reference ends at {ends:.1%}, not past {s.target_acc:.0%}: A's target is no harder "
