@@ -28,6 +28,16 @@ def test_grad_scaler_skips_until_the_scaled_gradient_fits():
     skipped = table.column("skipped")
     assert skipped == [True] * 10 + [False] * 2  # 65536 * 1000 needs ten halvings to fit under 65504
     assert table[-1]["scale"] == 64.0
+    assert numerics.scaler_follows_overflows(table)
+
+
+def test_the_scaler_claim_fails_on_a_scale_that_never_halves_or_a_skip_that_fits():
+    table = list(numerics.grad_scaler_demo(gradient=1000.0, steps=12))
+    never_halves = [{**row, "scale": 65536.0, "fits_fp16": False, "skipped": True} for row in table]
+    assert not numerics.scaler_follows_overflows(never_halves)
+    skips_a_fitting_step = [*table[:-1], {**table[-1], "skipped": True}]
+    assert not numerics.scaler_follows_overflows(skips_a_fitting_step)
+    assert not numerics.scaler_follows_overflows([])
 
 
 def test_channels_last_strides():

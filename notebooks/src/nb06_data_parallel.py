@@ -97,7 +97,7 @@ else:
 # fill them in (or convert a script of your own), then set `my_script` to its path. `--batch-size` is
 # now the batch of one process: with N processes the global batch is N times larger.
 # `labs.check_ddp_script(my_script)` runs your script on 2 processes beside the serial one and tells
-# you, in plain words, what is wrong. It runs them on the CPU (gloo), so the device each rank picks (step 1)
+# you, in plain words, what is wrong. It runs them on the CPU (gloo), so the device each rank picks (step 2)
 # is not checked there: it shows in the GPU jobs, where ranks that all take `cuda:0` on a node whose GPUs
 # every rank sees (coursekit's default) would share one GPU, which NCCL refuses.
 

@@ -150,8 +150,8 @@ resume_report = labs.check_resume_script(my_script)
 resume_report
 
 # %% [markdown]
-# What does the checker say when a piece is missing? Here the solution with one line less: the resume does not
-# set the sampler's epoch.
+# What does the checker say when a piece is missing? Here the solution with one line changed: the resume returns
+# epoch 0, so the sampler deals epoch 0's order again.
 
 # %% tags=["nbval-ignore-output"]
 with tempfile.TemporaryDirectory() as folder:

@@ -92,6 +92,16 @@ def grad_scaler_demo(gradient: float = 1000.0, steps: int = 14, init_scale: floa
     return ResultsTable(rows, title=f"GradScaler with a gradient of {gradient:g} flowing through fp16")
 
 
+def scaler_follows_overflows(table: Sequence[dict[str, Any]]) -> bool:
+    """True where the demo's GradScaler skipped exactly the steps whose scaled gradient did not fit fp16 and
+    the step after each skipped one ran at half its scale (a scaler that never lowered its scale fails)."""
+    rows = list(table)
+    skips_match = all(r["skipped"] == (not r["fits_fp16"]) for r in rows)
+    halves = all(after["scale"] == before["scale"] / 2
+                 for before, after in zip(rows, rows[1:], strict=False) if before["skipped"])
+    return bool(rows) and skips_match and halves
+
+
 def strides_table(shape: Sequence[int] = (8, 3, 32, 32)) -> ResultsTable:
     """Strides of an (N, C, H, W) tensor in the default layout and in channels_last."""
     x = torch.empty(*shape)
