@@ -306,11 +306,11 @@ print(f"trace: {from_trace:.2f}, metrics: {from_metrics:.2f}")
 # the step. These runs write a record after every step, and the engine waits for the device to finish the
 # step before writing it, so the process never reaches the next batch while the device still computes. On a
 # GPU the engine's waiting also holds what the trace's DataLoader span does not: the copy of each batch to
-# the GPU (from pageable memory the process waits for it: `Memcpy HtoD (Pageable -> Device)` in the table)
-# and the writing of each step's record. That can put the trace a few points below the engine. The
-# profiler's own cost pushes the other way — it records every operator, and the transforms run many small
-# ones per image (`aten::copy_`'s calls in the table) — adding time to the traced steps, mostly inside the
-# DataLoader: compare `profiled_ms` per step with the sweep's `data_time_mean_s + compute_time_mean_s`.
+# the GPU (from pageable memory the process waits for it: `Memcpy HtoD (Pageable -> Device)` in the table).
+# That can put the trace a few points below the engine. The profiler's own cost pushes the other way — it
+# records every operator, and the transforms run many small ones per image (`aten::copy_`'s calls in the
+# table) — adding time to the traced steps, mostly inside the DataLoader: compare `profiled_ms` per step
+# with the sweep's `data_time_mean_s + compute_time_mean_s`.
 
 # %% [markdown]
 # ## 4. Exit ticket

@@ -177,9 +177,8 @@ race.seed_table(entry)  # each seed's time, steps and epochs to the target
 # in no more time (24 ms a step against 32 ms: in runs this short, read it as "about the same", not as a
 # faster step), but the run needed 296 steps instead of 98 (5 to 7 epochs, where one GPU reached the target
 # at the evaluation that ended its first epoch; the one at step 50 had not, so 98 is an upper bound). The
-# recording does not say why: it doubled
-# the batch and the learning rate together, and in lab 07 the steps to a target fall, not rise, as the batch
-# grows at its best learning rate. Splitting the same batch over two GPUs kept the 98 steps but took 4.40 ± 0.49 s
+# recording does not say why: it doubled the batch and the learning rate together, and in lab 07 the steps
+# to a target fall, not rise, as the batch grows at its best learning rate. Splitting the same batch over two GPUs kept the 98 steps but took 4.40 ± 0.49 s
 # (45 ms a step): the recording does not say why either. A second GPU is an experiment to measure, not a
 # speed-up to assume.
 
