@@ -59,7 +59,6 @@ from coursekit.labs.lab08_model_parallel.claims import (
     decreasing,
     equal_to_serial,
     pipeline_gain,
-    pipeline_speedup,
     schedule_spread,
 )
 from coursekit.labs.lab08_model_parallel.plan import (
@@ -107,7 +106,7 @@ __all__ = [
     "checkpointing_cost", "checkpointing_table", "COMPLETED", "data_parallel_size", "decreasing", "equal_to_serial", "formula_bytes",
     "GAIN_MARGIN_SPREADS", "GB", "GPUS", "group_command", "in_flight_activations", "job_shape", "KEY_PREFIXES",
     "LAB", "lowest_fitting_stage", "MIB", "ModelParallelSettings", "num_parameters", "parallel_block", "PendingRuns",
-    "pipeline_gain", "pipeline_speedup", "PIPELINES", "processes", "PROGRESS_EVERY_S", "rank_state_bytes",
+    "pipeline_gain", "PIPELINES", "processes", "PROGRESS_EVERY_S", "rank_state_bytes",
     "recorded_table", "ResultsTable", "Run", "run_jobs", "run_strategies", "schedule_spread", "settings",
     "seven_billion", "SINGLE_PROCESS", "start_jobs", "STATE_KEYS", "STATE_PRECISION", "STRATEGIES",
     "strategy_config", "strategy_runs", "strategy_table", "tp_allreduce_bytes", "tp_split_parameters",

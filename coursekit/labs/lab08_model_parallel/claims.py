@@ -1,11 +1,10 @@
 """Lab 08's claims, each a (holds, what was measured) judged on the runs' rows: every strategy ends with serial
 training's weights (:func:`equal_to_serial`), the pipeline's gain against the bubble's prediction
-(:func:`pipeline_gain`, :func:`pipeline_speedup`, :func:`schedule_spread`), the measured bubble against the theory
+(:func:`pipeline_gain`, :func:`schedule_spread`), the measured bubble against the theory
 (:func:`bubble_excess`), and values that fall (:func:`decreasing`)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,20 +24,6 @@ def equal_to_serial(differences: dict[str, float | None], serial_move: float | N
                       for name, v in differences.items())
     holds = bool(differences) and all(v is not None and v <= tolerance * serial_move for v in differences.values())
     return holds, f"{shown}; serial training moved a weight by up to {serial_move:.1e}"
-
-
-def pipeline_speedup(bubbles: ResultsTable | Sequence[dict[str, Any]], schedule: str = "gpipe"
-                     ) -> dict[str, float] | None:
-    """tokens/s at the best m over tokens/s at m = 1 for ``schedule`` (measured), and what the bubble alone
-    predicts for that m: (1 − b(m)) / (1 − b(1)) with b = (p−1)/(m+p−1). None when a row is missing."""
-    rows = [r for r in bubbles if r.get("schedule") == schedule and r.get("tokens_per_s")]
-    one = next((r for r in rows if r["microbatches"] == 1), None)
-    if one is None or len(rows) < 2:
-        return None
-    best = max(rows, key=lambda r: r["tokens_per_s"])
-    theory = (1 - best["bubble_theory"]) / (1 - one["bubble_theory"]) if best["bubble_theory"] is not None else None
-    return {"microbatches": best["microbatches"], "measured": best["tokens_per_s"] / one["tokens_per_s"],
-            "theory": theory if theory is not None else math.nan}
 
 
 def schedule_spread(bubbles: ResultsTable | Sequence[dict[str, Any]]) -> float | None:
