@@ -45,6 +45,11 @@ the demo and the benchmarks all use it):
 - ``data_time_s``, ``compute_time_s``, ``step_time_s`` are per-step *medians* over the same windows: the
   typical step, robust to one slow step of a busy machine. A loader that is slow every k-th step shows a small
   median wait and a large share; that difference is information, not an error.
+- ``images_per_s_median`` is the median of the per-window rates over the same windows, always shown under its
+  own name ("images/s (median)"), never as throughput: the typical window's rate, for comparing runs on a
+  shared machine where one window slowed by a neighbour moves images / wall time (labs 02 and 06);
+  ``images_per_cpu_s_median`` is the same per processor-second (CPU runs, whose wall time other processes
+  stretch).
 """
 
 from __future__ import annotations
@@ -223,8 +228,9 @@ def throughput(windows: Iterable[dict[str, Any]], rate_key: str = "images_per_s_
 
 
 def step_figures(step_records: Iterable[dict[str, Any]], rate_key: str = "images_per_s_global") -> dict[str, Any]:
-    """Throughput, its spread, the data share and the per-step means and medians of a run, all over the same
-    measured windows (module docstring: the one definition). ``rate_key`` ``"images_per_s"``: per GPU."""
+    """Throughput, its spread, the data share, the per-step means and medians and the median window rate of a
+    run, all over the same measured windows (module docstring: the one definition). ``rate_key``
+    ``"images_per_s"``: per GPU."""
     windows = measured_windows(step_records)
     timed = [w for w in windows if w["window_time_s"] and w.get(rate_key) is not None]
     rate, spread = throughput(timed, rate_key)
@@ -243,6 +249,8 @@ def step_figures(step_records: Iterable[dict[str, Any]], rate_key: str = "images
         "compute_time_mean_s": compute / n_steps if n_steps else None,
         "data_time_s": _median(data_times), "compute_time_s": _median(compute_times),
         "step_time_s": _median([d + c for d, c in zip(data_times, compute_times, strict=True)]),
+        "images_per_s_median": _median([w[rate_key] for w in windows if w.get(rate_key)]),
+        "images_per_cpu_s_median": _median([w["images_per_cpu_s"] for w in windows if w.get("images_per_cpu_s")]),
     }
 
 

@@ -40,6 +40,15 @@ def test_data_share_equals_the_ratio_of_the_per_step_means_of_the_same_steps():
     assert figures["data_time_s"] == pytest.approx(statistics.median([0.0, 0.5 * 4.99 / 50]))
 
 
+def test_the_median_window_rate_is_its_own_figure_beside_the_throughput():
+    figures = step_figures(unequal_run())
+    assert figures["images_per_s_median"] == pytest.approx(statistics.median([100 / 0.01, 5000 / 4.99]))
+    assert abs(figures["images_per_s_median"] - figures["images_per_s"]) > 0.5 * figures["images_per_s"]
+    cpu = [{**r, "images_per_cpu_s": r["images_per_s_global"] / 2} for r in unequal_run()]
+    assert step_figures(cpu)["images_per_cpu_s_median"] == pytest.approx(figures["images_per_s_median"] / 2)
+    assert figures["images_per_cpu_s_median"] is None  # no processor time recorded: not measured
+
+
 def test_records_without_window_fields_get_them_from_step_numbers_and_times():
     new = unequal_run()
     old = [{k: v for k, v in r.items() if k not in ("window_steps", "window_time_s")} for r in new]

@@ -4,15 +4,10 @@ records (``coursekit/metrics.py``), so that every results table (``kit/experimen
 
 from __future__ import annotations
 
-import statistics
 from typing import Any
 
 from coursekit.labs.kit.energy import energy_figures
 from coursekit.metrics import epochs, measured_windows, step_figures, steps, summary
-
-
-def _median(values: list[float]) -> float | None:
-    return statistics.median(values) if values else None
 
 
 def summarize_run(records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -24,17 +19,16 @@ def summarize_run(records: list[dict[str, Any]]) -> dict[str, Any]:
     figures = step_figures(step_records)
     last_epoch = epoch_records[-1] if epoch_records else {}
     peaks = [r["mem_allocated_peak_mb"] for r in step_records if r.get("mem_allocated_peak_mb") is not None]
-    rates = [r["images_per_s_global"] for r in timed if r.get("images_per_s_global")]
     return {
         "status": final.get("status"),
         # throughput, data share, per-step means and medians: one definition, recomputed from the step records
         # (so an older run's summary, written with another definition, does not leak into a table)
         "images_per_s": figures["images_per_s"] if figures["images_per_s"] is not None else final.get("images_per_s"),
         "images_per_s_std": figures["images_per_s_std"],
-        "images_per_s_median": _median(rates),
-        # on a CPU, images per second of processor time: on a shared machine other processes take turns with the
-        # run and stretch its wall time, not the processor time its steps cost (a throughput claim on a busy CPU)
-        "images_per_cpu_s_median": _median([r["images_per_cpu_s"] for r in timed if r.get("images_per_cpu_s")]),
+        # the median window rate, and on a CPU per second of processor time: on a shared machine other processes
+        # take turns with the run and stretch its wall time, not the processor time its steps cost
+        "images_per_s_median": figures["images_per_s_median"],
+        "images_per_cpu_s_median": figures["images_per_cpu_s_median"],
         "total_time_s": final.get("total_time_s"),
         "val_acc": final.get("val_acc", last_epoch.get("val_acc")),
         "val_loss": final.get("val_loss", last_epoch.get("val_loss")),

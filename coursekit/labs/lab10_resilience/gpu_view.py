@@ -30,7 +30,7 @@ from coursekit.labs.kit.claims import ClaimResult, check_claim
 from coursekit.labs.kit.energy import energy_per_image
 from coursekit.labs.kit.experiments import engine_command
 from coursekit.labs.kit.results import ResultsTable
-from coursekit.metrics import measured_windows, read_gpu_samples, read_metrics, steps
+from coursekit.metrics import measured_windows, read_gpu_samples, read_metrics, steps, throughput
 from coursekit.train.config import TrainConfig
 
 # the two jobs: a loader without workers, one with them (better fed, not fed: on an H200 its 8 workers resizing
@@ -115,12 +115,8 @@ def gpu_figures(samples: Sequence[dict[str, Any]], records: Sequence[dict[str, A
     during = samples_in(samples, measured_spans(records))
     util, sampled_power = _values(during, "util_pct"), _values(during, "power_w")
     memory = _values(samples, "mem_used_mib")
-    # the engine writes window_images beside the energy; without an energy counter: the window's rate x its time
-    images = sum(r.get("window_images") or (r.get("images_per_s_global") or r.get("images_per_s") or 0.0)
-                 * (r.get("window_time_s") or 0.0) for r in timed)
-    seconds = sum(r.get("window_time_s") or 0.0 for r in timed)
     per_image = energy_per_image(timed)
-    rate = images / seconds if images and seconds else None
+    rate = throughput(timed)[0]  # images / wall time over the same windows: the one definition (coursekit/metrics.py)
     if per_image is not None and rate is not None:
         power = per_image * rate  # the counter's joules over the windows' seconds
     else:
